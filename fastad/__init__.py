@@ -1,0 +1,49 @@
+"""fastad: compiled reverse-mode automatic differentiation.
+
+Record scalar expressions with ordinary Python operators onto a
+structure-of-arrays tape; Numba-compiled sweeps compute values and
+gradients. See README.md and docs/design.md.
+"""
+
+from fastad.errors import NonFiniteError, NonFiniteOrigin, StaleNodeError
+from fastad.functions import (
+    abs,
+    cos,
+    exp,
+    grad,
+    log,
+    maximum,
+    minimum,
+    relu,
+    sigmoid,
+    sin,
+    sqrt,
+    tanh,
+    var,
+)
+from fastad.node import Var
+from fastad.tape import Tape, current_tape
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NonFiniteError",
+    "NonFiniteOrigin",
+    "StaleNodeError",
+    "Tape",
+    "Var",
+    "abs",
+    "cos",
+    "current_tape",
+    "exp",
+    "grad",
+    "log",
+    "maximum",
+    "minimum",
+    "relu",
+    "sigmoid",
+    "sin",
+    "sqrt",
+    "tanh",
+    "var",
+]

@@ -1,0 +1,48 @@
+"""Exceptions raised by fastad."""
+
+from dataclasses import dataclass
+
+
+class StaleNodeError(ValueError):
+    """A node was used after its tape was reset."""
+
+
+@dataclass(frozen=True)
+class NonFiniteOrigin:
+    """Where a ``nan`` or ``inf`` first appeared on a tape.
+
+    ``phase`` is ``"forward"`` when a node's value is the first non-finite
+    one produced from finite inputs (or a leaf/constant that holds one), and
+    ``"backward"`` when a finite adjoint times a node's local derivative for
+    operand ``slot`` was the first non-finite gradient contribution.
+    """
+
+    phase: str
+    node: int
+    op: str
+    label: str | None
+    inputs: tuple
+    value: float
+    slot: int = -1
+    partial: float = float("nan")
+
+    def describe(self):
+        name = f"node {self.node} ({self.op}" + (f" '{self.label}')" if self.label else ")")
+        inputs = ", ".join(repr(x) for x in self.inputs)
+        if self.phase == "forward" and not self.inputs:
+            return f"{name} holds {self.value!r}: a non-finite leaf or constant"
+        if self.phase == "forward":
+            return f"{name} produced {self.value!r} from finite inputs ({inputs})"
+        return (
+            f"{name} has local derivative {self.partial!r} with respect to operand "
+            f"{self.slot} at inputs ({inputs}); times its finite adjoint it sent a "
+            f"non-finite gradient contribution"
+        )
+
+
+class NonFiniteError(FloatingPointError):
+    """A checked computation produced ``nan`` or ``inf``; ``.origin`` says where."""
+
+    def __init__(self, origin):
+        self.origin = origin
+        super().__init__(origin.describe())

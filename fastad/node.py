@@ -1,0 +1,246 @@
+"""``Var``: a handle to one node of a tape, with Python operator overloading.
+
+A ``Var`` holds its tape, its node id and its value (a Python float, so
+arithmetic and comparisons on ``.value`` cost nothing extra). Every
+arithmetic operator records one node on the tape and computes its value at
+once, micrograd style; there is no separate graph-building step.
+"""
+
+import numbers
+import operator
+
+from fastad import rules
+from fastad.errors import StaleNodeError
+from fastad.kernels import optable
+
+_op = optable.BY_NAME
+ADD, SUB, MUL, DIV = _op["add"].code, _op["sub"].code, _op["mul"].code, _op["div"].code
+NEG, POW, ABS = _op["neg"].code, _op["pow"].code, _op["abs"].code
+
+
+def is_number(x):
+    """True for real Python/NumPy scalars that may appear beside a node."""
+    return type(x) is float or type(x) is int or isinstance(x, numbers.Real)
+
+
+def check_live(node):
+    """Raise ``StaleNodeError`` if ``node``'s tape was reset after it was recorded."""
+    if node._generation != node._tape._generation:
+        raise StaleNodeError(
+            f"{node!r} belongs to a tape that was reset after the node was "
+            f"recorded; its id may now name a different node. Record it again."
+        )
+
+
+def _same_tape(x, y):
+    if x._tape is not y._tape:
+        raise ValueError(
+            f"cannot combine nodes of two different tapes: {x!r} and {y!r}. "
+            "Record every node of one computation on one tape."
+        )
+
+
+def record(code, x, y=None):
+    """Record op ``code`` applied to ``x`` (and ``y``): nodes or numbers.
+
+    Numbers become constant nodes of the operand node's tape. Returns the
+    new ``Var``, or ``NotImplemented`` when an operand is of an unsupported
+    type so that Python raises its ``TypeError`` naming both types.
+    """
+    if type(x) is Var:
+        tape = x._tape
+        check_live(x)
+        if type(y) is Var:
+            _same_tape(x, y)
+            check_live(y)
+        elif y is not None:
+            if not is_number(y):
+                return NotImplemented
+            y = tape.constant(y)
+    else:
+        tape = y._tape
+        check_live(y)
+        if not is_number(x):
+            return NotImplemented
+        x = tape.constant(x)
+    if y is None:
+        return tape.append(code, x._id, -1, rules.value(code, x._value))
+    return tape.append(code, x._id, y._id, rules.value(code, x._value, y._value))
+
+
+class Var:
+    """A scalar node on a tape: its value now, its adjoint after ``backward``.
+
+    Create leaves with :func:`fastad.var`; arithmetic between nodes and
+    Python numbers records new nodes. Comparisons (``<``, ``<=``, ``==``...)
+    compare values and return ``bool``, so ordinary Python control flow
+    works; ``hash`` is identity-based, as for PyTorch tensors.
+
+    Examples
+    --------
+    >>> import fastad as fa
+    >>> with fa.Tape():
+    ...     x, y = fa.var(2.0, name="x"), fa.var(3.0, name="y")
+    ...     z = (x * y + x) ** 2
+    ...     z.backward()
+    ...     print(z.value, x.grad, y.grad)
+    64.0 64.0 32.0
+    """
+
+    __slots__ = ("_tape", "_id", "_value", "_generation")
+
+    # Let NumPy defer to us: `array * node` raises TypeError instead of
+    # silently building an object array of nodes.
+    __array_ufunc__ = None
+
+    def __init__(self, tape, node_id, value):
+        self._tape = tape
+        self._id = node_id
+        self._value = value
+        self._generation = tape._generation
+
+    # -- what a node is -------------------------------------------------
+    @property
+    def value(self):
+        """The value computed when the node was recorded (a Python float)."""
+        return self._value
+
+    @property
+    def grad(self):
+        """This node's adjoint from the last ``backward`` (0.0 before any)."""
+        check_live(self)
+        return float(self._tape._grad[self._id])
+
+    @property
+    def id(self):
+        """The node id: its row in the tape's arrays."""
+        return self._id
+
+    @property
+    def tape(self):
+        """The :class:`fastad.Tape` this node was recorded on."""
+        return self._tape
+
+    @property
+    def op(self):
+        """The op's name in the op table (``'input'`` for a leaf)."""
+        check_live(self)
+        return optable.OPS[self._tape._opcode[self._id]].name
+
+    @property
+    def name(self):
+        """The label shown in tables and drawings, or None."""
+        return self._tape._labels.get(self._id)
+
+    @name.setter
+    def name(self, label):
+        check_live(self)
+        self._tape._labels[self._id] = str(label)
+
+    def backward(self, accumulate=False, check=False):
+        """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.
+
+        Parameters
+        ----------
+        accumulate : bool
+            False (the default): adjoints are zeroed first, so calling
+            ``backward`` twice gives the same gradients twice. True: the new
+            adjoints are *added* to the existing ones (gradient accumulation
+            over several outputs or mini-batches); call
+            ``tape.zero_grad()`` to start again.
+        check : bool
+            Raise :class:`fastad.NonFiniteError` naming the first node that
+            made a ``nan``/``inf`` from finite inputs, in the values or in
+            the gradient.
+        """
+        check_live(self)
+        self._tape.backward(self._id, accumulate=accumulate, check=check)
+
+    # -- Python protocol --------------------------------------------------
+    def __float__(self):
+        return self._value
+
+    def __bool__(self):
+        return self._value != 0.0
+
+    def __repr__(self):
+        label = self._tape._labels.get(self._id)
+        named = f", name={label!r}" if label else ""
+        return f"Var({self._value!r}{named}, id={self._id})"
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return _compare(operator.eq, self, other)
+
+    def __ne__(self, other):
+        return _compare(operator.ne, self, other)
+
+    def __lt__(self, other):
+        return _compare(operator.lt, self, other)
+
+    def __le__(self, other):
+        return _compare(operator.le, self, other)
+
+    def __gt__(self, other):
+        return _compare(operator.gt, self, other)
+
+    def __ge__(self, other):
+        return _compare(operator.ge, self, other)
+
+    # -- arithmetic: one node per operator --------------------------------
+    def __add__(self, other):
+        return record(ADD, self, other)
+
+    def __radd__(self, other):
+        return record(ADD, other, self)
+
+    def __sub__(self, other):
+        return record(SUB, self, other)
+
+    def __rsub__(self, other):
+        return record(SUB, other, self)
+
+    def __mul__(self, other):
+        return record(MUL, self, other)
+
+    def __rmul__(self, other):
+        return record(MUL, other, self)
+
+    def __truediv__(self, other):
+        return record(DIV, self, other)
+
+    def __rtruediv__(self, other):
+        return record(DIV, other, self)
+
+    def __pow__(self, exponent, modulo=None):
+        if modulo is not None:
+            return NotImplemented
+        # x ** 2 records x * x: one node instead of a constant and a pow, and
+        # the article's graph (its node 12 is d * d).
+        if type(exponent) is not Var and is_number(exponent) and exponent == 2:
+            return record(MUL, self, self)
+        return record(POW, self, exponent)
+
+    def __rpow__(self, base):
+        return record(POW, base, self)
+
+    def __neg__(self):
+        return record(NEG, self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return record(ABS, self)
+
+
+def _compare(relation, x, other):
+    # Compare values; anything but a node or a real number is Python's business
+    # (== gives False, < raises TypeError naming both types).
+    if type(other) is Var:
+        return relation(x._value, other._value)
+    if is_number(other):
+        return relation(x._value, other)
+    return NotImplemented

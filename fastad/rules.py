@@ -1,0 +1,49 @@
+"""Eager (pure Python) evaluation of the op table's forward rules.
+
+Values are computed while recording, so ``float(z)`` and Python control flow
+on ``z.value`` work. The rules are the expressions of ``kernels/optable.py``
+compiled into Python functions, so the eager value of every op comes from the
+same text as the compiled sweeps.
+
+Python's ``math`` raises where IEEE 754 and NumPy return a value
+(``math.log(0)``, ``1.0 / 0.0``, ``math.exp(1000)``). The fast path uses
+``math``; when it raises, the same expression is evaluated again with NumPy
+scalars and errors ignored, which gives the IEEE/NumPy result the compiled
+sweeps give: ``log(0) = -inf``, ``1/0 = inf``, ``sqrt(-1) = nan``.
+"""
+
+import math
+
+import numpy as np
+
+from fastad.kernels import optable
+
+_MATH_NAMES = ("cos", "exp", "fabs", "log", "pow", "sin", "sqrt", "tanh")
+_NUMPY_EQUIVALENT = {"fabs": np.fabs, "pow": np.power}
+
+_helpers = {helper.__name__: helper for helper in optable.HELPERS}
+_math_namespace = {name: getattr(math, name) for name in _MATH_NAMES} | _helpers
+_numpy_namespace = {
+    name: _NUMPY_EQUIVALENT.get(name, getattr(np, name, None)) for name in _MATH_NAMES
+} | _helpers
+
+
+def _compile(expression, namespace):
+    return eval(f"lambda a, b: {expression}", dict(namespace))  # noqa: S307 (table text)
+
+
+_fast = [
+    _compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS
+]
+_ieee = [
+    _compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS
+]
+
+
+def value(code, a, b=0.0):
+    """The value of op ``code`` at operand values ``a`` (and ``b``), IEEE semantics."""
+    try:
+        return _fast[code](a, b)
+    except (ArithmeticError, ValueError):
+        with np.errstate(all="ignore"):
+            return float(_ieee[code](np.float64(a), np.float64(b)))

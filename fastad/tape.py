@@ -1,0 +1,434 @@
+"""The tape: a structure-of-arrays record of scalar operations.
+
+Five parallel NumPy arrays hold the nodes: ``opcode`` (uint8), ``in0`` and
+``in1`` (int32 operand ids, -1 where unused) and ``val`` and ``grad``
+(float64). They grow by amortised doubling while recording. Node ids grow
+monotonically and every node references only smaller ids, so reverse id
+order is a reverse topological order and the compiled sweeps in
+``fastad.kernels.sweeps`` are flat loops. Labels live in a dict beside the
+hot arrays.
+
+Which tape records: the innermost ``with fa.Tape():`` block of the current
+thread, otherwise the thread's default tape (``fa.current_tape()``).
+"""
+
+import json
+import math
+import threading
+
+import numpy as np
+
+from fastad.errors import NonFiniteError, NonFiniteOrigin
+from fastad.kernels import optable, sweeps
+from fastad.node import Var, check_live, is_number
+
+OPCODE_DTYPE = np.uint8
+INDEX_DTYPE = np.int32
+VALUE_DTYPE = np.float64
+ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
+SAVE_FORMAT = "fastad-tape-1"
+_INITIAL_CAPACITY = 64
+
+
+class Tape:
+    """A recording of scalar operations, swept by compiled kernels.
+
+    Use ``with fa.Tape() as t:`` to record into a fresh tape; nodes created
+    in the block (``fa.var`` and every operation on them) live on ``t`` and
+    stay usable after the block. ``t.reset()`` empties the tape but keeps its
+    memory, which is the cheap way to run a training loop; nodes recorded
+    before a reset raise :class:`fastad.StaleNodeError` when used.
+
+    The arrays ``opcode``, ``in0``, ``in1``, ``val`` and ``grad`` are
+    read-only views of the first ``len(t)`` rows.
+    """
+
+    def __init__(self, capacity=_INITIAL_CAPACITY):
+        capacity = max(int(capacity), 1)
+        self._opcode = np.zeros(capacity, OPCODE_DTYPE)
+        self._in0 = np.zeros(capacity, INDEX_DTYPE)
+        self._in1 = np.zeros(capacity, INDEX_DTYPE)
+        self._val = np.zeros(capacity, VALUE_DTYPE)
+        self._grad = np.zeros(capacity, VALUE_DTYPE)
+        self._n = 0
+        self._generation = 0
+        self._labels = {}
+        self._constants = {}
+
+    # -- scope -----------------------------------------------------------------
+    def __enter__(self):
+        _tape_stack().append(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        stack = _tape_stack()
+        if not stack or stack[-1] is not self:
+            raise RuntimeError("fa.Tape scopes must be exited in the order they were entered")
+        stack.pop()
+        return False
+
+    def __len__(self):
+        return self._n
+
+    def __repr__(self):
+        return f"<fastad.Tape: {self._n} nodes, {len(self.inputs)} inputs>"
+
+    def reset(self):
+        """Forget every node but keep the allocated memory.
+
+        Nodes recorded before the reset become stale: using one raises
+        :class:`fastad.StaleNodeError` instead of silently naming whatever
+        node now has its id.
+        """
+        self._grad[: self._n] = 0.0
+        self._n = 0
+        self._generation += 1
+        self._labels.clear()
+        self._constants.clear()
+
+    # -- recording -------------------------------------------------------------
+    def append(self, code, in0, in1, value):
+        """Append one node and return its ``Var``; operands must already exist.
+
+        This is the recorder's primitive; the operators of ``Var`` and the
+        functions of ``fastad`` call it after computing ``value``.
+        """
+        n = self._n
+        if n == self._opcode.size:
+            self._grow()
+        self._opcode[n] = code
+        self._in0[n] = in0
+        self._in1[n] = in1
+        self._val[n] = value
+        self._n = n + 1
+        return Var(self, n, value)
+
+    def input(self, value, name=None):
+        """Record a leaf (an independent variable) holding ``value``."""
+        node = self.append(optable.INPUT, -1, -1, _as_float(value, "fa.var"))
+        if name is not None:
+            self._labels[node._id] = str(name)
+        return node
+
+    def constant(self, value):
+        """The constant node holding ``value``; repeated constants share one node."""
+        value = _as_float(value, "a constant")
+        # 0.0 and -0.0 compare equal but are different constants (1/-0.0 = -inf).
+        key = value if value != 0.0 else ("zero", math.copysign(1.0, value))
+        node = self._constants.get(key)
+        if node is None:
+            node = self._constants[key] = self.append(optable.CONST, -1, -1, value)
+        return node
+
+    def _grow(self):
+        capacity = 2 * self._opcode.size
+        for name in ("_opcode", "_in0", "_in1", "_val", "_grad"):
+            old = getattr(self, name)
+            new = np.zeros(capacity, old.dtype)
+            new[: old.size] = old
+            setattr(self, name, new)
+
+    def node(self, node_id):
+        """A ``Var`` handle for an existing node id (e.g. on a loaded tape)."""
+        node_id = int(node_id)
+        if not 0 <= node_id < self._n:
+            raise IndexError(f"node id {node_id} out of range for a tape of {self._n} nodes")
+        return Var(self, node_id, float(self._val[node_id]))
+
+    # -- the arrays ------------------------------------------------------------
+    def _view(self, array):
+        view = array[: self._n]
+        view.flags.writeable = False
+        return view
+
+    opcode = property(lambda self: self._view(self._opcode), doc="Opcodes (uint8).")
+    in0 = property(lambda self: self._view(self._in0), doc="First operand ids (int32).")
+    in1 = property(lambda self: self._view(self._in1), doc="Second operand ids (int32).")
+    val = property(lambda self: self._view(self._val), doc="Node values (float64).")
+    grad = property(lambda self: self._view(self._grad), doc="Node adjoints (float64).")
+
+    @property
+    def inputs(self):
+        """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
+        return np.flatnonzero(self._opcode[: self._n] == optable.INPUT)
+
+    @property
+    def labels(self):
+        """A copy of the ``{node id: label}`` mapping."""
+        return dict(self._labels)
+
+    @property
+    def nbytes(self):
+        """Bytes held by the five node arrays (capacity, not just length)."""
+        return sum(a.nbytes for a in (self._opcode, self._in0, self._in1, self._val, self._grad))
+
+    def trim(self):
+        """Release the spare capacity: 25 bytes per node on a finished tape."""
+        for name in ("_opcode", "_in0", "_in1", "_val", "_grad"):
+            setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
+        return self
+
+    # -- sweeps ----------------------------------------------------------------
+    def _root_id(self, root):
+        if isinstance(root, Var):
+            if root._tape is not self:
+                raise ValueError(f"{root!r} was not recorded on this tape")
+            check_live(root)
+            return root._id
+        root = int(root)
+        if not 0 <= root < self._n:
+            raise IndexError(f"node id {root} out of range for a tape of {self._n} nodes")
+        return root
+
+    def _sweep_into(self, root, adjoints, check):
+        return sweeps.backward_sweep(
+            self._opcode, self._in0, self._in1, self._val, adjoints, root, check
+        )
+
+    def forward(self):
+        """Recompute every node value from the current leaf and constant values."""
+        sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, 0, self._n)
+
+    def zero_grad(self):
+        """Set every adjoint to zero (the start of an accumulation)."""
+        self._grad[: self._n] = 0.0
+
+    def backward(self, root, accumulate=False, check=False):
+        """Reverse sweep from node ``root`` (a ``Var`` or an id); see ``Var.backward``.
+
+        Without ``accumulate`` every adjoint on the tape is replaced by
+        d root / d node (zero for nodes after ``root`` or not reaching it).
+        With ``accumulate`` d root / d node is added to the existing
+        adjoints instead; nothing is ever "sometimes zeroed".
+        """
+        root = self._root_id(root)
+        if check:
+            origin = self.first_nonfinite(root)
+            if origin is not None:
+                raise NonFiniteError(origin)
+        if accumulate:
+            adjoints = np.zeros(root + 1, VALUE_DTYPE)
+            found = self._sweep_into(root, adjoints, check)
+            self._grad[: root + 1] += adjoints
+        else:
+            self._grad[: self._n] = 0.0
+            found = self._sweep_into(root, self._grad, check)
+        if check and found != sweeps.NO_ORIGIN:
+            raise NonFiniteError(self._backward_origin(found // 2, found % 2))
+
+    def gradient(self, root, wrt):
+        """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched."""
+        root = self._root_id(root)
+        adjoints = np.zeros(self._n, VALUE_DTYPE)
+        self._sweep_into(root, adjoints, False)
+        return adjoints[np.asarray(wrt, dtype=np.intp)]
+
+    # -- finding where nan/inf came from ---------------------------------------
+    def first_nonfinite(self, root=None):
+        """The first node whose value is ``nan``/``inf`` while its inputs are finite.
+
+        Only nodes that ``root`` depends on are considered (all nodes when
+        ``root`` is None). Returns a :class:`fastad.NonFiniteOrigin`, or
+        None when every such value is finite. A leaf or constant holding
+        ``nan``/``inf`` is its own origin. ``jax_debug_nans`` and
+        ``detect_anomaly`` point at where a ``nan`` is first *noticed*; this
+        points at where it was *made*.
+        """
+        stop = self._n if root is None else self._root_id(root) + 1
+        bad = ~np.isfinite(self._val[:stop])
+        if root is not None and bad.any():
+            relevant = np.zeros(stop, np.bool_)
+            sweeps.mark_ancestors(self._in0, self._in1, stop - 1, relevant)
+            bad &= relevant
+        if not bad.any():
+            return None
+        in0, in1 = self._in0[:stop], self._in1[:stop]
+        fed_bad = ((in0 >= 0) & bad[in0]) | ((in1 >= 0) & bad[in1])
+        node = int(np.flatnonzero(bad & ~fed_bad)[0])
+        return NonFiniteOrigin(
+            phase="forward",
+            node=node,
+            op=optable.OPS[self._opcode[node]].name,
+            label=self._labels.get(node),
+            inputs=self._operand_values(node),
+            value=float(self._val[node]),
+        )
+
+    def _operand_values(self, node):
+        operands = (self._in0[node], self._in1[node])
+        return tuple(float(self._val[j]) for j in operands if j >= 0)
+
+    def local_partials(self, nodes):
+        """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes.
+
+        Returns an array of shape ``(len(nodes), 2)``; zero where a node has
+        fewer operands. This is the edge label of a drawing: the number a
+        node's adjoint is multiplied by on its way to each operand.
+        """
+        nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= self._n):
+            raise IndexError(f"node ids must lie in [0, {self._n}), got {nodes.tolist()}")
+        partials = np.zeros((nodes.size, 2), VALUE_DTYPE)
+        sweeps.evaluate_partials(self._opcode, self._in0, self._in1, self._val, nodes, partials)
+        return partials
+
+    def _backward_origin(self, node, slot):
+        return NonFiniteOrigin(
+            phase="backward",
+            node=node,
+            op=optable.OPS[self._opcode[node]].name,
+            label=self._labels.get(node),
+            inputs=self._operand_values(node),
+            value=float(self._val[node]),
+            slot=slot,
+            partial=float(self.local_partials([node])[0, slot]),
+        )
+
+    # -- printing --------------------------------------------------------------
+    def table(self, grad=False, start=0, stop=None, max_rows=60):
+        """The node table in the articles' form: id, op, value, inputs (and label).
+
+        ``grad=True`` adds each node's adjoint. Rows ``start:stop`` are shown;
+        past ``max_rows`` the middle is elided.
+        """
+        stop = self._n if stop is None else min(stop, self._n)
+        ids = list(range(max(start, 0), stop))
+        if len(ids) > max_rows:
+            half = max_rows // 2
+            ids = ids[:half] + [None] + ids[-half:]
+        header = f"{'id':>6}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
+        rows = [header + f"  {'inputs':<14} label"]
+        for i in ids:
+            if i is None:
+                rows.append(f"{'...':>6}  ({stop - start - 2 * half} rows not shown)")
+                continue
+            operands = [f"#{j}" for j in (self._in0[i], self._in1[i]) if j >= 0]
+            row = f"{i:>6}  {optable.OPS[self._opcode[i]].symbol:<8} {_fmt(self._val[i], 4):>12}"
+            if grad:
+                row += f" {_fmt(self._grad[i], 8):>14}"
+            row += f"  {', '.join(operands) or '-':<14} {self._labels.get(i, '')}"
+            rows.append(row.rstrip())
+        return "\n".join(rows)
+
+    # -- building from arrays, saving, loading ---------------------------------
+    @classmethod
+    def from_arrays(cls, opcode, in0, in1, val, labels=None):
+        """Build a tape from raw arrays, validating every invariant first.
+
+        Operand ids must precede their node (``0 <= in0[i] < i`` where the
+        op has an operand, ``-1`` where it has not), opcodes must exist,
+        all arrays must be one-dimensional of one length, ids integer and
+        values floating point. Values of operation nodes are recomputed from
+        the leaves and constants by the forward sweep. Raises ``ValueError``
+        naming the first offending node: the compiled kernels do no bounds
+        checks, so this is what keeps bad data from crashing them.
+        """
+        opcode, in0, in1, val = _validated_arrays(opcode, in0, in1, val)
+        tape = cls(capacity=max(opcode.size, 1))
+        n = opcode.size
+        tape._opcode[:n], tape._in0[:n], tape._in1[:n], tape._val[:n] = opcode, in0, in1, val
+        tape._n = n
+        for node_id, label in (labels or {}).items():
+            node_id = int(node_id)
+            if not 0 <= node_id < n:
+                raise ValueError(f"label {label!r} names node {node_id}, outside 0..{n - 1}")
+            tape._labels[node_id] = str(label)
+        tape.forward()
+        return tape
+
+    def save(self, path):
+        """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
+        np.savez(
+            path,
+            format=np.array(SAVE_FORMAT),
+            opcode=self.opcode,
+            in0=self.in0,
+            in1=self.in1,
+            val=self.val,
+            labels=np.array(json.dumps({str(k): v for k, v in self._labels.items()})),
+        )
+
+    @classmethod
+    def load(cls, path):
+        """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
+        with np.load(path, allow_pickle=False) as data:
+            missing = {"format", "opcode", "in0", "in1", "val"} - set(data.files)
+            if missing:
+                raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
+            if str(data["format"]) != SAVE_FORMAT:
+                raise ValueError(f"{path}: format {str(data['format'])!r}, expected {SAVE_FORMAT!r}")
+            labels = json.loads(str(data["labels"])) if "labels" in data.files else {}
+            return cls.from_arrays(data["opcode"], data["in0"], data["in1"], data["val"], labels)
+
+
+def _fmt(x, digits):
+    x = float(x)
+    if x == 0.0 or not math.isfinite(x) or 1e-4 <= abs(x) < 1e7:
+        return f"{x:.{digits}f}"
+    return f"{x:.{digits}e}"
+
+
+def _as_float(value, what):
+    if isinstance(value, Var):
+        raise TypeError(f"{what} expects a number, got the node {value!r}")
+    if not is_number(value) or isinstance(value, complex):
+        shape = f" of shape {value.shape}" if hasattr(value, "shape") else ""
+        raise TypeError(f"{what} expects a real number, got {type(value).__name__}{shape}")
+    return float(value)
+
+
+def _validated_arrays(opcode, in0, in1, val):
+    arrays = {"opcode": opcode, "in0": in0, "in1": in1, "val": val}
+    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+    for name, a in arrays.items():
+        if a.ndim != 1:
+            raise ValueError(f"tape array {name} must be one-dimensional, got shape {a.shape}")
+        kind_ok = a.dtype.kind == "f" if name == "val" else a.dtype.kind in "iu"
+        if not kind_ok:
+            wanted = "floating point" if name == "val" else "integer"
+            raise ValueError(f"tape array {name} must be {wanted}, got dtype {a.dtype}")
+    lengths = {name: a.size for name, a in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"tape arrays must have equal lengths, got {lengths}")
+    opcode = arrays["opcode"]
+    bad = np.flatnonzero((opcode < 0) | (opcode >= optable.NUM_OPS))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"node {i}: invalid opcode {opcode[i]} (valid: 0..{optable.NUM_OPS - 1})")
+    arity = ARITY[opcode.astype(np.intp)]
+    ids = np.arange(opcode.size)
+    for slot, name in enumerate(("in0", "in1")):
+        operand = arrays[name].astype(np.int64)
+        used = arity > slot
+        wrong = np.flatnonzero(np.where(used, (operand < 0) | (operand >= ids), operand != -1))
+        if wrong.size:
+            i = int(wrong[0])
+            op = optable.OPS[opcode[i]]
+            rule = f"an id in [0, {i})" if used[i] else "-1 (unused operand)"
+            raise ValueError(
+                f"node {i} ({op.name}, arity {op.arity}): {name} = {operand[i]}, "
+                f"expected {rule}; operands must be earlier nodes"
+            )
+    return (
+        np.ascontiguousarray(opcode, OPCODE_DTYPE),
+        np.ascontiguousarray(arrays["in0"], INDEX_DTYPE),
+        np.ascontiguousarray(arrays["in1"], INDEX_DTYPE),
+        np.ascontiguousarray(arrays["val"], VALUE_DTYPE),
+    )
+
+
+# -- the current tape -------------------------------------------------------------
+_local = threading.local()
+
+
+def _tape_stack():
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = [Tape()]
+    return stack
+
+
+def current_tape():
+    """The tape new leaves are recorded on: the innermost ``with fa.Tape()``
+    of this thread, or the thread's default tape."""
+    return _tape_stack()[-1]

@@ -1,0 +1,95 @@
+"""Generate the compiled rule dispatch in ``sweeps.py`` from the op table.
+
+Run ``python -m fastad.kernels._generate`` after editing ``optable.py``; the
+test suite fails while the block in ``sweeps.py`` differs from what this
+produces. The block is written into ``sweeps.py`` itself (between the BEGIN
+and END markers) rather than a module of its own because Numba's on-disk
+cache only watches the file that defines a kernel: with the rules and the
+sweeps in one file, any change to a rule invalidates every cached sweep.
+"""
+
+import inspect
+import pathlib
+
+from . import optable
+
+SWEEPS_PATH = pathlib.Path(__file__).with_name("sweeps.py")
+BEGIN = "# BEGIN GENERATED RULES"
+END = "# END GENERATED RULES"
+HEADER = (
+    f"{BEGIN}: made from kernels/optable.py by\n"
+    "# `python -m fastad.kernels._generate`. Do not edit by hand."
+)
+
+
+def _helper_sources():
+    for helper in optable.HELPERS:
+        yield "@kernel\n" + inspect.getsource(helper).rstrip()
+
+
+def _forward_value_source():
+    lines = [
+        "@kernel",
+        "def forward_value(op, a, b):",
+        '    """Value of a node with opcode ``op`` and operand values ``a``, ``b``.',
+        "",
+        "    ``b`` is ignored by unary ops. Leaves and constants never reach this",
+        "    function: the sweeps keep their stored values.",
+        '    """',
+    ]
+    for op in optable.OPS:
+        if op.arity == 0:
+            continue
+        lines += [f"    if op == {op.code}:  # {op.name}", f"        return {op.value}"]
+    lines.append("    return a")
+    return "\n".join(lines)
+
+
+def _local_partials_source():
+    lines = [
+        "@kernel",
+        "def local_partials(op, a, b, out):",
+        '    """Local partial derivatives ``(d out/d a, d out/d b)`` of one node.',
+        "",
+        "    ``out`` is the node value saved by the forward sweep. Unary ops give",
+        "    0.0 for the second partial.",
+        '    """',
+    ]
+    for op in optable.OPS:
+        if op.arity == 0:
+            continue
+        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
+        lines += [
+            f"    if op == {op.code}:  # {op.name}",
+            f"        return {partials[0]}, {partials[1]}",
+        ]
+    lines.append("    return 0.0, 0.0")
+    return "\n".join(lines)
+
+
+def generated_block():
+    """The exact text that belongs between the markers in ``sweeps.py``."""
+    parts = [HEADER, *_helper_sources(), _forward_value_source(), _local_partials_source()]
+    return "\n\n\n".join(parts) + "\n\n\n" + END
+
+
+def current_block(source):
+    """The generated block as it stands in ``source`` (the text of sweeps.py)."""
+    start = source.index(BEGIN)
+    stop = source.index(END) + len(END)
+    return source[start:stop]
+
+
+def main():
+    source = SWEEPS_PATH.read_text()
+    updated = source.replace(current_block(source), generated_block())
+    if updated != source:
+        SWEEPS_PATH.write_text(updated)
+        print(f"updated {SWEEPS_PATH}")
+    else:
+        print(f"{SWEEPS_PATH} is up to date")
+
+
+if __name__ == "__main__":
+    main()
+

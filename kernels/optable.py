@@ -1,0 +1,138 @@
+"""The op table: every scalar primitive of fastad, one row each.
+
+A row gives the opcode, the name (``fa.<name>`` and error messages), the
+symbol the node table prints, the arity, the forward rule and one
+local-derivative rule per operand. Rules are expressions in a small dialect
+that is valid both in Python and in Numba-compiled code:
+
+- ``a`` and ``b`` are the operand values, ``out`` is the node's own value as
+  the forward sweep saved it (rules reuse it where it is cheaper and more
+  accurate: ``exp`` gives ``out``, ``tanh`` gives ``1 - out*out``);
+- functions are those of :mod:`math` imported below and the helpers defined
+  in this module. Helpers must be total (never raise for any float input,
+  ``nan`` and ``inf`` included) and use only ``math``, so the same source
+  compiles under Numba.
+
+Everything else follows from this table: ``kernels/sweeps.py`` holds a
+generated block (``python -m fastad.kernels._generate``) with the compiled
+``forward_value`` and ``local_partials`` dispatch, and the front end builds
+its eager evaluators from the same expressions. Adding an op is one row here
+plus one row in the op test table (``tests/test_ops.py``); a test fails if the
+generated block is out of date or an opcode lacks any part.
+
+Subgradients at kinks are fixed: ``relu'(0) = 0`` and ``abs'(0) = 0`` (the
+minimum-norm subgradient, as PyTorch; JAX uses 1 for abs), and at a tie
+``maximum``/``minimum`` send half the gradient to each operand (as PyTorch and
+JAX do).
+"""
+
+from math import cos, exp, fabs, log, pow, sin, sqrt, tanh  # noqa: F401  (rule namespace)
+from typing import NamedTuple
+
+
+class Op(NamedTuple):
+    """One primitive: everything the recorder and the sweeps need to know."""
+
+    code: int
+    name: str
+    symbol: str
+    arity: int
+    value: str
+    partials: tuple
+
+
+def sigmoid(a):
+    # Two branches so exp never overflows: exp(-a) for a >= 0, exp(a) otherwise.
+    if a >= 0.0:
+        return 1.0 / (1.0 + exp(-a))
+    e = exp(a)
+    return e / (1.0 + e)
+
+
+def relu(a):
+    # Written so that nan propagates (nan <= 0 is False), as NumPy's maximum.
+    return 0.0 if a <= 0.0 else a
+
+
+def relu_partial(a):
+    # relu'(0) = 0 by convention (SPEC); nan in, nan out.
+    return 1.0 if a > 0.0 else (0.0 if a <= 0.0 else a)
+
+
+def sign(a):
+    # abs'(0) = 0: the minimum-norm subgradient. nan in, nan out.
+    if a > 0.0:
+        return 1.0
+    if a < 0.0:
+        return -1.0
+    return 0.0 if a == 0.0 else a
+
+
+def maximum(a, b):
+    # NumPy semantics: a nan in either operand gives nan.
+    return a if (a > b or a != a) else b
+
+
+def minimum(a, b):
+    return a if (a < b or a != a) else b
+
+
+def max_partial(a, b):
+    # d maximum(a, b) / d a; ties split the gradient evenly.
+    return 1.0 if a > b else (0.5 if a == b else 0.0)
+
+
+def pow_partial_base(a, b):
+    # d a**b / d a = b * a**(b-1); exactly 0 for b == 0 (a**0 is constant),
+    # where the formula would give 0 * inf = nan at a = 0.
+    return 0.0 if b == 0.0 else b * pow(a, b - 1.0)
+
+
+def pow_partial_exponent(a, b, out):
+    # d a**b / d b = a**b * log(a); at a == 0 with b > 0 the function is
+    # constant 0 in b, where the formula would give 0 * -inf = nan.
+    return 0.0 if (a == 0.0 and b > 0.0) else out * log(a)
+
+
+HELPERS = (
+    sigmoid,
+    relu,
+    relu_partial,
+    sign,
+    maximum,
+    minimum,
+    max_partial,
+    pow_partial_base,
+    pow_partial_exponent,
+)
+
+# fmt: off
+#  code  name       symbol     arity  forward          d/da                         d/db
+OPS = (
+    Op(0,  "input",   "leaf",    0, "",               ()),
+    Op(1,  "const",   "const",   0, "",               ()),
+    Op(2,  "add",     "+",       2, "a + b",          ("1.0", "1.0")),
+    Op(3,  "sub",     "-",       2, "a - b",          ("1.0", "-1.0")),
+    Op(4,  "mul",     "*",       2, "a * b",          ("b", "a")),
+    Op(5,  "div",     "/",       2, "a / b",          ("1.0 / b", "-out / b")),
+    Op(6,  "neg",     "neg",     1, "-a",             ("-1.0",)),
+    Op(7,  "pow",     "**",      2, "pow(a, b)",      ("pow_partial_base(a, b)",
+                                                       "pow_partial_exponent(a, b, out)")),
+    Op(8,  "exp",     "exp",     1, "exp(a)",         ("out",)),
+    Op(9,  "log",     "log",     1, "log(a)",         ("1.0 / a",)),
+    Op(10, "sqrt",    "sqrt",    1, "sqrt(a)",        ("0.5 / out",)),
+    Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",)),
+    Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",)),
+    Op(13, "tanh",    "tanh",    1, "tanh(a)",        ("1.0 - out * out",)),
+    Op(14, "sigmoid", "sigmoid", 1, "sigmoid(a)",     ("out * (1.0 - out)",)),
+    Op(15, "relu",    "relu",    1, "relu(a)",        ("relu_partial(a)",)),
+    Op(16, "abs",     "abs",     1, "fabs(a)",        ("sign(a)",)),
+    Op(17, "maximum", "maximum", 2, "maximum(a, b)",  ("max_partial(a, b)", "max_partial(b, a)")),
+    Op(18, "minimum", "minimum", 2, "minimum(a, b)",  ("max_partial(b, a)", "max_partial(a, b)")),
+)
+# fmt: on
+
+BY_NAME = {op.name: op for op in OPS}
+INPUT = BY_NAME["input"].code
+CONST = BY_NAME["const"].code
+NUM_OPS = len(OPS)
