@@ -73,7 +73,7 @@ def _apply(name, *operands):
         result = record(code, *operands)
         if result is NotImplemented:
             kinds = ", ".join(type(x).__name__ for x in operands)
-            raise TypeError(f"fa.{name} does not accept ({kinds}): use fastad nodes or real numbers")
+            raise TypeError(f"fa.{name} does not accept ({kinds}): use nodes or real numbers")
         return result
     for x in operands:
         if not is_number(x):

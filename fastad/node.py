@@ -9,6 +9,8 @@ once, micrograd style; there is no separate graph-building step.
 import numbers
 import operator
 
+import numpy as np
+
 from fastad import rules
 from fastad.errors import StaleNodeError
 from fastad.kernels import optable
@@ -40,12 +42,17 @@ def _same_tape(x, y):
         )
 
 
-def record(code, x, y=None):
+_UNARY = object()  # marks "no second operand" (None is a bad operand, not this)
+
+
+def record(code, x, y=_UNARY):
     """Record op ``code`` applied to ``x`` (and ``y``): nodes or numbers.
 
     Numbers become constant nodes of the operand node's tape. Returns the
     new ``Var``, or ``NotImplemented`` when an operand is of an unsupported
-    type so that Python raises its ``TypeError`` naming both types.
+    type so that Python raises its ``TypeError`` naming both types. NumPy
+    arrays get a ``TypeError`` here: NumPy's own message would only name
+    ``Var``.
     """
     if type(x) is Var:
         tape = x._tape
@@ -53,19 +60,28 @@ def record(code, x, y=None):
         if type(y) is Var:
             _same_tape(x, y)
             check_live(y)
-        elif y is not None:
+        elif y is not _UNARY:
             if not is_number(y):
-                return NotImplemented
+                return _unsupported(y)
             y = tape.constant(y)
     else:
         tape = y._tape
         check_live(y)
         if not is_number(x):
-            return NotImplemented
+            return _unsupported(x)
         x = tape.constant(x)
-    if y is None:
+    if y is _UNARY:
         return tape.append(code, x._id, -1, rules.value(code, x._value))
     return tape.append(code, x._id, y._id, rules.value(code, x._value, y._value))
+
+
+def _unsupported(operand):
+    if isinstance(operand, np.ndarray):
+        raise TypeError(
+            f"cannot combine a fastad Var with a NumPy ndarray of shape {operand.shape}: "
+            "scalar nodes take Python or NumPy scalars"
+        )
+    return NotImplemented
 
 
 class Var:

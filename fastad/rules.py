@@ -32,12 +32,8 @@ def _compile(expression, namespace):
     return eval(f"lambda a, b: {expression}", dict(namespace))  # noqa: S307 (table text)
 
 
-_fast = [
-    _compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS
-]
-_ieee = [
-    _compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS
-]
+_fast = [_compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS]
+_ieee = [_compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS]
 
 
 def value(code, a, b=0.0):

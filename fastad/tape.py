@@ -355,8 +355,9 @@ class Tape:
             missing = {"format", "opcode", "in0", "in1", "val"} - set(data.files)
             if missing:
                 raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
-            if str(data["format"]) != SAVE_FORMAT:
-                raise ValueError(f"{path}: format {str(data['format'])!r}, expected {SAVE_FORMAT!r}")
+            found = str(data["format"])
+            if found != SAVE_FORMAT:
+                raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
             labels = json.loads(str(data["labels"])) if "labels" in data.files else {}
             return cls.from_arrays(data["opcode"], data["in0"], data["in1"], data["val"], labels)
 

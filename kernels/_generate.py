@@ -92,4 +92,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-

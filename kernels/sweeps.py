@@ -17,8 +17,6 @@ everything else in this file is written by hand.
 
 from math import cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
 
-import numpy as np
-
 from .jit import kernel
 
 NO_ORIGIN = -1

@@ -1,0 +1,266 @@
+"""Table-driven tests of every op: values, compiled replay, local derivatives.
+
+One row per op of ``kernels/optable.py``. A new op without a row here fails
+``test_every_op_has_a_test_row``.
+"""
+
+import math
+import operator
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import fastad as fa
+from fastad import rules
+from fastad.kernels import _generate, optable, sweeps
+
+
+class OpCase(NamedTuple):
+    name: str
+    apply: object  # how a user writes it
+    reference: object  # an independent NumPy implementation
+    domain: tuple  # (low, high) per operand, avoiding singular points
+    kinks: tuple = ()  # points to stay clear of for finite differences
+
+
+def _sigmoid_reference(a):
+    return 0.5 * (1.0 + np.tanh(0.5 * a))  # a different formula on purpose
+
+
+OP_CASES = [
+    OpCase("add", operator.add, np.add, ((-3, 3), (-3, 3))),
+    OpCase("sub", operator.sub, np.subtract, ((-3, 3), (-3, 3))),
+    OpCase("mul", operator.mul, np.multiply, ((-3, 3), (-3, 3))),
+    OpCase("div", operator.truediv, np.divide, ((-3, 3), (0.5, 3))),
+    OpCase("neg", operator.neg, np.negative, ((-3, 3),)),
+    OpCase("pow", operator.pow, np.power, ((0.2, 3), (-2.5, 2.5))),
+    OpCase("exp", fa.exp, np.exp, ((-3, 3),)),
+    OpCase("log", fa.log, np.log, ((0.1, 5),)),
+    OpCase("sqrt", fa.sqrt, np.sqrt, ((0.1, 5),)),
+    OpCase("sin", fa.sin, np.sin, ((-4, 4),)),
+    OpCase("cos", fa.cos, np.cos, ((-4, 4),)),
+    OpCase("tanh", fa.tanh, np.tanh, ((-3, 3),)),
+    OpCase("sigmoid", fa.sigmoid, _sigmoid_reference, ((-6, 6),)),
+    OpCase("relu", fa.relu, lambda a: np.maximum(a, 0.0), ((-3, 3),), kinks=(0.0,)),
+    OpCase("abs", fa.abs, np.abs, ((-3, 3),), kinks=(0.0,)),
+    OpCase("maximum", fa.maximum, np.maximum, ((-3, 3), (-3, 3)), kinks=("tie",)),
+    OpCase("minimum", fa.minimum, np.minimum, ((-3, 3), (-3, 3)), kinks=("tie",)),
+]
+CASES = {case.name: case for case in OP_CASES}
+
+
+def sample_operands(case, rng, count=25):
+    """Points in the case's domain, at least 0.05 away from its kinks."""
+    points = []
+    while len(points) < count:
+        point = [rng.uniform(low, high) for low, high in case.domain]
+        if 0.0 in case.kinks and abs(point[0]) < 0.05:
+            continue
+        if "tie" in case.kinks and abs(point[0] - point[1]) < 0.05:
+            continue
+        points.append(point)
+    return points
+
+
+def central_difference(function, point, index):
+    step = np.cbrt(np.finfo(float).eps) * max(1.0, abs(point[index]))
+    hi, lo = list(point), list(point)
+    hi[index] += step
+    lo[index] -= step
+    return (function(*hi) - function(*lo)) / (hi[index] - lo[index])
+
+
+# -- the table itself ---------------------------------------------------------------
+def test_every_op_has_a_test_row():
+    recorded_ops = {op.name for op in optable.OPS if op.arity > 0}
+    assert recorded_ops == set(CASES)
+
+
+@pytest.mark.parametrize("op", optable.OPS, ids=lambda op: op.name)
+def test_every_op_has_all_parts(op):
+    assert optable.OPS[op.code] is op, "opcodes must equal their row index"
+    assert op.name and op.symbol
+    assert op.arity in (0, 1, 2)
+    assert len(op.partials) == op.arity
+    assert bool(op.value) == (op.arity > 0)
+    for expression in (op.value, *op.partials):
+        if expression:
+            compile(expression, op.name, "eval")
+    if op.arity:
+        assert len(CASES[op.name].domain) == op.arity
+
+
+def test_generated_rules_are_current():
+    source = _generate.SWEEPS_PATH.read_text()
+    assert _generate.current_block(source) == _generate.generated_block(), (
+        "kernels/sweeps.py is out of date: run `python -m fastad.kernels._generate`"
+    )
+
+
+def test_public_function_for_every_named_op():
+    for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs"):
+        assert getattr(fa, name)(0.5) == rules.value(optable.BY_NAME[name].code, 0.5)
+
+
+# -- values ---------------------------------------------------------------------------
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_eager_value_matches_numpy(case, rng):
+    for point in sample_operands(case, rng):
+        with fa.Tape():
+            nodes = [fa.var(v) for v in point]
+            out = case.apply(*nodes)
+        np.testing.assert_allclose(out.value, case.reference(*point), rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_compiled_replay_equals_eager_bit_for_bit(case, rng):
+    with fa.Tape() as tape:
+        outputs = []
+        for point in sample_operands(case, rng):
+            outputs.append(case.apply(*[fa.var(v) for v in point]))
+    eager = [out.value for out in outputs]
+    ids = [out.id for out in outputs]
+    tape.forward()
+    assert tape.val[ids].tolist() == eager
+
+
+@pytest.mark.parametrize("case", [c for c in OP_CASES if len(c.domain) == 2], ids=lambda c: c.name)
+def test_number_operands_on_either_side(case, rng):
+    a, b = sample_operands(case, rng, count=1)[0]
+    with fa.Tape():
+        left = case.apply(a, fa.var(b))
+        right = case.apply(fa.var(a), b)
+    np.testing.assert_allclose([left.value, right.value], case.reference(a, b), rtol=1e-14)
+
+
+# -- derivatives ----------------------------------------------------------------------
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_gradient_matches_central_differences(case, rng):
+    for point in sample_operands(case, rng):
+        with fa.Tape():
+            nodes = [fa.var(v) for v in point]
+            out = case.apply(*nodes)
+            out.backward()
+        for i, node in enumerate(nodes):
+            numeric = central_difference(case.reference, point, i)
+            assert node.grad == pytest.approx(numeric, rel=1e-7, abs=1e-9), (case.name, point, i)
+
+
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_kernel_local_partials_match_central_differences(case, rng):
+    # Straight at the compiled rule, one op code at a time: catches a rule
+    # that falls through the dispatch or has a wrong sign or factor.
+    code = optable.BY_NAME[case.name].code
+    for point in sample_operands(case, rng):
+        a, b = (point + [0.0])[:2]
+        out = sweeps.forward_value(code, a, b)
+        assert out == rules.value(code, a, b)
+        partials = sweeps.local_partials(code, a, b, out)
+        for i in range(len(point)):
+            numeric = central_difference(lambda *p: rules.value(code, *p), point, i)
+            assert partials[i] == pytest.approx(numeric, rel=1e-7, abs=1e-9), (case.name, point, i)
+
+
+def test_pow_with_constant_exponent():
+    with fa.Tape():
+        x = fa.var(1.7)
+        cube, root, reciprocal = x**3, x**0.5, x**-1
+        grads = [fa.grad(y, x) for y in (cube, root, reciprocal)]
+    assert grads == pytest.approx([3 * 1.7**2, 0.5 / math.sqrt(1.7), -1 / 1.7**2], rel=1e-14)
+
+
+def test_square_records_one_multiplication():
+    with fa.Tape() as tape:
+        x = fa.var(3.0)
+        y = x**2
+    assert len(tape) == 2 and y.op == "mul"
+    assert tape.in0[1] == tape.in1[1] == 0
+
+
+def test_number_to_the_power_of_a_node():
+    with fa.Tape():
+        x = fa.var(1.5)
+        y = 2.0**x
+        y.backward()
+    assert y.value == 2.0**1.5
+    assert x.grad == pytest.approx(2.0**1.5 * math.log(2.0), rel=1e-15)
+
+
+# -- kinks: fixed, documented subgradients, pinned exactly -----------------------------
+@pytest.mark.parametrize(
+    "apply, expected",
+    [
+        (fa.relu, 0.0),  # relu'(0) = 0
+        (fa.abs, 0.0),  # abs'(0) = 0, the minimum-norm subgradient
+    ],
+    ids=["relu", "abs"],
+)
+def test_subgradient_at_zero(apply, expected):
+    for zero in (0.0, -0.0):
+        with fa.Tape():
+            x = fa.var(zero)
+            apply(x).backward()
+        assert x.grad == expected
+
+
+@pytest.mark.parametrize("apply", [fa.maximum, fa.minimum], ids=["maximum", "minimum"])
+def test_tie_splits_the_gradient(apply):
+    with fa.Tape():
+        x, y = fa.var(1.5), fa.var(1.5)
+        apply(x, y).backward()
+    assert (x.grad, y.grad) == (0.5, 0.5)
+
+
+def test_pow_derivatives_at_zero_base():
+    with fa.Tape():
+        x, e = fa.var(0.0), fa.var(2.5)
+        (x**e).backward()
+        assert (x.grad, e.grad) == (0.0, 0.0)
+        x0 = fa.var(0.0)
+        (x0**0.0).backward()
+        assert x0.grad == 0.0
+
+
+# -- domains: IEEE/NumPy values, never an exception -------------------------------------
+# (name, how a user writes it, input, IEEE/NumPy result, is a fastad function
+# that also accepts a plain float)
+DOMAIN_EDGES = [
+    ("log(0)", fa.log, 0.0, -math.inf, True),
+    ("log(-1)", fa.log, -1.0, math.nan, True),
+    ("sqrt(-1)", fa.sqrt, -1.0, math.nan, True),
+    ("exp(1000)", fa.exp, 1000.0, math.inf, True),
+    ("sigmoid(-1000)", fa.sigmoid, -1000.0, 0.0, True),
+    ("sin(inf)", fa.sin, math.inf, math.nan, True),
+    ("relu(nan)", fa.relu, math.nan, math.nan, True),
+    ("maximum(nan, 1)", lambda x: fa.maximum(x, 1.0), math.nan, math.nan, True),
+    ("minimum(1, nan)", lambda x: fa.minimum(1.0, x), math.nan, math.nan, True),
+    ("1/0", lambda x: 1.0 / x, 0.0, math.inf, False),
+    ("-1/0", lambda x: -1.0 / x, 0.0, -math.inf, False),
+    ("1/-0", lambda x: 1.0 / x, -0.0, -math.inf, False),
+    ("(-8)**(1/3)", lambda x: x ** (1.0 / 3.0), -8.0, math.nan, False),
+    ("0**-1", lambda x: x**-1.0, 0.0, math.inf, False),
+    ("10**400", lambda x: 10.0**x, 400.0, math.inf, False),
+]
+
+
+@pytest.mark.parametrize(
+    "apply, x, expected, scalar_path",
+    [edge[1:] for edge in DOMAIN_EDGES],
+    ids=[edge[0] for edge in DOMAIN_EDGES],
+)
+def test_domain_edges_follow_ieee(apply, x, expected, scalar_path):
+    with fa.Tape() as tape:
+        node = apply(fa.var(x))
+        node.backward()  # no exception from the backward sweep either
+    results = [node.value]
+    tape.forward()
+    results.append(float(tape.val[node.id]))
+    if scalar_path:
+        results.append(apply(x))  # fa.<function>(float): no tape, same rule
+    for got in results:
+        if math.isnan(expected):
+            assert math.isnan(got)
+        else:
+            assert got == expected
+            assert math.copysign(1.0, got) == math.copysign(1.0, expected)
