@@ -31,6 +31,9 @@ import operator
 from dataclasses import dataclass
 
 import numpy as np
+from micrograd_engine import Value
+
+import fastad as fa
 
 OP_NAMES = ("input", "add", "sub", "mul", "sin", "tanh")
 INPUT, ADD, SUB, MUL, SIN, TANH = range(len(OP_NAMES))
@@ -231,8 +234,6 @@ def record_fastad(dag, point=None):
     root : fastad.Var
     inputs : list of fastad.Var
     """
-    import fastad as fa
-
     point = dag.input_values if point is None else point
     with fa.Tape() as tape:
         inputs = [fa.var(x) for x in np.asarray(point, dtype=np.float64).tolist()]
@@ -248,9 +249,7 @@ def record_micrograd(dag, point=None):
     root : micrograd_engine.Value
     inputs : list of micrograd_engine.Value
     """
-    from micrograd_engine import Value, sin, tanh
-
     point = dag.input_values if point is None else point
     inputs = [Value(x) for x in np.asarray(point, dtype=np.float64).tolist()]
-    nodes = evaluate(dag, inputs, sin, tanh)
+    nodes = evaluate(dag, inputs, Value.sin, Value.tanh)
     return nodes[-1], inputs

@@ -138,12 +138,3 @@ class Value:
     def __repr__(self):
         return f"Value(data={self.data}, grad={self.grad})"
 
-
-def sin(x):
-    """``x.sin()``, as a function for the DAG evaluator."""
-    return x.sin()
-
-
-def tanh(x):
-    """``x.tanh()``, as a function for the DAG evaluator."""
-    return x.tanh()
