@@ -22,8 +22,13 @@ recording point, because replay happens at new points. Each node carries a
 static bound on its magnitude (1 for inputs, sin and tanh; ``Ba + Bb`` for add
 and sub; ``Ba * Bb`` for mul). A binary op whose bound would pass ``cap`` is
 replaced by tanh of its first operand, which caps the bound at 1 again.
-Without this, add chains double and mul chains square their magnitude and a
-10^5-node DAG overflows to inf within a few hundred nodes.
+Without it, add chains double and mul chains square their magnitude: at
+10^5 nodes (seeds 0-2) values reached 1e12 to 1e70 and input gradients 1e30
+to 1e176, where sin of the argument is rounding noise and comparing two
+engines' gradients means nothing. The only nodes whose bound passes ``cap``
+are the few adds at the very end that sum the last unused nodes into the
+root (about ``window`` of them). Measured with the cap: ``max |value| < 15``
+and input gradients below 1e4 at 10^5 and 10^6 nodes.
 """
 
 import math
@@ -91,7 +96,7 @@ def random_dag(n_nodes, n_inputs=100, seed=0, window=8, far=0.1, cap=16.0):
     n_nodes : int
         Total number of nodes, inputs included.
     n_inputs : int
-        Number of leaves; must leave room for at least ``window`` ops.
+        Number of leaves; at most ``n_nodes // 2``.
     seed : int
         Seed of the NumPy generator; the same arguments give the same DAG.
     window : int
@@ -111,10 +116,12 @@ def random_dag(n_nodes, n_inputs=100, seed=0, window=8, far=0.1, cap=16.0):
     >>> dag.n_nodes, dag.root
     (1000, 999)
     """
-    if n_inputs < 1 or n_nodes < n_inputs + window:
+    # Each op can retire at most one unused node, so fewer ops than inputs
+    # could not connect every input to the root.
+    if n_inputs < 1 or n_nodes < 2 * n_inputs:
         raise ValueError(
-            f"need n_inputs >= 1 and n_nodes >= n_inputs + window, "
-            f"got n_nodes={n_nodes}, n_inputs={n_inputs}, window={window}"
+            f"need n_inputs >= 1 and n_nodes >= 2 * n_inputs, "
+            f"got n_nodes={n_nodes}, n_inputs={n_inputs}"
         )
     rng = np.random.default_rng(seed)
     op = np.full(n_nodes, INPUT, np.uint8)
