@@ -9,10 +9,8 @@ import numpy as np
 
 from fastad import rules
 from fastad.kernels import optable
-from fastad.node import Var, check_live, is_number, record
+from fastad.node import Var, check_live, is_number, record, record_unary
 from fastad.tape import current_tape
-
-_op = optable.BY_NAME
 
 
 def var(value, name=None, tape=None):
@@ -67,14 +65,7 @@ def _require_node(x, what):
     check_live(x)
 
 
-def _apply(name, *operands):
-    code = _op[name].code
-    if any(type(x) is Var for x in operands):
-        result = record(code, *operands)
-        if result is NotImplemented:
-            kinds = ", ".join(type(x).__name__ for x in operands)
-            raise TypeError(f"fa.{name} does not accept ({kinds}): use nodes or real numbers")
-        return result
+def _plain_number_result(name, code, operands):
     for x in operands:
         if not is_number(x):
             shape = f" of shape {np.shape(x)}" if hasattr(x, "shape") else ""
@@ -84,56 +75,52 @@ def _apply(name, *operands):
     return rules.value(code, *(float(x) for x in operands))
 
 
-def exp(x):
-    """e**x. Derivative: the saved output."""
-    return _apply("exp", x)
+def _unary(name, doc):
+    code = optable.BY_NAME[name].code
+
+    def function(x):
+        if type(x) is Var:
+            return record_unary(code, x)
+        return _plain_number_result(name, code, (x,))
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    return function
 
 
-def log(x):
-    """Natural logarithm; log(0) = -inf, log(x < 0) = nan."""
-    return _apply("log", x)
+def _binary(name, doc):
+    code = optable.BY_NAME[name].code
+
+    def function(x, y):
+        if type(x) is Var or type(y) is Var:
+            result = record(code, x, y)
+            if result is NotImplemented:
+                kinds = f"{type(x).__name__}, {type(y).__name__}"
+                raise TypeError(f"fa.{name} does not accept ({kinds}): use nodes or real numbers")
+            return result
+        return _plain_number_result(name, code, (x, y))
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    return function
 
 
-def sqrt(x):
-    """Square root; sqrt(x < 0) = nan, derivative 0.5 / output (inf at 0)."""
-    return _apply("sqrt", x)
-
-
-def sin(x):
-    """Sine."""
-    return _apply("sin", x)
-
-
-def cos(x):
-    """Cosine."""
-    return _apply("cos", x)
-
-
-def tanh(x):
-    """Hyperbolic tangent. Derivative 1 - output**2, from the saved output."""
-    return _apply("tanh", x)
-
-
-def sigmoid(x):
-    """Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out)."""
-    return _apply("sigmoid", x)
-
-
-def relu(x):
-    """max(x, 0). Subgradient relu'(0) = 0."""
-    return _apply("relu", x)
-
-
-def abs(x):  # noqa: A001 (mirrors numpy.abs)
-    """|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1)."""
-    return _apply("abs", x)
-
-
-def maximum(x, y):
-    """Elementwise maximum, NumPy nan semantics; at a tie each side gets half the gradient."""
-    return _apply("maximum", x, y)
-
-
-def minimum(x, y):
-    """Elementwise minimum, NumPy nan semantics; at a tie each side gets half the gradient."""
-    return _apply("minimum", x, y)
+exp = _unary("exp", "e**x. Derivative: the saved output.")
+log = _unary("log", "Natural logarithm; log(0) = -inf, log(x < 0) = nan.")
+sqrt = _unary("sqrt", "Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0).")
+sin = _unary("sin", "Sine.")
+cos = _unary("cos", "Cosine.")
+tanh = _unary("tanh", "Hyperbolic tangent. Derivative 1 - output**2, from the saved output.")
+sigmoid = _unary(
+    "sigmoid", "Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out)."
+)
+relu = _unary("relu", "max(x, 0), nan propagating. Subgradient relu'(0) = 0.")
+abs = _unary(  # noqa: A001 (mirrors numpy.abs)
+    "abs", "|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1)."
+)
+maximum = _binary(
+    "maximum", "Maximum, NumPy nan semantics; at a tie each side gets half the gradient."
+)
+minimum = _binary(
+    "minimum", "Minimum, NumPy nan semantics; at a tie each side gets half the gradient."
+)

@@ -34,20 +34,40 @@ def check_live(node):
         )
 
 
-def _same_tape(x, y):
-    if x._tape is not y._tape:
-        raise ValueError(
-            f"cannot combine nodes of two different tapes: {x!r} and {y!r}. "
-            "Record every node of one computation on one tape."
-        )
+def _check_operands(x, y):
+    # Only reached when a cheap test in `record` failed: say exactly what is wrong.
+    check_live(x)
+    if y is not None:
+        check_live(y)
+        if x._tape is not y._tape:
+            raise ValueError(
+                f"cannot combine nodes of two different tapes: {x!r} and {y!r}. "
+                "Record every node of one computation on one tape."
+            )
 
 
-_UNARY = object()  # marks "no second operand" (None is a bad operand, not this)
+_eager = rules.EAGER
+_ieee_value = rules.ieee_value
 
 
-def record(code, x, y=_UNARY):
-    """Record op ``code`` applied to ``x`` (and ``y``): nodes or numbers.
+def record_unary(code, x):
+    """Record unary op ``code`` on the node ``x``; the value is computed now."""
+    tape = x._tape
+    if x._generation != tape._generation:
+        _check_operands(x, None)
+    a = x._value
+    try:
+        value = _eager[code](a, 0.0)
+    except (ArithmeticError, ValueError):
+        value = _ieee_value(code, a, 0.0)
+    return tape.append(code, x._id, -1, value)
 
+
+def record(code, x, y):
+    """Record binary op ``code`` on ``x`` and ``y``: nodes or numbers.
+
+    This is the recorder's hot path (about one microsecond per node), so the
+    common case is tested first and every error path is out of line.
     Numbers become constant nodes of the operand node's tape. Returns the
     new ``Var``, or ``NotImplemented`` when an operand is of an unsupported
     type so that Python raises its ``TypeError`` naming both types. NumPy
@@ -56,23 +76,24 @@ def record(code, x, y=_UNARY):
     """
     if type(x) is Var:
         tape = x._tape
-        check_live(x)
-        if type(y) is Var:
-            _same_tape(x, y)
-            check_live(y)
-        elif y is not _UNARY:
+        if type(y) is not Var:
             if not is_number(y):
                 return _unsupported(y)
             y = tape.constant(y)
     else:
         tape = y._tape
-        check_live(y)
         if not is_number(x):
             return _unsupported(x)
         x = tape.constant(x)
-    if y is _UNARY:
-        return tape.append(code, x._id, -1, rules.value(code, x._value))
-    return tape.append(code, x._id, y._id, rules.value(code, x._value, y._value))
+    generation = tape._generation
+    if x._generation != generation or y._generation != generation or y._tape is not tape:
+        _check_operands(x, y)
+    a, b = x._value, y._value
+    try:
+        value = _eager[code](a, b)
+    except (ArithmeticError, ValueError):
+        value = _ieee_value(code, a, b)
+    return tape.append(code, x._id, y._id, value)
 
 
 def _unsupported(operand):
@@ -125,7 +146,7 @@ class Var:
     def grad(self):
         """This node's adjoint from the last ``backward`` (0.0 before any)."""
         check_live(self)
-        return float(self._tape._grad[self._id])
+        return self._tape.adjoint(self._id)
 
     @property
     def id(self):
@@ -141,7 +162,7 @@ class Var:
     def op(self):
         """The op's name in the op table (``'input'`` for a leaf)."""
         check_live(self)
-        return optable.OPS[self._tape._opcode[self._id]].name
+        return self._tape.op_name(self._id)
 
     @property
     def name(self):
@@ -243,13 +264,13 @@ class Var:
         return record(POW, base, self)
 
     def __neg__(self):
-        return record(NEG, self)
+        return record_unary(NEG, self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return record(ABS, self)
+        return record_unary(ABS, self)
 
 
 def _compare(relation, x, other):

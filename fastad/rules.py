@@ -32,14 +32,21 @@ def _compile(expression, namespace):
     return eval(f"lambda a, b: {expression}", dict(namespace))  # noqa: S307 (table text)
 
 
-_fast = [_compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS]
+EAGER = [_compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS]
+"""Per opcode, ``f(a, b)`` on Python floats with ``math``; may raise where IEEE does not."""
+
 _ieee = [_compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS]
+
+
+def ieee_value(code, a, b=0.0):
+    """The IEEE/NumPy value of op ``code`` at ``a``, ``b``: the fallback of ``EAGER``."""
+    with np.errstate(all="ignore"):
+        return float(_ieee[code](np.float64(a), np.float64(b)))
 
 
 def value(code, a, b=0.0):
     """The value of op ``code`` at operand values ``a`` (and ``b``), IEEE semantics."""
     try:
-        return _fast[code](a, b)
+        return EAGER[code](a, b)
     except (ArithmeticError, ValueError):
-        with np.errstate(all="ignore"):
-            return float(_ieee[code](np.float64(a), np.float64(b)))
+        return ieee_value(code, a, b)

@@ -28,6 +28,10 @@ VALUE_DTYPE = np.float64
 ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
 SAVE_FORMAT = "fastad-tape-1"
 _INITIAL_CAPACITY = 64
+# Recording appends rows to a Python list, which costs a fraction of four
+# NumPy scalar writes; the list is moved into the arrays in bulk before any
+# sweep or read, and at least every _STAGE_ROWS nodes to bound its memory.
+_STAGE_MASK = (1 << 14) - 1
 
 
 class Tape:
@@ -51,6 +55,15 @@ class Tape:
         self._val = np.zeros(capacity, VALUE_DTYPE)
         self._grad = np.zeros(capacity, VALUE_DTYPE)
         self._n = 0
+        # Rows not yet in the arrays, one list per column: appending to four
+        # lists allocates nothing the garbage collector tracks (a row tuple
+        # would), and the collector's passes were the largest recording cost.
+        self._staged_opcode, self._staged_in0 = [], []
+        self._staged_in1, self._staged_val = [], []
+        self._push_opcode = self._staged_opcode.append  # bound once: the hot path
+        self._push_in0 = self._staged_in0.append
+        self._push_in1 = self._staged_in1.append
+        self._push_val = self._staged_val.append
         self._generation = 0
         self._labels = {}
         self._constants = {}
@@ -80,6 +93,7 @@ class Tape:
         :class:`fastad.StaleNodeError` instead of silently naming whatever
         node now has its id.
         """
+        self._sync()
         self._grad[: self._n] = 0.0
         self._n = 0
         self._generation += 1
@@ -94,14 +108,31 @@ class Tape:
         functions of ``fastad`` call it after computing ``value``.
         """
         n = self._n
-        if n == self._opcode.size:
-            self._grow()
-        self._opcode[n] = code
-        self._in0[n] = in0
-        self._in1[n] = in1
-        self._val[n] = value
+        self._push_opcode(code)
+        self._push_in0(in0)
+        self._push_in1(in1)
+        self._push_val(value)
         self._n = n + 1
+        if n & _STAGE_MASK == _STAGE_MASK:
+            self._sync()
         return Var(self, n, value)
+
+    def _sync(self):
+        """Move the staged rows into the arrays (growing them by doubling)."""
+        staged = self._staged_opcode
+        if not staged:
+            return
+        n, start = self._n, self._n - len(staged)
+        if n > self._opcode.size:
+            self._grow(n)
+        for array, column in (
+            (self._opcode, self._staged_opcode),
+            (self._in0, self._staged_in0),
+            (self._in1, self._staged_in1),
+            (self._val, self._staged_val),
+        ):
+            array[start:n] = column
+            column.clear()
 
     def input(self, value, name=None):
         """Record a leaf (an independent variable) holding ``value``."""
@@ -120,8 +151,10 @@ class Tape:
             node = self._constants[key] = self.append(optable.CONST, -1, -1, value)
         return node
 
-    def _grow(self):
-        capacity = 2 * self._opcode.size
+    def _grow(self, needed):
+        capacity = self._opcode.size
+        while capacity < needed:
+            capacity *= 2
         for name in ("_opcode", "_in0", "_in1", "_val", "_grad"):
             old = getattr(self, name)
             new = np.zeros(capacity, old.dtype)
@@ -130,26 +163,39 @@ class Tape:
 
     def node(self, node_id):
         """A ``Var`` handle for an existing node id (e.g. on a loaded tape)."""
+        self._sync()
         node_id = int(node_id)
         if not 0 <= node_id < self._n:
             raise IndexError(f"node id {node_id} out of range for a tape of {self._n} nodes")
         return Var(self, node_id, float(self._val[node_id]))
 
     # -- the arrays ------------------------------------------------------------
-    def _view(self, array):
-        view = array[: self._n]
+    def adjoint(self, node_id):
+        """The adjoint of one node (what ``Var.grad`` returns)."""
+        self._sync()
+        return float(self._grad[node_id])
+
+    def op_name(self, node_id):
+        """The op-table name of one node."""
+        self._sync()
+        return optable.OPS[self._opcode[node_id]].name
+
+    def _view(self, name):
+        self._sync()
+        view = getattr(self, name)[: self._n]
         view.flags.writeable = False
         return view
 
-    opcode = property(lambda self: self._view(self._opcode), doc="Opcodes (uint8).")
-    in0 = property(lambda self: self._view(self._in0), doc="First operand ids (int32).")
-    in1 = property(lambda self: self._view(self._in1), doc="Second operand ids (int32).")
-    val = property(lambda self: self._view(self._val), doc="Node values (float64).")
-    grad = property(lambda self: self._view(self._grad), doc="Node adjoints (float64).")
+    opcode = property(lambda self: self._view("_opcode"), doc="Opcodes (uint8).")
+    in0 = property(lambda self: self._view("_in0"), doc="First operand ids (int32).")
+    in1 = property(lambda self: self._view("_in1"), doc="Second operand ids (int32).")
+    val = property(lambda self: self._view("_val"), doc="Node values (float64).")
+    grad = property(lambda self: self._view("_grad"), doc="Node adjoints (float64).")
 
     @property
     def inputs(self):
         """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
+        self._sync()
         return np.flatnonzero(self._opcode[: self._n] == optable.INPUT)
 
     @property
@@ -160,16 +206,19 @@ class Tape:
     @property
     def nbytes(self):
         """Bytes held by the five node arrays (capacity, not just length)."""
+        self._sync()
         return sum(a.nbytes for a in (self._opcode, self._in0, self._in1, self._val, self._grad))
 
     def trim(self):
         """Release the spare capacity: 25 bytes per node on a finished tape."""
+        self._sync()
         for name in ("_opcode", "_in0", "_in1", "_val", "_grad"):
             setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
         return self
 
     # -- sweeps ----------------------------------------------------------------
     def _root_id(self, root):
+        self._sync()
         if isinstance(root, Var):
             if root._tape is not self:
                 raise ValueError(f"{root!r} was not recorded on this tape")
@@ -187,10 +236,12 @@ class Tape:
 
     def forward(self):
         """Recompute every node value from the current leaf and constant values."""
+        self._sync()
         sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, 0, self._n)
 
     def zero_grad(self):
         """Set every adjoint to zero (the start of an accumulation)."""
+        self._sync()
         self._grad[: self._n] = 0.0
 
     def backward(self, root, accumulate=False, check=False):
@@ -234,6 +285,7 @@ class Tape:
         ``detect_anomaly`` point at where a ``nan`` is first *noticed*; this
         points at where it was *made*.
         """
+        self._sync()
         stop = self._n if root is None else self._root_id(root) + 1
         bad = ~np.isfinite(self._val[:stop])
         if root is not None and bad.any():
@@ -265,6 +317,7 @@ class Tape:
         fewer operands. This is the edge label of a drawing: the number a
         node's adjoint is multiplied by on its way to each operand.
         """
+        self._sync()
         nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
         if nodes.size and (nodes.min() < 0 or nodes.max() >= self._n):
             raise IndexError(f"node ids must lie in [0, {self._n}), got {nodes.tolist()}")
@@ -291,6 +344,7 @@ class Tape:
         ``grad=True`` adds each node's adjoint. Rows ``start:stop`` are shown;
         past ``max_rows`` the middle is elided.
         """
+        self._sync()
         stop = self._n if stop is None else min(stop, self._n)
         ids = list(range(max(start, 0), stop))
         if len(ids) > max_rows:
