@@ -5,7 +5,8 @@ structure-of-arrays tape; Numba-compiled sweeps compute values and
 gradients. See README.md and docs/design.md.
 """
 
-from fastad.errors import NonFiniteError, NonFiniteOrigin, StaleNodeError
+from fastad.compiled import CompiledFunction, compile, load
+from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError
 from fastad.functions import (
     abs,
     cos,
@@ -20,6 +21,7 @@ from fastad.functions import (
     sqrt,
     tanh,
     var,
+    where,
 )
 from fastad.node import Var
 from fastad.tape import Tape, current_tape
@@ -27,6 +29,12 @@ from fastad.tape import Tape, current_tape
 __version__ = "0.1.0"
 
 __all__ = [
+    "BranchError",
+    "CompiledFunction",
+    "TraceError",
+    "compile",
+    "load",
+    "where",
     "NonFiniteError",
     "NonFiniteOrigin",
     "StaleNodeError",

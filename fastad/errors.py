@@ -7,6 +7,14 @@ class StaleNodeError(ValueError):
     """A node was used after its tape was reset."""
 
 
+class TraceError(RuntimeError):
+    """A traced value left the tape (``float(x)``, ``x.value``) during ``fa.compile``."""
+
+
+class BranchError(ValueError):
+    """A compiled function was evaluated where a traced branch goes the other way."""
+
+
 @dataclass(frozen=True)
 class NonFiniteOrigin:
     """Where a ``nan`` or ``inf`` first appeared on a tape.

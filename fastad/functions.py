@@ -124,3 +124,44 @@ maximum = _binary(
 minimum = _binary(
     "minimum", "Minimum, NumPy nan semantics; at a tie each side gets half the gradient."
 )
+
+
+_PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code
+
+
+def where(condition, x, y):
+    """``x`` where ``condition`` is nonzero, else ``y``: a branch-free select.
+
+    ``condition`` is usually a comparison node (``x > 0`` records one worth
+    1.0 or 0.0). Unlike ``if``, ``where`` is recorded as nodes, so a compiled
+    function replays it correctly on both sides of the boundary.
+
+    Guarantee: the side not taken contributes exactly nothing, to the value
+    and to the gradient, even where it is ``inf`` or ``nan`` (the "double
+    where" trap of JAX): ``fa.where(x > 0, fa.sqrt(x), 0.0)`` has gradient 0,
+    not ``nan``, at ``x = -1``. The condition gets a zero gradient.
+
+    Examples
+    --------
+    >>> import fastad as fa
+    >>> with fa.Tape():
+    ...     x = fa.var(-1.0)
+    ...     y = fa.where(x > 0, fa.sqrt(x), 0.0)
+    ...     y.backward()
+    ...     print(y.value, x.grad)
+    0.0 0.0
+    """
+    operands = {"condition": condition, "x": x, "y": y}
+    for name, value in operands.items():
+        if type(value) is not Var and not is_number(value):
+            raise TypeError(
+                f"fa.where {name} must be a fastad Var or a real number, got {type(value).__name__}"
+            )
+    nodes = [value for value in operands.values() if type(value) is Var]
+    if not nodes:
+        return float(x) if condition != 0 or condition != condition else float(y)
+    tape = nodes[0].tape
+    condition, x, y = (
+        value if type(value) is Var else tape.constant(value) for value in operands.values()
+    )
+    return record(_PICK, condition, x) + record(_PICK_NOT, condition, y)

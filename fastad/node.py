@@ -7,17 +7,18 @@ once, micrograd style; there is no separate graph-building step.
 """
 
 import numbers
-import operator
 
 import numpy as np
 
 from fastad import rules
-from fastad.errors import StaleNodeError
+from fastad.errors import StaleNodeError, TraceError
 from fastad.kernels import optable
 
 _op = optable.BY_NAME
 ADD, SUB, MUL, DIV = _op["add"].code, _op["sub"].code, _op["mul"].code, _op["div"].code
 NEG, POW, ABS = _op["neg"].code, _op["pow"].code, _op["abs"].code
+LT, LE, GT, GE = _op["lt"].code, _op["le"].code, _op["gt"].code, _op["ge"].code
+EQ, NE = _op["eq"].code, _op["ne"].code
 
 
 def is_number(x):
@@ -139,7 +140,13 @@ class Var:
     # -- what a node is -------------------------------------------------
     @property
     def value(self):
-        """The value computed when the node was recorded (a Python float)."""
+        """The value computed when the node was recorded (a Python float).
+
+        Not available while ``fa.compile`` traces a function: a value read
+        then would be frozen into the replay (see :class:`fastad.TraceError`).
+        """
+        if self._tape._guards is not None:
+            _escape(self, ".value")
         return self._value
 
     @property
@@ -195,10 +202,18 @@ class Var:
 
     # -- Python protocol --------------------------------------------------
     def __float__(self):
+        if self._tape._guards is not None:
+            _escape(self, "float()")
         return self._value
 
     def __bool__(self):
-        return self._value != 0.0
+        # `if x > 0:` lands here. While fa.compile traces, the outcome is
+        # recorded as a guard that every replay re-checks.
+        truth = self._value != 0.0
+        guards = self._tape._guards
+        if guards is not None:
+            guards.append((self._id, truth))
+        return truth
 
     def __repr__(self):
         label = self._tape._labels.get(self._id)
@@ -208,23 +223,25 @@ class Var:
     def __hash__(self):
         return id(self)
 
+    # Comparisons record a node worth 1.0 or 0.0 (zero derivative): `bool()`
+    # of it drives Python control flow, and `fa.where` takes it as a condition.
     def __eq__(self, other):
-        return _compare(operator.eq, self, other)
+        return record(EQ, self, other)
 
     def __ne__(self, other):
-        return _compare(operator.ne, self, other)
+        return record(NE, self, other)
 
     def __lt__(self, other):
-        return _compare(operator.lt, self, other)
+        return record(LT, self, other)
 
     def __le__(self, other):
-        return _compare(operator.le, self, other)
+        return record(LE, self, other)
 
     def __gt__(self, other):
-        return _compare(operator.gt, self, other)
+        return record(GT, self, other)
 
     def __ge__(self, other):
-        return _compare(operator.ge, self, other)
+        return record(GE, self, other)
 
     # -- arithmetic: one node per operator --------------------------------
     def __add__(self, other):
@@ -273,11 +290,10 @@ class Var:
         return record_unary(ABS, self)
 
 
-def _compare(relation, x, other):
-    # Compare values; anything but a node or a real number is Python's business
-    # (== gives False, < raises TypeError naming both types).
-    if type(other) is Var:
-        return relation(x._value, other._value)
-    if is_number(other):
-        return relation(x._value, other)
-    return NotImplemented
+def _escape(node, how):
+    raise TraceError(
+        f"{how} of {node!r} while fa.compile traces the function: the number "
+        "would be frozen into every replay. Keep computing with fastad "
+        "operations; branch with `if` on a comparison (recorded as a guard) "
+        "or use fa.where."
+    )

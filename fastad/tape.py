@@ -47,8 +47,11 @@ class Tape:
     read-only views of the first ``len(t)`` rows.
     """
 
-    def __init__(self, capacity=_INITIAL_CAPACITY):
+    def __init__(self, capacity=_INITIAL_CAPACITY, trace=False):
         capacity = max(int(capacity), 1)
+        # (node id, truth) of every bool() taken of a node while tracing for
+        # fa.compile; None on ordinary tapes.
+        self._guards = [] if trace else None
         self._opcode = np.zeros(capacity, OPCODE_DTYPE)
         self._in0 = np.zeros(capacity, INDEX_DTYPE)
         self._in1 = np.zeros(capacity, INDEX_DTYPE)
@@ -99,6 +102,8 @@ class Tape:
         self._generation += 1
         self._labels.clear()
         self._constants.clear()
+        if self._guards is not None:
+            self._guards.clear()
 
     # -- recording -------------------------------------------------------------
     def append(self, code, in0, in1, value):

@@ -67,9 +67,57 @@ def _local_partials_source():
     return "\n".join(lines)
 
 
+def _lanes_source(with_partials):
+    # One loop per op, so the dispatch on `op` happens once per node and row
+    # of lanes, and the loop body is straight-line code the compiler can
+    # vectorise.
+    name = "values_and_partials_lanes" if with_partials else "values_lanes"
+    arrays = "val, d0, d1" if with_partials else "val"
+    summary = (
+        "Values and local partials of node ``i`` in lanes ``0:count``."
+        if with_partials
+        else "Values of node ``i`` in lanes ``0:count``."
+    )
+    lines = [
+        "@kernel",
+        f"def {name}(op, {arrays}, i, j, k, count):",
+        f'    """{summary}',
+        "",
+        "    Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,",
+        "    e.g. a scratch row, for unary ops); one column per evaluation point.",
+        '    """',
+    ]
+    for op in optable.OPS:
+        if op.arity == 0:
+            continue
+        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
+        lines += [
+            f"    if op == {op.code}:  # {op.name}",
+            "        for lane in range(count):",
+            "            a = val[j, lane]",
+            "            b = val[k, lane]",
+            f"            out = {op.value}",
+            "            val[i, lane] = out",
+        ]
+        if with_partials:
+            lines += [
+                f"            d0[i, lane] = {partials[0]}",
+                f"            d1[i, lane] = {partials[1]}",
+            ]
+        lines.append("        return")
+    return "\n".join(lines)
+
+
 def generated_block():
     """The exact text that belongs between the markers in ``sweeps.py``."""
-    parts = [HEADER, *_helper_sources(), _forward_value_source(), _local_partials_source()]
+    parts = [
+        HEADER,
+        *_helper_sources(),
+        _forward_value_source(),
+        _local_partials_source(),
+        _lanes_source(with_partials=False),
+        _lanes_source(with_partials=True),
+    ]
     return "\n\n\n".join(parts) + "\n\n\n" + END
 
 

@@ -20,6 +20,9 @@ its eager evaluators from the same expressions. Adding an op is one row here
 plus one row in the op test table (``tests/test_ops.py``); a test fails if the
 generated block is out of date or an opcode lacks any part.
 
+Exact zeros are strong: a local derivative or an adjoint (or tangent) that is
+exactly zero contributes exactly zero in every sweep, never ``0 * inf = nan``.
+
 Subgradients at kinks are fixed: ``relu'(0) = 0`` and ``abs'(0) = 0`` (the
 minimum-norm subgradient, as PyTorch; JAX uses 1 for abs), and at a tie
 ``maximum``/``minimum`` send half the gradient to each operand (as PyTorch and
@@ -129,6 +132,20 @@ OPS = (
     Op(16, "abs",     "abs",     1, "fabs(a)",        ("sign(a)",)),
     Op(17, "maximum", "maximum", 2, "maximum(a, b)",  ("max_partial(a, b)", "max_partial(b, a)")),
     Op(18, "minimum", "minimum", 2, "minimum(a, b)",  ("max_partial(b, a)", "max_partial(a, b)")),
+    # Comparisons give 1.0 or 0.0 and have zero derivatives; `x > y` records one.
+    Op(19, "lt",      "<",       2, "1.0 if a < b else 0.0",  ("0.0", "0.0")),
+    Op(20, "le",      "<=",      2, "1.0 if a <= b else 0.0", ("0.0", "0.0")),
+    Op(21, "gt",      ">",       2, "1.0 if a > b else 0.0",  ("0.0", "0.0")),
+    Op(22, "ge",      ">=",      2, "1.0 if a >= b else 0.0", ("0.0", "0.0")),
+    Op(23, "eq",      "==",      2, "1.0 if a == b else 0.0", ("0.0", "0.0")),
+    Op(24, "ne",      "!=",      2, "1.0 if a != b else 0.0", ("0.0", "0.0")),
+    # fa.where(c, x, y) records pick(c, x) + pick_not(c, y). The side not taken
+    # is -0.0, the exact identity of +, and gets an exactly zero derivative, so
+    # its value (inf, nan) never reaches the result or the gradient.
+    Op(25, "pick",    "pick",    2, "b if a != 0.0 else -0.0",
+                                  ("0.0", "1.0 if a != 0.0 else 0.0")),
+    Op(26, "pick_not", "pick_not", 2, "-0.0 if a != 0.0 else b",
+                                  ("0.0", "0.0 if a != 0.0 else 1.0")),
 )
 # fmt: on
 

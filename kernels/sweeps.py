@@ -17,6 +17,9 @@ everything else in this file is written by hand.
 
 from math import cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
 
+import numpy as np
+from numba import prange
+
 from .jit import kernel
 
 NO_ORIGIN = -1
@@ -129,6 +132,22 @@ def forward_value(op, a, b):
         return maximum(a, b)
     if op == 18:  # minimum
         return minimum(a, b)
+    if op == 19:  # lt
+        return 1.0 if a < b else 0.0
+    if op == 20:  # le
+        return 1.0 if a <= b else 0.0
+    if op == 21:  # gt
+        return 1.0 if a > b else 0.0
+    if op == 22:  # ge
+        return 1.0 if a >= b else 0.0
+    if op == 23:  # eq
+        return 1.0 if a == b else 0.0
+    if op == 24:  # ne
+        return 1.0 if a != b else 0.0
+    if op == 25:  # pick
+        return b if a != 0.0 else -0.0
+    if op == 26:  # pick_not
+        return -0.0 if a != 0.0 else b
     return a
 
 
@@ -173,7 +192,441 @@ def local_partials(op, a, b, out):
         return max_partial(a, b), max_partial(b, a)
     if op == 18:  # minimum
         return max_partial(b, a), max_partial(a, b)
+    if op == 19:  # lt
+        return 0.0, 0.0
+    if op == 20:  # le
+        return 0.0, 0.0
+    if op == 21:  # gt
+        return 0.0, 0.0
+    if op == 22:  # ge
+        return 0.0, 0.0
+    if op == 23:  # eq
+        return 0.0, 0.0
+    if op == 24:  # ne
+        return 0.0, 0.0
+    if op == 25:  # pick
+        return 0.0, 1.0 if a != 0.0 else 0.0
+    if op == 26:  # pick_not
+        return 0.0, 0.0 if a != 0.0 else 1.0
     return 0.0, 0.0
+
+
+@kernel
+def values_lanes(op, val, i, j, k, count):
+    """Values of node ``i`` in lanes ``0:count``.
+
+    Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,
+    e.g. a scratch row, for unary ops); one column per evaluation point.
+    """
+    if op == 2:  # add
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a + b
+            val[i, lane] = out
+        return
+    if op == 3:  # sub
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a - b
+            val[i, lane] = out
+        return
+    if op == 4:  # mul
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a * b
+            val[i, lane] = out
+        return
+    if op == 5:  # div
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a / b
+            val[i, lane] = out
+        return
+    if op == 6:  # neg
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = -a
+            val[i, lane] = out
+        return
+    if op == 7:  # pow
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = pow(a, b)
+            val[i, lane] = out
+        return
+    if op == 8:  # exp
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = exp(a)
+            val[i, lane] = out
+        return
+    if op == 9:  # log
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = log(a)
+            val[i, lane] = out
+        return
+    if op == 10:  # sqrt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sqrt(a)
+            val[i, lane] = out
+        return
+    if op == 11:  # sin
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sin(a)
+            val[i, lane] = out
+        return
+    if op == 12:  # cos
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = cos(a)
+            val[i, lane] = out
+        return
+    if op == 13:  # tanh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = tanh(a)
+            val[i, lane] = out
+        return
+    if op == 14:  # sigmoid
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sigmoid(a)
+            val[i, lane] = out
+        return
+    if op == 15:  # relu
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = relu(a)
+            val[i, lane] = out
+        return
+    if op == 16:  # abs
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = fabs(a)
+            val[i, lane] = out
+        return
+    if op == 17:  # maximum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = maximum(a, b)
+            val[i, lane] = out
+        return
+    if op == 18:  # minimum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = minimum(a, b)
+            val[i, lane] = out
+        return
+    if op == 19:  # lt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a < b else 0.0
+            val[i, lane] = out
+        return
+    if op == 20:  # le
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a <= b else 0.0
+            val[i, lane] = out
+        return
+    if op == 21:  # gt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a > b else 0.0
+            val[i, lane] = out
+        return
+    if op == 22:  # ge
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a >= b else 0.0
+            val[i, lane] = out
+        return
+    if op == 23:  # eq
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a == b else 0.0
+            val[i, lane] = out
+        return
+    if op == 24:  # ne
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a != b else 0.0
+            val[i, lane] = out
+        return
+    if op == 25:  # pick
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = b if a != 0.0 else -0.0
+            val[i, lane] = out
+        return
+    if op == 26:  # pick_not
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = -0.0 if a != 0.0 else b
+            val[i, lane] = out
+        return
+
+
+@kernel
+def values_and_partials_lanes(op, val, d0, d1, i, j, k, count):
+    """Values and local partials of node ``i`` in lanes ``0:count``.
+
+    Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,
+    e.g. a scratch row, for unary ops); one column per evaluation point.
+    """
+    if op == 2:  # add
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a + b
+            val[i, lane] = out
+            d0[i, lane] = 1.0
+            d1[i, lane] = 1.0
+        return
+    if op == 3:  # sub
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a - b
+            val[i, lane] = out
+            d0[i, lane] = 1.0
+            d1[i, lane] = -1.0
+        return
+    if op == 4:  # mul
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a * b
+            val[i, lane] = out
+            d0[i, lane] = b
+            d1[i, lane] = a
+        return
+    if op == 5:  # div
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a / b
+            val[i, lane] = out
+            d0[i, lane] = 1.0 / b
+            d1[i, lane] = -out / b
+        return
+    if op == 6:  # neg
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = -a
+            val[i, lane] = out
+            d0[i, lane] = -1.0
+            d1[i, lane] = 0.0
+        return
+    if op == 7:  # pow
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = pow(a, b)
+            val[i, lane] = out
+            d0[i, lane] = pow_partial_base(a, b)
+            d1[i, lane] = pow_partial_exponent(a, b, out)
+        return
+    if op == 8:  # exp
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = exp(a)
+            val[i, lane] = out
+            d0[i, lane] = out
+            d1[i, lane] = 0.0
+        return
+    if op == 9:  # log
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = log(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.0 / a
+            d1[i, lane] = 0.0
+        return
+    if op == 10:  # sqrt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sqrt(a)
+            val[i, lane] = out
+            d0[i, lane] = 0.5 / out
+            d1[i, lane] = 0.0
+        return
+    if op == 11:  # sin
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sin(a)
+            val[i, lane] = out
+            d0[i, lane] = cos(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 12:  # cos
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = cos(a)
+            val[i, lane] = out
+            d0[i, lane] = -sin(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 13:  # tanh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = tanh(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.0 - out * out
+            d1[i, lane] = 0.0
+        return
+    if op == 14:  # sigmoid
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sigmoid(a)
+            val[i, lane] = out
+            d0[i, lane] = out * (1.0 - out)
+            d1[i, lane] = 0.0
+        return
+    if op == 15:  # relu
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = relu(a)
+            val[i, lane] = out
+            d0[i, lane] = relu_partial(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 16:  # abs
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = fabs(a)
+            val[i, lane] = out
+            d0[i, lane] = sign(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 17:  # maximum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = maximum(a, b)
+            val[i, lane] = out
+            d0[i, lane] = max_partial(a, b)
+            d1[i, lane] = max_partial(b, a)
+        return
+    if op == 18:  # minimum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = minimum(a, b)
+            val[i, lane] = out
+            d0[i, lane] = max_partial(b, a)
+            d1[i, lane] = max_partial(a, b)
+        return
+    if op == 19:  # lt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a < b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 20:  # le
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a <= b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 21:  # gt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a > b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 22:  # ge
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a >= b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 23:  # eq
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a == b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 24:  # ne
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = 1.0 if a != b else 0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 25:  # pick
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = b if a != 0.0 else -0.0
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 1.0 if a != 0.0 else 0.0
+        return
+    if op == 26:  # pick_not
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = -0.0 if a != 0.0 else b
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0 if a != 0.0 else 1.0
+        return
 
 
 # END GENERATED RULES
@@ -204,10 +657,11 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
     edge, so a node used twice (``d * d``) or on several paths gets the sum.
     The caller zeroes ``grad`` first unless it means to accumulate.
 
-    A node whose adjoint is exactly zero sends nothing to its operands. That
-    is what keeps nodes that do not reach ``root`` out of the result, and it
-    means an exact-zero adjoint never multiplies an infinite local partial
-    into ``nan`` (the untaken side of a branch cannot poison the gradient).
+    Exact zeros are strong: a node whose adjoint is exactly zero sends
+    nothing, and neither does an edge whose local partial is exactly zero.
+    So nodes that do not reach ``root`` contribute nothing, and a zero never
+    meets an infinite factor to make ``0 * inf = nan`` (the side of
+    ``fa.where`` not taken cannot poison the gradient).
 
     With ``check`` set, returns ``2 * node + slot`` for the first node (in
     sweep order) whose finite adjoint times its local partial for operand
@@ -223,8 +677,9 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
         k = in1[i]
         b = val[k] if k >= 0 else 0.0
         d0, d1 = local_partials(opcode[i], val[j], b, val[i])
-        grad[j] += d0 * g
-        if k >= 0:
+        if d0 != 0.0:
+            grad[j] += d0 * g
+        if k >= 0 and d1 != 0.0:
             grad[k] += d1 * g
         if check and origin == NO_ORIGIN and isfinite(g):
             if not isfinite(d0 * g):
@@ -284,3 +739,187 @@ def mark_ancestors(in0, in1, root, mark):
         k = in1[i]
         if k >= 0:
             mark[k] = True
+
+
+# -- Compiled functions: replay in lanes ------------------------------------------
+#
+# A compiled function packs everything about its tape into one int32 array,
+# ``program`` (fewer arguments make a faster call from Python):
+#
+#   [n, k, m, g,
+#    opcode (n + 1), in0 (n + 1), in1 (n + 1),
+#    input ids (k), output ids (m), guard node ids (g), guard truths (g)]
+#
+# Row ``n`` is a scratch row: unary ops point ``in1`` at it so every op reads
+# two rows. The work space ``work`` (float64, shape (4, n + 1, lanes)) holds
+# values, the two local partials saved by the forward pass, and adjoints or
+# tangents; column ``lane`` belongs to one evaluation point. Constants' rows
+# are filled once from ``template``.
+#
+# Modes: VALUES (outputs only), VJP (outputs and cotangent^T J, the gradient
+# when the cotangent is 1), JVP (outputs and J tangent).
+
+VALUES, VJP, JVP = 0, 1, 2
+NO_FAILED_GUARD = -1
+HEADER = 4
+
+
+@kernel
+def unpack(program):
+    """Views of a packed program: (n, k, m, g, opcode, in0, in1, io)."""
+    n, k, m, g = program[0], program[1], program[2], program[3]
+    rows = n + 1
+    opcode = program[HEADER : HEADER + rows]
+    in0 = program[HEADER + rows : HEADER + 2 * rows]
+    in1 = program[HEADER + 2 * rows : HEADER + 3 * rows]
+    io = program[HEADER + 3 * rows :]
+    return n, k, m, g, opcode, in0, in1, io
+
+
+@kernel
+def strong_product(partial, incoming):
+    # Exact zeros are strong (see backward_sweep): zero times inf is zero here.
+    return partial * incoming if (partial != 0.0 and incoming != 0.0) else 0.0
+
+
+@kernel
+def sweep_block(program, work, points, directions, values, derivatives, status, mode, start, count):
+    """Evaluate points ``start:start + count`` in lanes ``0:count`` of ``work``.
+
+    Writes ``values[p]`` (m outputs), ``derivatives[p]`` (k for VJP, m for
+    JVP) and ``status[p]`` (index of the first guard whose truth differs
+    from the traced one; the caller fills ``status`` with
+    ``NO_FAILED_GUARD``).
+    """
+    n, k, m, g, opcode, in0, in1, io = unpack(program)
+    val, d0, d1, adj = work[0], work[1], work[2], work[3]
+    for t in range(k):
+        row = io[t]
+        for lane in range(count):
+            val[row, lane] = points[start + lane, t]
+    for i in range(n):
+        j = in0[i]
+        if j < 0:
+            continue
+        if mode == VALUES:
+            values_lanes(opcode[i], val, i, j, in1[i], count)
+        else:
+            values_and_partials_lanes(opcode[i], val, d0, d1, i, j, in1[i], count)
+    for q in range(g):
+        node = io[k + m + q]
+        expected = io[k + m + g + q] != 0
+        for lane in range(count):
+            if (val[node, lane] != 0.0) != expected and status[start + lane] == NO_FAILED_GUARD:
+                status[start + lane] = q
+    for r in range(m):
+        row = io[k + r]
+        for lane in range(count):
+            values[start + lane, r] = val[row, lane]
+    if mode == VJP:
+        adj[:, :count] = 0.0
+        for r in range(m):
+            row = io[k + r]
+            for lane in range(count):
+                adj[row, lane] += directions[start + lane, r]
+        for i in range(n - 1, -1, -1):
+            j = in0[i]
+            if j < 0:
+                continue
+            c = in1[i]
+            for lane in range(count):
+                gi = adj[i, lane]
+                adj[j, lane] += strong_product(d0[i, lane], gi)
+                adj[c, lane] += strong_product(d1[i, lane], gi)
+        for t in range(k):
+            row = io[t]
+            for lane in range(count):
+                derivatives[start + lane, t] = adj[row, lane]
+    elif mode == JVP:
+        adj[:, :count] = 0.0
+        for t in range(k):
+            row = io[t]
+            for lane in range(count):
+                adj[row, lane] = directions[start + lane, t]
+        for i in range(n):
+            j = in0[i]
+            if j < 0:
+                continue
+            c = in1[i]
+            for lane in range(count):
+                adj[i, lane] = strong_product(d0[i, lane], adj[j, lane]) + strong_product(
+                    d1[i, lane], adj[c, lane]
+                )
+        for r in range(m):
+            row = io[k + r]
+            for lane in range(count):
+                derivatives[start + lane, r] = adj[row, lane]
+
+
+@kernel
+def new_work(template, lanes):
+    """A work space of ``lanes`` columns with every row's values from ``template``."""
+    work = np.zeros((4, template.size, lanes))
+    for i in range(template.size):
+        work[0, i, :] = template[i]
+    return work
+
+
+@kernel
+def sweep_points(program, work, points, directions, values, derivatives, status, mode):
+    """All points, block after block, in the caller's work space (any lane count)."""
+    lanes = work.shape[2]
+    total = points.shape[0]
+    for start in range(0, total, lanes):
+        count = min(lanes, total - start)
+        sweep_block(
+            program, work, points, directions, values, derivatives, status, mode, start, count
+        )
+
+
+@kernel
+def sweep_one(program, work, point, out, mode):
+    """The latency path: one point, VALUES or VJP with cotangent 1 (the gradient).
+
+    ``out`` receives the m output values, then (VJP) the k gradient
+    entries, then the failed guard index or ``NO_FAILED_GUARD`` as a float.
+    Fewer, flatter arguments than ``sweep_points``: a call from Python costs
+    about a microsecond less.
+    """
+    k, m = program[1], program[2]
+    out[-1] = NO_FAILED_GUARD
+    sweep_block(
+        program,
+        work,
+        point.reshape(1, k),
+        np.ones((1, m)),
+        out[:m].reshape(1, m),
+        out[m : m + k].reshape(1, k),
+        out[-1:],
+        mode,
+        0,
+        1,
+    )
+
+
+@kernel(parallel=True)
+def sweep_points_parallel(
+    program, template, points, directions, values, derivatives, status, mode, lanes, threads
+):
+    """All points, blocks of ``lanes`` points spread over ``threads`` workers.
+
+    Each worker has its own work space and writes only its own points' rows
+    of the outputs, so nothing races. Inside ``prange`` nothing may raise
+    (numba issue 6976: an exception there is lost), which is why problems
+    come back through ``status``.
+    """
+    total = points.shape[0]
+    blocks = (total + lanes - 1) // lanes
+    workers = max(1, min(threads, blocks))
+    for worker in prange(workers):
+        work = new_work(template, lanes)
+        for block in range(worker, blocks, workers):
+            start = block * lanes
+            count = min(lanes, total - start)
+            sweep_block(
+                program, work, points, directions, values, derivatives, status, mode, start, count
+            )

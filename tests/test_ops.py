@@ -14,6 +14,7 @@ import pytest
 import fastad as fa
 from fastad import rules
 from fastad.kernels import _generate, optable, sweeps
+from fastad.node import record
 
 
 class OpCase(NamedTuple):
@@ -46,6 +47,33 @@ OP_CASES = [
     OpCase("abs", fa.abs, np.abs, ((-3, 3),), kinks=(0.0,)),
     OpCase("maximum", fa.maximum, np.maximum, ((-3, 3), (-3, 3)), kinks=("tie",)),
     OpCase("minimum", fa.minimum, np.minimum, ((-3, 3), (-3, 3)), kinks=("tie",)),
+    *(
+        OpCase(
+            name, relation, lambda a, b, r=relation: float(r(a, b)), ((-3, 3), (-3, 3)), ("tie",)
+        )
+        for name, relation in [
+            ("lt", operator.lt),
+            ("le", operator.le),
+            ("gt", operator.gt),
+            ("ge", operator.ge),
+            ("eq", operator.eq),
+            ("ne", operator.ne),
+        ]
+    ),
+    OpCase(
+        "pick",
+        lambda c, x: record(optable.BY_NAME["pick"].code, c, x),
+        lambda c, x: x if c != 0 else -0.0,
+        ((-3, 3), (-3, 3)),
+        kinks=(0.0,),
+    ),
+    OpCase(
+        "pick_not",
+        lambda c, x: record(optable.BY_NAME["pick_not"].code, c, x),
+        lambda c, x: -0.0 if c != 0 else x,
+        ((-3, 3), (-3, 3)),
+        kinks=(0.0,),
+    ),
 ]
 CASES = {case.name: case for case in OP_CASES}
 

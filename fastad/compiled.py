@@ -1,0 +1,551 @@
+"""``fa.compile``: trace a function once, replay it in compiled code anywhere.
+
+Tracing runs the Python function on fastad nodes once, recording its tape.
+Replays never run Python per point or per node: the compiled kernels
+(``fastad.kernels.sweeps.sweep_*``) evaluate the recorded program at new
+input values, many points at a time in lanes (one opcode dispatch serves a
+row of points) and, for large batches, on several threads.
+
+Data-dependent control flow is guarded: every ``bool()`` taken of a node
+while tracing (``if x > 0:``) is recorded with its outcome, and every replay
+re-checks it. A point where the branch would go the other way raises
+:class:`fastad.BranchError` naming the comparison; it never silently returns
+the traced branch's result. ``fa.where`` is the branch-free alternative.
+"""
+
+import inspect
+import json
+import threading
+
+import numba
+import numpy as np
+
+from fastad.errors import BranchError
+from fastad.kernels import optable, sweeps
+from fastad.node import Var, is_number
+from fastad.tape import Tape
+
+_VALUES, _VJP, _JVP = sweeps.VALUES, sweeps.VJP, sweeps.JVP
+_COMPILED_FORMAT = "fastad-compiled-1"
+_ARITY = np.array([op.arity for op in optable.OPS], np.int8)
+# Lanes per block: enough points that one dispatch per node is amortised,
+# few enough that the work space (4 rows of 8 bytes per node and lane) stays
+# in the per-core cache.
+_WORK_BUDGET_BYTES = 256 * 1024
+_MAX_LANES = 256
+# Batches smaller than this run on the calling thread: starting the thread
+# pool costs more than it saves.
+_PARALLEL_MIN_POINTS = 4096
+
+
+def compile(function=None, *, num_inputs=None, example=None):  # noqa: A001 (fa.compile)
+    """Trace ``function`` once and return a :class:`CompiledFunction`.
+
+    Parameters
+    ----------
+    function : callable
+        Takes ``k`` scalar arguments (fastad nodes while tracing) and returns
+        a node or number (scalar output) or a tuple/list of them (``m``
+        outputs).
+    num_inputs : int, optional
+        ``k``; read from the signature when omitted.
+    example : array_like of shape (k,), optional
+        Point to trace at. By default tracing happens at the first point
+        the compiled function is called with.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> f = fa.compile(lambda x, y: (x * y + x) ** 2)
+    >>> f.value_and_grad(np.array([2.0, 3.0]))
+    (64.0, array([64., 32.]))
+    """
+    if function is None:
+        return lambda f: CompiledFunction(f, num_inputs=num_inputs, example=example)
+    return CompiledFunction(function, num_inputs=num_inputs, example=example)
+
+
+class CompiledFunction:
+    """A traced function: value, gradient, JVP, VJP at one point or many.
+
+    Points are arrays of shape ``(k,)`` (one point) or ``(N, k)`` (a batch).
+    For a scalar-output function ``f(p)`` is a float and ``f.grad(p)`` has
+    shape ``(k,)``; for a batch they have shapes ``(N,)`` and ``(N, k)``.
+    A function returning ``m`` outputs gives ``(m,)`` / ``(N, m)`` values and
+    has ``jacobian``, ``jvp`` and ``vjp`` (``grad`` needs a scalar output).
+
+    Instances are immutable once traced, safe to call from several threads
+    at once, picklable and savable (:meth:`save`, :func:`fastad.load`).
+    """
+
+    def __init__(self, function, num_inputs=None, example=None):
+        if not callable(function):
+            raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
+        self._function = function
+        self._input_names, self._num_inputs = _signature(function, num_inputs)
+        self._point_shape = (self._num_inputs,)
+        self._scalar_output = None  # known once traced
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._traced = False
+        if example is not None:
+            point, single = self._points(example)
+            if not single:
+                raise ValueError(f"example must be one point of shape ({self._num_inputs},)")
+            self._trace(point[0])
+
+    # -- tracing -----------------------------------------------------------------
+    def _trace(self, point):
+        with self._lock:
+            if self._traced:
+                return
+            tape = Tape(trace=True)
+            with tape:
+                inputs = [
+                    tape.input(float(v), name)
+                    for v, name in zip(point, self._input_names, strict=True)
+                ]
+                result = self._function(*inputs)
+            scalar_output = not isinstance(result, (tuple, list))
+            outputs = [
+                _output_node(tape, r, i)
+                for i, r in enumerate([result] if scalar_output else result)
+            ]
+            if not outputs:
+                raise ValueError("the traced function returned no outputs")
+            guards = np.array(tape._guards, dtype=np.int64).reshape(-1, 2)
+            tape._guards = None  # tracing is over: the tape is an ordinary tape now
+            self._install(
+                tape,
+                np.array([node.id for node in inputs], np.int64),
+                np.array([node.id for node in outputs], np.int64),
+                guards,
+                scalar_output,
+            )
+
+    def _install(self, tape, inputs, outputs, guards, scalar_output):
+        n = len(tape)
+        in1 = np.append(tape.in1, -1)
+        in1[:n][_ARITY[tape.opcode] == 1] = n  # unary ops read the scratch row
+        header = [n, inputs.size, outputs.size, guards.shape[0]]
+        self._program = np.concatenate(
+            [
+                header,
+                np.append(tape.opcode, 0),
+                np.append(tape.in0, -1),
+                in1,
+                inputs,
+                outputs,
+                guards[:, 0],
+                guards[:, 1],
+            ]
+        ).astype(np.int32)
+        self._tape = tape
+        self._template = np.append(tape.val, 0.0)
+        self._inputs, self._outputs, self._guards = inputs, outputs, guards
+        self._scalar_output = scalar_output
+        self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
+        self._lanes = int(min(_MAX_LANES, max(1, _WORK_BUDGET_BYTES // (32 * (n + 1)))))
+        self._traced = True
+
+    # -- what it is ------------------------------------------------------------------
+    @property
+    def num_inputs(self):
+        """``k``: the number of scalar inputs."""
+        return self._num_inputs
+
+    @property
+    def num_outputs(self):
+        """``m``: the number of outputs (None before tracing)."""
+        return self._m if self._traced else None
+
+    @property
+    def tape(self):
+        """The traced tape (read it, print ``tape.table()``; None before tracing)."""
+        return self._tape if self._traced else None
+
+    def __repr__(self):
+        name = getattr(self._function, "__name__", "function")
+        state = f"{len(self._tape)} nodes, {self._g} guards" if self._traced else "not traced"
+        return f"<fastad.CompiledFunction {name}: {self._num_inputs} inputs, {state}>"
+
+    # -- evaluation ----------------------------------------------------------------
+    def __call__(self, points, threads=None):
+        """Output value(s) at one point or a batch."""
+        points, single = self._points(points)
+        if single and self._scalar_output:
+            return float(self._one(points[0], _VALUES)[0])
+        values, _ = self._run(points, _VALUES, None, threads)
+        return self._shape_values(values, single)
+
+    def value_and_grad(self, points, threads=None):
+        """``(value, gradient)``; needs a scalar output."""
+        if (
+            type(points) is np.ndarray
+            and points.shape == self._point_shape
+            and points.dtype == np.float64
+            and self._scalar_output
+        ):
+            # The latency path (one point, already float64): about two
+            # microseconds from call to return.
+            out = self._one(points, _VJP)
+            return float(out[0]), out[1 : 1 + self._k].copy()
+        points, single = self._points(points)
+        self._require_scalar("value_and_grad")
+        if single:
+            out = self._one(points[0], _VJP)
+            return float(out[0]), out[1 : 1 + self._k].copy()
+        values, gradients = self._run(points, _VJP, np.ones((points.shape[0], 1)), threads)
+        return values[:, 0].copy(), gradients
+
+    def grad(self, points, threads=None):
+        """Gradient with respect to the inputs; needs a scalar output."""
+        return self.value_and_grad(points, threads)[1]
+
+    def vjp(self, points, cotangents, threads=None):
+        """``(value, u^T J)``: the outputs and the cotangent ``u`` pulled back to the inputs.
+
+        ``u`` has the shape of the output: a float (or ``(N,)``) for a scalar
+        output, ``(m,)`` (or ``(N, m)``) otherwise.
+        """
+        points, single = self._points(points)
+        u = _real_array(cotangents, "cotangent")
+        expected = (points.shape[0], self._m)
+        if self._scalar_output:
+            u = u.reshape(-1, 1) if u.ndim == (0 if single else 1) else u
+        elif single and u.shape == (self._m,):
+            u = u.reshape(1, self._m)
+        if u.shape != expected:
+            raise ValueError(
+                f"cotangent shape {np.shape(cotangents)} does not match the output: expected "
+                f"{self._output_shape(single, points.shape[0])}"
+            )
+        values, pulled = self._run(points, _VJP, np.ascontiguousarray(u), threads)
+        pulled = pulled[0] if single else pulled
+        return self._shape_values(values, single), pulled
+
+    def jvp(self, points, tangents, threads=None):
+        """``(value, J v)``: the outputs and their directional derivative along ``v``.
+
+        ``v`` has the shape of the points.
+        """
+        points, single = self._points(points)
+        v = _real_array(tangents, "tangent")
+        v = v.reshape(1, -1) if (single and v.ndim <= 1) else v
+        if v.shape != points.shape:
+            raise ValueError(
+                f"tangent shape {np.shape(tangents)} does not match the points' shape "
+                f"{points.shape[1:] if single else points.shape}"
+            )
+        values, pushed = self._run(points, _JVP, np.ascontiguousarray(v), threads)
+        return self._shape_values(values, single), self._shape_values(pushed, single)
+
+    def jacobian(self, points, threads=None):
+        """``J``: shape ``(m, k)`` at one point, ``(N, m, k)`` for a batch.
+
+        For a scalar output the gradient's shapes, ``(k,)`` and ``(N, k)``.
+
+        Computed as ``m`` reverse sweeps per point (rows of the identity as
+        cotangents), batched like every other evaluation.
+        """
+        points, single = self._points(points)
+        n_points, m = points.shape[0], self._m
+        repeated = np.repeat(points, m, axis=0)
+        cotangents = np.tile(np.eye(m), (n_points, 1))
+        _, rows = self._run(repeated, _VJP, cotangents, threads)
+        jac = rows.reshape(n_points, m, self._k)
+        if self._scalar_output:
+            jac = jac[:, 0]  # like grad: (k,) or (N, k)
+        return jac[0] if single else jac
+
+    # -- machinery -----------------------------------------------------------------
+    def _points(self, points):
+        """Validate and convert points: ``(array (N, k), single point?)``.
+
+        Traces the function at the first point if it has not been traced.
+        """
+        k = self._num_inputs
+        if (
+            type(points) is np.ndarray
+            and points.dtype == np.float64
+            and points.shape == (k,)
+            and self._traced
+        ):
+            return points.reshape(1, k), True  # the latency path: no copy, no checks left
+        array = _real_array(points, "point")
+        if array.ndim == 1 and array.shape[0] == k:
+            array, single = np.ascontiguousarray(array).reshape(1, k), True
+        elif array.ndim == 0 and k == 1:
+            array, single = array.reshape(1, 1), True
+        elif array.ndim == 2 and array.shape[1] == k:
+            array, single = np.ascontiguousarray(array), False
+        else:
+            raise ValueError(
+                f"expected one point of shape ({k},) or a batch of shape (N, {k}) for a "
+                f"function of {k} inputs, got shape {array.shape}"
+            )
+        if not self._traced and array.shape[0]:
+            self._trace(array[0])
+        return array, single
+
+    def _require_scalar(self, what):
+        if self._traced and not self._scalar_output:
+            raise ValueError(
+                f"{what} needs a scalar output; this function has {self._m} outputs: "
+                "use jacobian, vjp or jvp"
+            )
+
+    def _output_shape(self, single, n_points):
+        if self._scalar_output:
+            return "a float" if single else f"({n_points},)"
+        return f"({self._m},)" if single else f"({n_points}, {self._m})"
+
+    def _shape_values(self, values, single):
+        if self._scalar_output:
+            return float(values[0, 0]) if single else values[:, 0].copy()
+        return values[0].copy() if single else values
+
+    def _work(self):
+        # One work space per thread: concurrent calls never share buffers.
+        work = getattr(self._local, "work", None)
+        if work is None:
+            work = self._local.work = sweeps.new_work(self._template, self._lanes)
+        return work
+
+    def _one(self, point, mode):
+        """One point of a scalar-output function: ``[value, gradient..., status]``."""
+        try:
+            work, out = self._local.one
+        except AttributeError:
+            # A single-lane work space of its own keeps the rows adjacent.
+            out = np.ones(2 * self._m + self._k + 1)  # see sweeps.sweep_one
+            work, out = self._local.one = (sweeps.new_work(self._template, 1), out)
+        sweeps.sweep_one(self._program, work, point, out, mode)
+        if out[-1] != sweeps.NO_FAILED_GUARD:
+            self._raise_branch_error(point.reshape(1, -1), np.array([int(out[-1])]))
+        return out
+
+    def _run(self, points, mode, directions, threads):
+        if not self._traced:
+            raise ValueError("cannot evaluate an untraced function on an empty batch")
+        n_points = points.shape[0]
+        width = self._k if mode == _VJP else self._m
+        values = np.empty((n_points, self._m))
+        derivatives = np.empty((n_points, width))
+        status = np.full(n_points, sweeps.NO_FAILED_GUARD, np.int64)
+        if directions is None:
+            directions = values  # unused by VALUES mode; any float64 2-D array
+        threads = _thread_count(threads)
+        if threads > 1 and n_points >= _PARALLEL_MIN_POINTS:
+            sweeps.sweep_points_parallel(
+                self._program,
+                self._template,
+                points,
+                directions,
+                values,
+                derivatives,
+                status,
+                mode,
+                self._lanes,
+                threads,
+            )
+        else:
+            sweeps.sweep_points(
+                self._program,
+                self._work(),
+                points,
+                directions,
+                values,
+                derivatives,
+                status,
+                mode,
+            )
+        if self._g and status.max() != sweeps.NO_FAILED_GUARD:
+            self._raise_branch_error(points, status)
+        return values, derivatives
+
+    def _raise_branch_error(self, points, status):
+        index = int(np.flatnonzero(status != sweeps.NO_FAILED_GUARD)[0])
+        guard = int(status[index])
+        node, truth = int(self._guards[guard, 0]), bool(self._guards[guard, 1])
+        failing = sum(status != sweeps.NO_FAILED_GUARD)
+        raise BranchError(
+            f"the traced function branches on `{_describe(self._tape, node)}`, which was "
+            f"{truth} when traced and is {not truth} at point {index} "
+            f"{points[index].tolist()} ({failing} of {points.shape[0]} points differ). "
+            "A replay cannot take the other branch: use fa.where for a branch-free "
+            "select, or compile a function for each branch."
+        )
+
+    # -- pickling and files ----------------------------------------------------------
+    def _state(self):
+        if not self._traced:
+            raise TypeError(
+                "this compiled function has not been traced yet: call it once or pass "
+                "example= to fa.compile before pickling or saving it"
+            )
+        return {
+            "format": _COMPILED_FORMAT,
+            "opcode": self._tape.opcode.copy(),
+            "in0": self._tape.in0.copy(),
+            "in1": self._tape.in1.copy(),
+            "val": self._tape.val.copy(),
+            "inputs": self._inputs,
+            "outputs": self._outputs,
+            "guards": self._guards,
+            "meta": json.dumps(
+                {
+                    "scalar_output": self._scalar_output,
+                    "input_names": self._input_names,
+                    "labels": {str(i): v for i, v in self._tape.labels.items()},
+                    "name": getattr(self._function, "__name__", "function"),
+                }
+            ),
+        }
+
+    def __getstate__(self):
+        return self._state()
+
+    def __setstate__(self, state):
+        self.__dict__.update(_from_state(state).__dict__)
+
+    def save(self, path):
+        """Write the traced function to a NumPy ``.npz`` file (no pickle inside)."""
+        state = self._state()
+        np.savez(path, **{key: np.asarray(value) for key, value in state.items()})
+
+
+def load(path):
+    """Read a compiled function written by :meth:`CompiledFunction.save`.
+
+    The tape is validated like :meth:`fastad.Tape.from_arrays`, and input,
+    output and guard ids are checked, before any kernel sees them.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        state = {key: data[key] for key in data.files}
+    return _from_state(state, source=str(path))
+
+
+def _from_state(state, source="pickle"):
+    missing = {"format", "opcode", "in0", "in1", "val", "inputs", "outputs", "guards", "meta"}
+    missing -= set(state)
+    if missing:
+        raise ValueError(f"{source}: not a fastad compiled function, missing {sorted(missing)}")
+    if str(state["format"]) != _COMPILED_FORMAT:
+        raise ValueError(
+            f"{source}: format {str(state['format'])!r}, expected {_COMPILED_FORMAT!r}"
+        )
+    meta = json.loads(str(state["meta"]))
+    tape = Tape.from_arrays(
+        state["opcode"], state["in0"], state["in1"], state["val"], meta.get("labels")
+    )
+    n = len(tape)
+    inputs = _ids(state["inputs"], n, "inputs", source)
+    outputs = _ids(state["outputs"], n, "outputs", source)
+    guards = np.asarray(state["guards"])
+    if guards.ndim != 2 or guards.shape[1] != 2 or guards.dtype.kind not in "iu":
+        raise ValueError(f"{source}: guards must be an integer array of shape (g, 2)")
+    guards = guards.astype(np.int64)
+    _ids(guards[:, 0], n, "guard nodes", source)
+    if not np.isin(guards[:, 1], (0, 1)).all():
+        raise ValueError(f"{source}: guard outcomes must be 0 or 1")
+    if (tape.opcode[inputs] != optable.INPUT).any() or np.unique(inputs).size != inputs.size:
+        raise ValueError(f"{source}: inputs must be distinct leaf nodes")
+    compiled = object.__new__(CompiledFunction)
+    compiled._function = _Unavailable(meta.get("name", "function"))
+    compiled._input_names = list(meta.get("input_names", [f"x{i}" for i in range(inputs.size)]))
+    compiled._num_inputs = inputs.size
+    compiled._point_shape = (inputs.size,)
+    compiled._lock = threading.Lock()
+    compiled._local = threading.local()
+    compiled._traced = False
+    compiled._install(tape, inputs, outputs, guards, bool(meta.get("scalar_output", True)))
+    return compiled
+
+
+class _Unavailable:
+    """Stands in for the Python function of a loaded compiled function."""
+
+    def __init__(self, name):
+        self.__name__ = name
+
+    def __call__(self, *args):
+        raise RuntimeError(
+            f"{self.__name__} was loaded from a file: it can be replayed, not traced"
+        )
+
+
+def _ids(ids, n, what, source):
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise ValueError(f"{source}: {what} must be a one-dimensional integer array")
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"{source}: {what} {ids.tolist()} must lie in [0, {n})")
+    return ids.astype(np.int64)
+
+
+def _signature(function, num_inputs):
+    if num_inputs is not None:
+        if not isinstance(num_inputs, int) or num_inputs < 1:
+            raise ValueError(f"num_inputs must be a positive int, got {num_inputs!r}")
+        return [f"x{i}" for i in range(num_inputs)], num_inputs
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise TypeError("cannot read the function's signature: pass num_inputs=") from error
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind not in positional or p.default is not p.empty for p in parameters):
+        raise TypeError(
+            "fa.compile reads the number of inputs from plain positional parameters "
+            "(no *args, keyword-only or default arguments): pass num_inputs="
+        )
+    if not parameters:
+        raise TypeError("the function takes no inputs")
+    return [p.name for p in parameters], len(parameters)
+
+
+def _output_node(tape, result, position):
+    if isinstance(result, Var):
+        if result.tape is not tape:
+            raise ValueError(f"output {position} is a node of another tape: {result!r}")
+        return result
+    if is_number(result):
+        return tape.constant(result)
+    raise TypeError(
+        f"output {position} of the traced function is a {type(result).__name__}; "
+        "expected a fastad node or a real number"
+    )
+
+
+def _real_array(values, what):
+    array = np.asarray(values)
+    if array.dtype.kind in "biuf":
+        return array.astype(np.float64, copy=False)
+    raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+
+
+def _thread_count(threads):
+    available = numba.get_num_threads()
+    if threads is None:
+        return available
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    return min(threads, available)
+
+
+def _describe(tape, node):
+    op = optable.OPS[tape.opcode[node]]
+    if op.name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        a, b = tape.in0[node], tape.in1[node]
+        return f"{_operand(tape, a)} {op.symbol} {_operand(tape, b)}"
+    return f"bool({_operand(tape, node)})"
+
+
+def _operand(tape, node):
+    label = tape.labels.get(int(node))
+    if label:
+        return label
+    op = optable.OPS[tape.opcode[node]]
+    if op.name == "const":
+        return repr(float(tape.val[node]))
+    return f"node {int(node)} ({op.symbol})"
