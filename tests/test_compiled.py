@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import dags, evaluate
 
 import fastad as fa
 from fastad import compiled as compiled_module
 from fastad import demo
-from test_properties import dags, evaluate
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 
