@@ -12,6 +12,7 @@ from fastad.functions import (
     cos,
     exp,
     grad,
+    jvp,
     log,
     maximum,
     minimum,
@@ -23,6 +24,7 @@ from fastad.functions import (
     var,
     where,
 )
+from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck
 from fastad.node import Var
 from fastad.tape import Tape, current_tape
 
@@ -31,6 +33,9 @@ __version__ = "0.1.0"
 __all__ = [
     "BranchError",
     "CompiledFunction",
+    "GradcheckError",
+    "GradcheckResult",
+    "gradcheck",
     "TraceError",
     "compile",
     "load",
@@ -45,6 +50,7 @@ __all__ = [
     "current_tape",
     "exp",
     "grad",
+    "jvp",
     "log",
     "maximum",
     "minimum",

@@ -279,6 +279,24 @@ class Tape:
         self._sweep_into(root, adjoints, False)
         return adjoints[np.asarray(wrt, dtype=np.intp)]
 
+    def tangent(self, root, wrt, direction):
+        """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
+
+        Nodes not in ``wrt`` hold still. This is ``J v`` for one output,
+        computed by the compiled tangent sweep from the same local partials
+        as ``backward``.
+        """
+        root = self._root_id(root)
+        wrt = np.asarray(wrt, dtype=np.intp)
+        direction = np.asarray(direction, dtype=VALUE_DTYPE)
+        if direction.shape != wrt.shape:
+            raise ValueError(f"direction shape {direction.shape} != wrt shape {wrt.shape}")
+        tangents = np.zeros(root + 1, VALUE_DTYPE)
+        inside = wrt <= root
+        tangents[wrt[inside]] = direction[inside]
+        sweeps.tangent_sweep(self._opcode, self._in0, self._in1, self._val, tangents, root + 1)
+        return float(tangents[root])
+
     # -- finding where nan/inf came from ---------------------------------------
     def first_nonfinite(self, root=None):
         """The first node whose value is ``nan``/``inf`` while its inputs are finite.

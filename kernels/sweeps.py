@@ -923,3 +923,24 @@ def sweep_points_parallel(
             sweep_block(
                 program, work, points, directions, values, derivatives, status, mode, start, count
             )
+
+
+@kernel
+def tangent_sweep(opcode, in0, in1, val, tangent, stop):
+    """Forward mode on a tape: ``tangent[i] = d0 * tangent[in0] + d1 * tangent[in1]``.
+
+    The caller sets the leaves' tangents (the direction) and zeroes the rest;
+    nodes ``0:stop`` are swept in increasing id order with the same
+    ``local_partials`` the backward sweep uses, and the same strong zeros.
+    """
+    for i in range(stop):
+        j = in0[i]
+        if j < 0:
+            continue
+        k = in1[i]
+        b = val[k] if k >= 0 else 0.0
+        d0, d1 = local_partials(opcode[i], val[j], b, val[i])
+        t = strong_product(d0, tangent[j])
+        if k >= 0:
+            t += strong_product(d1, tangent[k])
+        tangent[i] = t
