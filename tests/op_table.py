@@ -1,0 +1,90 @@
+"""The op test table: one row per op of ``kernels/optable.py``.
+
+Shared by the op tests (values, compiled rules) and the gradcheck regression
+suite. Each row: how a user writes the op, an independent NumPy reference,
+an input range per operand avoiding singular points, and kinks to keep
+finite differences away from.
+"""
+
+import operator
+from typing import NamedTuple
+
+import numpy as np
+
+import fastad as fa
+from fastad.kernels import optable
+from fastad.node import record
+
+
+class OpCase(NamedTuple):
+    name: str
+    apply: object  # how a user writes it
+    reference: object  # an independent NumPy implementation
+    domain: tuple  # (low, high) per operand, avoiding singular points
+    kinks: tuple = ()  # points to stay clear of for finite differences
+
+
+def _sigmoid_reference(a):
+    return 0.5 * (1.0 + np.tanh(0.5 * a))  # a different formula on purpose
+
+
+OP_CASES = [
+    OpCase("add", operator.add, np.add, ((-3, 3), (-3, 3))),
+    OpCase("sub", operator.sub, np.subtract, ((-3, 3), (-3, 3))),
+    OpCase("mul", operator.mul, np.multiply, ((-3, 3), (-3, 3))),
+    OpCase("div", operator.truediv, np.divide, ((-3, 3), (0.5, 3))),
+    OpCase("neg", operator.neg, np.negative, ((-3, 3),)),
+    OpCase("pow", operator.pow, np.power, ((0.2, 3), (-2.5, 2.5))),
+    OpCase("exp", fa.exp, np.exp, ((-3, 3),)),
+    OpCase("log", fa.log, np.log, ((0.1, 5),)),
+    OpCase("sqrt", fa.sqrt, np.sqrt, ((0.1, 5),)),
+    OpCase("sin", fa.sin, np.sin, ((-4, 4),)),
+    OpCase("cos", fa.cos, np.cos, ((-4, 4),)),
+    OpCase("tanh", fa.tanh, np.tanh, ((-3, 3),)),
+    OpCase("sigmoid", fa.sigmoid, _sigmoid_reference, ((-6, 6),)),
+    OpCase("relu", fa.relu, lambda a: np.maximum(a, 0.0), ((-3, 3),), kinks=(0.0,)),
+    OpCase("abs", fa.abs, np.abs, ((-3, 3),), kinks=(0.0,)),
+    OpCase("maximum", fa.maximum, np.maximum, ((-3, 3), (-3, 3)), kinks=("tie",)),
+    OpCase("minimum", fa.minimum, np.minimum, ((-3, 3), (-3, 3)), kinks=("tie",)),
+    *(
+        OpCase(
+            name, relation, lambda a, b, r=relation: float(r(a, b)), ((-3, 3), (-3, 3)), ("tie",)
+        )
+        for name, relation in [
+            ("lt", operator.lt),
+            ("le", operator.le),
+            ("gt", operator.gt),
+            ("ge", operator.ge),
+            ("eq", operator.eq),
+            ("ne", operator.ne),
+        ]
+    ),
+    OpCase(
+        "pick",
+        lambda c, x: record(optable.BY_NAME["pick"].code, c, x),
+        lambda c, x: x if c != 0 else -0.0,
+        ((-3, 3), (-3, 3)),
+        kinks=(0.0,),
+    ),
+    OpCase(
+        "pick_not",
+        lambda c, x: record(optable.BY_NAME["pick_not"].code, c, x),
+        lambda c, x: -0.0 if c != 0 else x,
+        ((-3, 3), (-3, 3)),
+        kinks=(0.0,),
+    ),
+]
+CASES = {case.name: case for case in OP_CASES}
+
+
+def sample_operands(case, rng, count=25):
+    """Points in the case's domain, at least 0.05 away from its kinks."""
+    points = []
+    while len(points) < count:
+        point = [rng.uniform(low, high) for low, high in case.domain]
+        if 0.0 in case.kinks and abs(point[0]) < 0.05:
+            continue
+        if "tie" in case.kinks and abs(point[0] - point[1]) < 0.05:
+            continue
+        points.append(point)
+    return points
