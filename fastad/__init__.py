@@ -26,6 +26,7 @@ from fastad.functions import (
 )
 from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck
 from fastad.node import Var
+from fastad.optimize import OptimizationReport, optimize
 from fastad.tape import Tape, current_tape
 
 __version__ = "0.1.0"
@@ -41,6 +42,8 @@ __all__ = [
     "load",
     "where",
     "NonFiniteError",
+    "OptimizationReport",
+    "optimize",
     "NonFiniteOrigin",
     "StaleNodeError",
     "Tape",

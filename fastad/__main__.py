@@ -7,12 +7,19 @@ import sys
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m fastad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="record the articles' examples 1 and 2 and check them")
+    demo_command = commands.add_parser(
+        "demo", help="record the articles' examples 1 and 2 and check them"
+    )
+    demo_command.add_argument(
+        "--draw",
+        metavar="DIR",
+        help="also write drawings of both examples to DIR (DOT; SVG with Graphviz)",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         from fastad import demo
 
-        worst = demo.main()
+        worst = demo.main(draw_dir=args.draw)
         # Central differences with h = 1e-6 agree to ~1e-9 relative (SPEC);
         # anything above 1e-6 means a wrong rule, not rounding.
         if worst > 1e-6:

@@ -23,6 +23,7 @@ import numpy as np
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
 from fastad.node import Var, is_number
+from fastad.optimize import optimize as optimize_tape
 from fastad.tape import Tape
 
 _VALUES, _VJP, _JVP = sweeps.VALUES, sweeps.VJP, sweeps.JVP
@@ -38,7 +39,7 @@ _MAX_LANES = 256
 _PARALLEL_MIN_POINTS = 4096
 
 
-def compile(function=None, *, num_inputs=None, example=None):  # noqa: A001 (fa.compile)
+def compile(function=None, *, num_inputs=None, example=None, optimize=True):  # noqa: A001
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
     Parameters
@@ -52,6 +53,10 @@ def compile(function=None, *, num_inputs=None, example=None):  # noqa: A001 (fa.
     example : array_like of shape (k,), optional
         Point to trace at. By default tracing happens at the first point
         the compiled function is called with.
+    optimize : bool
+        Run the tape optimiser (:func:`fastad.optimize`: dead nodes, constant
+        folding, common subexpressions) on the traced tape; results are
+        identical either way. ``f.optimization`` reports what it removed.
 
     Examples
     --------
@@ -60,9 +65,10 @@ def compile(function=None, *, num_inputs=None, example=None):  # noqa: A001 (fa.
     >>> f.value_and_grad(np.array([2.0, 3.0]))
     (64.0, array([64., 32.]))
     """
+    options = dict(num_inputs=num_inputs, example=example, optimize=optimize)
     if function is None:
-        return lambda f: CompiledFunction(f, num_inputs=num_inputs, example=example)
-    return CompiledFunction(function, num_inputs=num_inputs, example=example)
+        return lambda f: CompiledFunction(f, **options)
+    return CompiledFunction(function, **options)
 
 
 class CompiledFunction:
@@ -78,13 +84,15 @@ class CompiledFunction:
     at once, picklable and savable (:meth:`save`, :func:`fastad.load`).
     """
 
-    def __init__(self, function, num_inputs=None, example=None):
+    def __init__(self, function, num_inputs=None, example=None, optimize=True):
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
         self._function = function
         self._input_names, self._num_inputs = _signature(function, num_inputs)
         self._point_shape = (self._num_inputs,)
         self._scalar_output = None  # known once traced
+        self._optimize = optimize
+        self.optimization = None
         self._lock = threading.Lock()
         self._local = threading.local()
         self._traced = False
@@ -115,13 +123,14 @@ class CompiledFunction:
                 raise ValueError("the traced function returned no outputs")
             guards = np.array(tape._guards, dtype=np.int64).reshape(-1, 2)
             tape._guards = None  # tracing is over: the tape is an ordinary tape now
-            self._install(
-                tape,
-                np.array([node.id for node in inputs], np.int64),
-                np.array([node.id for node in outputs], np.int64),
-                guards,
-                scalar_output,
-            )
+            input_ids = np.array([node.id for node in inputs], np.int64)
+            output_ids = np.array([node.id for node in outputs], np.int64)
+            if self._optimize:
+                optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
+                tape, self.optimization = optimized.tape, optimized.report
+                input_ids, output_ids = optimized.new_ids[input_ids], optimized.new_ids[output_ids]
+                guards = np.column_stack([optimized.new_ids[guards[:, 0]], guards[:, 1]])
+            self._install(tape, input_ids, output_ids, guards, scalar_output)
 
     def _install(self, tape, inputs, outputs, guards, scalar_output):
         n = len(tape)
@@ -459,6 +468,8 @@ def _from_state(state, source="pickle"):
     compiled._lock = threading.Lock()
     compiled._local = threading.local()
     compiled._traced = False
+    compiled._optimize = False
+    compiled.optimization = None
     compiled._install(tape, inputs, outputs, guards, bool(meta.get("scalar_output", True)))
     return compiled
 

@@ -6,6 +6,8 @@ difference computed by re-running the same Python function on a fresh tape
 (no shared code with the backward sweep).
 """
 
+import pathlib
+
 import fastad as fa
 
 
@@ -31,11 +33,12 @@ def central_difference(function, point, index, step=1e-6):
     return (at(step) - at(-step)) / (2.0 * step)
 
 
-def run_example(title, function, names, point, out=print):
+def run_example(title, function, names, point, out=print, draw_to=None):
     """Record ``function`` at ``point``, print its table and checked gradients.
 
-    Returns the worst relative difference between the reverse-mode gradient
-    and the central difference.
+    With ``draw_to`` (a path without suffix) also writes the drawing: DOT
+    text always, SVG when Graphviz is installed. Returns the worst relative
+    difference between the reverse-mode gradient and the central difference.
     """
     out(f"=== {title} ===")
     with fa.Tape() as tape:
@@ -56,13 +59,38 @@ def run_example(title, function, names, point, out=print):
             f"   relative error {relative:.1e}"
         )
     out(f"worst relative error {worst:.1e}\n")
+    if draw_to is not None:
+        draw(tape, draw_to, out)
     return worst
 
 
-def main(out=print):
-    """Run both examples; return the worst relative error seen."""
+def draw(tape, stem, out=print):
+    """Write ``stem.dot`` and, if Graphviz is available, ``stem.svg``."""
+    stem = pathlib.Path(stem)
+    stem.with_suffix(".dot").write_text(tape.to_dot())
+    try:
+        tape.render(stem.with_suffix(".svg"))
+        out(f"drew {stem.with_suffix('.dot')} and {stem.with_suffix('.svg')}\n")
+    except RuntimeError as missing:
+        out(f"drew {stem.with_suffix('.dot')}; no SVG: {missing}\n")
+
+
+def main(out=print, draw_dir=None):
+    """Run both examples; return the worst relative error seen.
+
+    ``draw_dir``: also write drawings of examples 1 and 2 there.
+    """
+    folder = None
+    if draw_dir is not None:
+        folder = pathlib.Path(draw_dir)
+        folder.mkdir(parents=True, exist_ok=True)
     worst = run_example(
-        "Example 1: z = (x*y + x)^2 at x=2, y=3", example_1, ["x", "y"], [2.0, 3.0], out
+        "Example 1: z = (x*y + x)^2 at x=2, y=3",
+        example_1,
+        ["x", "y"],
+        [2.0, 3.0],
+        out,
+        draw_to=folder / "example1" if folder else None,
     )
     worst = max(
         worst,
@@ -82,6 +110,7 @@ def main(out=print):
             ["w1", "x1", "w2", "x2", "b", "y"],
             [0.5, 1.2, -0.3, 0.8, 0.1, 1.0],
             out,
+            draw_to=folder / "example2" if folder else None,
         ),
     )
     return worst

@@ -1,5 +1,6 @@
 """Exceptions raised by fastad."""
 
+import os
 from dataclasses import dataclass
 
 
@@ -33,9 +34,12 @@ class NonFiniteOrigin:
     value: float
     slot: int = -1
     partial: float = float("nan")
+    source: tuple | None = None  # (file, line) on debug tapes
 
     def describe(self):
         name = f"node {self.node} ({self.op}" + (f" '{self.label}')" if self.label else ")")
+        if self.source is not None:
+            name += f" at {os.path.basename(self.source[0])}:{self.source[1]}"
         inputs = ", ".join(repr(x) for x in self.inputs)
         if self.phase == "forward" and not self.inputs:
             return f"{name} holds {self.value!r}: a non-finite leaf or constant"

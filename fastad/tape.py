@@ -14,6 +14,8 @@ thread, otherwise the thread's default tape (``fa.current_tape()``).
 
 import json
 import math
+import os
+import sys
 import threading
 
 import numpy as np
@@ -47,8 +49,14 @@ class Tape:
     read-only views of the first ``len(t)`` rows.
     """
 
-    def __init__(self, capacity=_INITIAL_CAPACITY, trace=False):
+    def __init__(self, capacity=_INITIAL_CAPACITY, trace=False, debug=False):
         capacity = max(int(capacity), 1)
+        # Debug recording keeps (file, line) of the user's code for every node.
+        # It swaps in a recording method of its own so that ordinary tapes pay
+        # nothing for it on the hot path.
+        self._sources = {} if debug else None
+        if debug:
+            self.append = self._append_with_source
         # (node id, truth) of every bool() taken of a node while tracing for
         # fa.compile; None on ordinary tapes.
         self._guards = [] if trace else None
@@ -102,6 +110,8 @@ class Tape:
         self._generation += 1
         self._labels.clear()
         self._constants.clear()
+        if self._sources is not None:
+            self._sources.clear()
         if self._guards is not None:
             self._guards.clear()
 
@@ -121,6 +131,15 @@ class Tape:
         if n & _STAGE_MASK == _STAGE_MASK:
             self._sync()
         return Var(self, n, value)
+
+    def _append_with_source(self, code, in0, in1, value):
+        node = Tape.append(self, code, in0, in1, value)
+        self._sources[node._id] = _user_location()
+        return node
+
+    def source(self, node_id):
+        """``(file, line)`` of the user code that recorded the node (debug tapes), or None."""
+        return self._sources.get(int(node_id)) if self._sources is not None else None
 
     def _sync(self):
         """Move the staged rows into the arrays (growing them by doubling)."""
@@ -327,6 +346,7 @@ class Tape:
             label=self._labels.get(node),
             inputs=self._operand_values(node),
             value=float(self._val[node]),
+            source=self.source(node),
         )
 
     def _operand_values(self, node):
@@ -358,34 +378,59 @@ class Tape:
             value=float(self._val[node]),
             slot=slot,
             partial=float(self.local_partials([node])[0, slot]),
+            source=self.source(node),
         )
 
     # -- printing --------------------------------------------------------------
-    def table(self, grad=False, start=0, stop=None, max_rows=60):
+    def table(self, grad=False, start=0, stop=None, max_rows=60, around=None, context=5):
         """The node table in the articles' form: id, op, value, inputs (and label).
 
         ``grad=True`` adds each node's adjoint. Rows ``start:stop`` are shown;
-        past ``max_rows`` the middle is elided.
+        past ``max_rows`` the middle is elided. ``around=node`` shows the
+        ``context`` rows on each side of one node and marks it with ``>``
+        (for instance the origin a checked backward reported). Debug tapes
+        add the file and line that recorded each node.
         """
         self._sync()
+        if around is not None:
+            around = self._root_id(around)
+            start, stop = max(around - context, 0), around + context + 1
         stop = self._n if stop is None else min(stop, self._n)
         ids = list(range(max(start, 0), stop))
         if len(ids) > max_rows:
             half = max_rows // 2
             ids = ids[:half] + [None] + ids[-half:]
-        header = f"{'id':>6}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
-        rows = [header + f"  {'inputs':<14} label"]
+        header = f"{'id':>7}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
+        header += f"  {'inputs':<14} label"
+        rows = [header + ("  where" if self._sources is not None else "")]
         for i in ids:
             if i is None:
-                rows.append(f"{'...':>6}  ({stop - start - 2 * half} rows not shown)")
+                rows.append(f"{'...':>7}  ({stop - start - 2 * half} rows not shown)")
                 continue
             operands = [f"#{j}" for j in (self._in0[i], self._in1[i]) if j >= 0]
-            row = f"{i:>6}  {optable.OPS[self._opcode[i]].symbol:<8} {_fmt(self._val[i], 4):>12}"
+            mark = ">" if i == around else " "
+            row = f"{mark}{i:>6}  {optable.OPS[self._opcode[i]].symbol:<8} "
+            row += f"{_fmt(self._val[i], 4):>12}"
             if grad:
                 row += f" {_fmt(self._grad[i], 8):>14}"
-            row += f"  {', '.join(operands) or '-':<14} {self._labels.get(i, '')}"
+            row += f"  {', '.join(operands) or '-':<14} {self._labels.get(i, ''):<5}"
+            source = self.source(i)
+            if source is not None:
+                row += f"  {os.path.basename(source[0])}:{source[1]}"
             rows.append(row.rstrip())
         return "\n".join(rows)
+
+    def to_dot(self, root=None, max_nodes=200, grad=True):
+        """Graphviz DOT source of the tape; see :func:`fastad.draw.to_dot`."""
+        from fastad import draw
+
+        return draw.to_dot(self, root, max_nodes, grad)
+
+    def render(self, path, root=None, max_nodes=200, grad=True):
+        """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.draw.render`."""
+        from fastad import draw
+
+        return draw.render(self, path, root, max_nodes, grad)
 
     # -- building from arrays, saving, loading ---------------------------------
     @classmethod
@@ -493,6 +538,17 @@ def _validated_arrays(opcode, in0, in1, val):
         np.ascontiguousarray(arrays["in1"], INDEX_DTYPE),
         np.ascontiguousarray(arrays["val"], VALUE_DTYPE),
     )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_location():
+    """(file, line) of the innermost caller outside the fastad package."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 # -- the current tape -------------------------------------------------------------

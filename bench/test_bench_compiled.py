@@ -1,0 +1,149 @@
+"""Compiled-function benchmarks on the articles' example 2.
+
+Run with ``python -m pytest bench`` (the default ``pytest`` run only
+collects ``tests/``). Two groups:
+
+- ``batch``: ``value_and_grad`` of ``fa.compile(example_2)`` at 10^3 to
+  10^6 points with ``threads=1`` and ``threads=2``, beside the hand-written
+  NumPy value and gradient (``example2.py``) at the same sizes;
+- ``latency``: one call at one point (a float64 array of shape ``(6,)``),
+  ``value_and_grad`` and plain ``__call__``.
+
+Batch benchmarks store ``ns_per_point`` (best round) in ``extra_info``,
+latency benchmarks ``us_per_call``. Every benchmark checks its result once
+(fastad against NumPy; two threads bitwise against one), so a broken path
+fails instead of producing a fast wrong number. ``bench/report_compiled.py``
+prints the same figures side by side with the SPEC's targets.
+"""
+
+import numba
+import numpy as np
+import pytest
+from example2 import NUM_INPUTS, example_2, numpy_value_and_grad, random_points
+
+import fastad as fa
+
+BATCH_SIZES = (10**3, 10**4, 10**5, 10**6)
+SEED = 0
+# The SPEC's one-point example (fastad/demo.py).
+ONE_POINT = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
+# fastad and NumPy round differently (fastad's sigmoid is e/(1 + e) for
+# z < 0; the products are grouped differently), and d = s - y cancels where
+# s is close to y, so the elementwise relative difference reaches 1e-10 on
+# a few of 10^6 points (measured 9.3e-11) while the absolute difference stays
+# at rounding level: at most 5.7e-16 of each column's largest magnitude.
+# Hence a relative tolerance plus an absolute one scaled to the column.
+RTOL = 1e-12
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """``fa.compile(example_2)``, traced, with every path the benchmarks use warmed.
+
+    Warming compiles (or loads from Numba's cache) the serial, parallel and
+    one-point kernels, and creates the per-thread work spaces, so no round
+    pays for either.
+    """
+    function = fa.compile(example_2, example=ONE_POINT)
+    warm = random_points(8192, seed=SEED + 1)
+    for threads in (1, 2):
+        function.value_and_grad(warm, threads=threads)
+    function.value_and_grad(ONE_POINT)
+    function(ONE_POINT)
+    return function
+
+
+@pytest.fixture(scope="module", params=BATCH_SIZES, ids=lambda n: f"N={n:.0e}")
+def points(request):
+    return random_points(request.param, seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def numpy_reference(points):
+    return numpy_value_and_grad(points)
+
+
+def assert_matches(actual, expected):
+    for got, want in zip(actual, expected, strict=True):
+        got, want = got.reshape(want.shape[0], -1), want.reshape(want.shape[0], -1)
+        for column in range(want.shape[1]):
+            scale = np.abs(want[:, column]).max()
+            np.testing.assert_allclose(
+                got[:, column], want[:, column], rtol=RTOL, atol=RTOL * scale
+            )
+
+
+def store_per_point(benchmark, n_points):
+    benchmark.extra_info["points"] = n_points
+    # With --benchmark-disable the function runs once untimed and stats is None.
+    if benchmark.stats is not None:
+        benchmark.extra_info["ns_per_point"] = benchmark.stats.stats.min / n_points * 1e9
+
+
+def store_per_call(benchmark):
+    if benchmark.stats is not None:
+        benchmark.extra_info["us_per_call"] = benchmark.stats.stats.min * 1e6
+
+
+@pytest.mark.benchmark(group="batch")
+def test_batch_numpy(benchmark, points):
+    result = benchmark(numpy_value_and_grad, points)
+    store_per_point(benchmark, points.shape[0])
+    assert result[1].shape == points.shape
+
+
+# Batches under fastad.compiled._PARALLEL_MIN_POINTS (4096) run on the
+# calling thread whatever ``threads`` says, so at 10^3 points both rows time
+# the serial path. ``threads`` is also capped at numba.get_num_threads().
+@pytest.mark.benchmark(group="batch")
+@pytest.mark.parametrize("threads", [1, 2], ids=lambda t: f"threads={t}")
+def test_batch_fastad(benchmark, compiled, points, numpy_reference, threads):
+    result = benchmark(compiled.value_and_grad, points, threads=threads)
+    store_per_point(benchmark, points.shape[0])
+    benchmark.extra_info["threads"] = min(threads, numba.get_num_threads())
+    assert_matches(result, numpy_reference)
+    if threads > 1:
+        # Each point is evaluated by the same sequence of operations whatever
+        # its block and thread, so the results must agree bit for bit.
+        serial = compiled.value_and_grad(points, threads=1)
+        for got, want in zip(result, serial, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.benchmark(group="latency")
+def test_latency_value_and_grad(benchmark, compiled):
+    value, grad = benchmark(compiled.value_and_grad, ONE_POINT)
+    store_per_call(benchmark)
+    assert_matches((np.array([value]), grad.reshape(1, -1)), numpy_value_and_grad(ONE_POINT[None]))
+
+
+@pytest.mark.benchmark(group="latency")
+def test_latency_call(benchmark, compiled):
+    value = benchmark(compiled, ONE_POINT)
+    store_per_call(benchmark)
+    assert isinstance(value, float)
+    assert_matches((np.array([value]),), numpy_value_and_grad(ONE_POINT[None])[:1])
+
+
+# -- the benchmark's own ingredients --------------------------------------------
+
+
+def test_numpy_reference_matches_central_differences():
+    # An oracle independent of both fastad and the hand-derived formulas:
+    # central differences of the value alone, coordinate by coordinate.
+    points = random_points(50, seed=SEED + 2)
+    _, grad = numpy_value_and_grad(points)
+    step = 1e-6
+    for i in range(NUM_INPUTS):
+        shift = np.zeros(NUM_INPUTS)
+        shift[i] = step
+        above, _ = numpy_value_and_grad(points + shift)
+        below, _ = numpy_value_and_grad(points - shift)
+        np.testing.assert_allclose(grad[:, i], (above - below) / (2 * step), atol=1e-8)
+
+
+def test_random_points_are_reproducible_and_bounded():
+    first, second = random_points(1000, seed=3), random_points(1000, seed=3)
+    np.testing.assert_array_equal(first, second)
+    assert first.flags.c_contiguous and first.dtype == np.float64
+    assert np.all(np.abs(first) <= 1.0) and np.all(first[:, -1] >= 0.0)
