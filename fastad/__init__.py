@@ -5,6 +5,7 @@ structure-of-arrays tape; Numba-compiled sweeps compute values and
 gradients. See README.md and docs/design.md.
 """
 
+from fastad.blocks import Block, linear, linear_relu, mse_loss, scalar_nodes
 from fastad.compiled import CompiledFunction, compile, load
 from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError
 from fastad.functions import (
@@ -32,6 +33,11 @@ from fastad.tape import Tape, current_tape
 __version__ = "0.1.0"
 
 __all__ = [
+    "Block",
+    "linear",
+    "linear_relu",
+    "mse_loss",
+    "scalar_nodes",
     "BranchError",
     "CompiledFunction",
     "GradcheckError",

@@ -545,7 +545,7 @@ def _thread_count(threads):
 
 
 def _describe(tape, node):
-    op = optable.OPS[tape.opcode[node]]
+    op = optable.ALL[tape.opcode[node]]
     if op.name in ("lt", "le", "gt", "ge", "eq", "ne"):
         a, b = tape.in0[node], tape.in1[node]
         return f"{_operand(tape, a)} {op.symbol} {_operand(tape, b)}"
@@ -556,7 +556,7 @@ def _operand(tape, node):
     label = tape.labels.get(int(node))
     if label:
         return label
-    op = optable.OPS[tape.opcode[node]]
+    op = optable.ALL[tape.opcode[node]]
     if op.name == "const":
         return repr(float(tape.val[node]))
     return f"node {int(node)} ({op.symbol})"

@@ -50,7 +50,7 @@ def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
         '  edge [fontname="Helvetica", fontsize=10];',
     ]
     for i in ids.tolist():
-        op = optable.OPS[opcode[i]]
+        op = optable.ALL[opcode[i]]
         name = labels.get(i)
         title = name if name else (f"{float(val[i]):.4g}" if op.name == "const" else op.symbol)
         kind = {"input": "leaf", "const": "const"}.get(op.name, op.symbol)

@@ -7,7 +7,8 @@ Each function accepts a ``Var`` (and records a node) or a plain real number
 
 import numpy as np
 
-from fastad import rules
+from fastad import blocks, rules
+from fastad.blocks import Block
 from fastad.kernels import optable
 from fastad.node import Var, check_live, is_number, record, record_unary
 from fastad.tape import current_tape
@@ -92,16 +93,34 @@ def _plain_number_result(name, code, operands):
     return rules.value(code, *(float(x) for x in operands))
 
 
+def _arrays_or_blocks(name, code, operands):
+    """Blocks and numeric arrays: a block node (or plain array); object arrays: per element."""
+    if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
+        function = _FUNCTIONS[name]
+        return np.frompyfunc(function, len(operands), 1)(*operands)
+    if any(isinstance(x, Block) or _numeric_array(x) for x in operands):
+        return blocks.elementwise(code, *operands)
+    return None
+
+
+def _numeric_array(x):
+    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
+
+
 def _unary(name, doc):
     code = optable.BY_NAME[name].code
 
     def function(x):
         if type(x) is Var:
             return record_unary(code, x)
+        result = _arrays_or_blocks(name, code, (x,))
+        if result is not None:
+            return result
         return _plain_number_result(name, code, (x,))
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = doc
+    _FUNCTIONS[name] = function
     return function
 
 
@@ -115,12 +134,18 @@ def _binary(name, doc):
                 kinds = f"{type(x).__name__}, {type(y).__name__}"
                 raise TypeError(f"fa.{name} does not accept ({kinds}): use nodes or real numbers")
             return result
+        result = _arrays_or_blocks(name, code, (x, y))
+        if result is not None:
+            return result
         return _plain_number_result(name, code, (x, y))
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = doc
+    _FUNCTIONS[name] = function
     return function
 
+
+_FUNCTIONS = {}
 
 exp = _unary("exp", "e**x. Derivative: the saved output.")
 log = _unary("log", "Natural logarithm; log(0) = -inf, log(x < 0) = nan.")

@@ -79,12 +79,12 @@ def record(code, x, y):
         tape = x._tape
         if type(y) is not Var:
             if not is_number(y):
-                return _unsupported(y)
+                return _other_operand(code, x, y, y)
             y = tape.constant(y)
     else:
         tape = y._tape
         if not is_number(x):
-            return _unsupported(x)
+            return _other_operand(code, x, y, x)
         x = tape.constant(x)
     generation = tape._generation
     if x._generation != generation or y._generation != generation or y._tape is not tape:
@@ -97,11 +97,26 @@ def record(code, x, y):
     return tape.append(code, x._id, y._id, value)
 
 
-def _unsupported(operand):
-    if isinstance(operand, np.ndarray):
+def _other_operand(code, x, y, other):
+    """A node meets something that is not a node or a number: ``other``.
+
+    Arrays and blocks make the operation a block node (broadcasting the
+    scalar); object arrays (of nodes) apply it per element, which is how the
+    scalar-node path records array expressions. Anything else is Python's
+    business: ``NotImplemented``, so its ``TypeError`` names both types.
+    """
+    from fastad import blocks
+
+    if isinstance(other, blocks.Block) or (
+        isinstance(other, np.ndarray) and other.dtype.kind in "biuf"
+    ):
+        return blocks.elementwise(code, x, y)
+    if isinstance(other, np.ndarray) and other.dtype == object:
+        return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(x, y)
+    if isinstance(other, np.ndarray):
         raise TypeError(
-            f"cannot combine a fastad Var with a NumPy ndarray of shape {operand.shape}: "
-            "scalar nodes take Python or NumPy scalars"
+            f"cannot combine a fastad Var with a NumPy ndarray of dtype {other.dtype} "
+            f"and shape {other.shape}"
         )
     return NotImplemented
 

@@ -78,6 +78,13 @@ class Tape:
         self._generation = 0
         self._labels = {}
         self._constants = {}
+        # Blocks (fastad/blocks.py): array values by node id; the ids of nodes
+        # whose rule is a block rule (in recording order, so sorted) and their
+        # parameters; block adjoints after a backward sweep.
+        self._blocks = {}
+        self._block_ops = []
+        self._block_params = {}
+        self._block_grads = {}
 
     # -- scope -----------------------------------------------------------------
     def __enter__(self):
@@ -110,6 +117,10 @@ class Tape:
         self._generation += 1
         self._labels.clear()
         self._constants.clear()
+        self._blocks.clear()
+        self._block_ops.clear()
+        self._block_params.clear()
+        self._block_grads.clear()
         if self._sources is not None:
             self._sources.clear()
         if self._guards is not None:
@@ -159,8 +170,15 @@ class Tape:
             column.clear()
 
     def input(self, value, name=None):
-        """Record a leaf (an independent variable) holding ``value``."""
-        node = self.append(optable.INPUT, -1, -1, _as_float(value, "fa.var"))
+        """Record a leaf (an independent variable) holding ``value``.
+
+        A real number gives a scalar node (``Var``); an array gives a block
+        node (``Block``), stored as a float64 copy.
+        """
+        if _is_array_like(value):
+            node = self._append_block_leaf(optable.INPUT, value)
+        else:
+            node = self.append(optable.INPUT, -1, -1, _as_float(value, "fa.var"))
         if name is not None:
             self._labels[node._id] = str(name)
         return node
@@ -174,6 +192,136 @@ class Tape:
         if node is None:
             node = self._constants[key] = self.append(optable.CONST, -1, -1, value)
         return node
+
+    # -- blocks ------------------------------------------------------------------
+    def _append_block_leaf(self, code, value):
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf" or array.ndim == 0:
+            raise TypeError(
+                f"a block needs a real array of at least one dimension, got "
+                f"{type(value).__name__} of dtype {array.dtype} and shape {array.shape}"
+            )
+        array = np.array(array, dtype=np.float64)  # a private copy
+        array.flags.writeable = False
+        row = self.append(code, -1, -1, 0.0)
+        self._blocks[row._id] = array
+        return _block_handle(self, row._id)
+
+    def block_constant(self, value):
+        """A constant block node holding a copy of the array ``value``."""
+        return self._append_block_leaf(optable.CONST, value)
+
+    def append_block_op(self, code, in0, in1, value, params):
+        """Append a node computed by a block rule (``fastad.blocks.RULES``).
+
+        ``value`` is an array (the node is a ``Block``), a float (a scalar
+        node such as a sum, with its value in ``val`` like any scalar), or
+        None for a ``pair`` node that only bundles two operands.
+        """
+        if isinstance(value, np.ndarray):
+            row = self.append(code, in0, in1, 0.0)
+            value = np.ascontiguousarray(value, dtype=np.float64)
+            value.flags.writeable = False
+            self._blocks[row._id] = value
+            node = _block_handle(self, row._id)
+        else:
+            node = self.append(code, in0, in1, 0.0 if value is None else float(value))
+        self._block_ops.append(node._id)
+        if params is not None:
+            self._block_params[node._id] = params
+        return node
+
+    def block_adjoint(self, node_id):
+        """The adjoint array of a block node (zeros before any backward)."""
+        gradient = self._block_grads.get(node_id)
+        if gradient is None:
+            return np.zeros(self._blocks[node_id].shape)
+        return gradient.copy()
+
+    def _operand_value(self, node_id):
+        if node_id < 0:
+            return None
+        if self._opcode[node_id] == _PAIR:
+            return (
+                self._operand_value(self._in0[node_id]),
+                self._operand_value(self._in1[node_id]),
+            )
+        block = self._blocks.get(node_id)
+        return block if block is not None else float(self._val[node_id])
+
+    def _sweep_blocks_backward(self, root, adjoints, block_adjoints):
+        """Backward over a tape with blocks: compiled runs of scalar nodes, block rules between.
+
+        ``adjoints`` (scalars) is seeded by the caller; ``block_adjoints``
+        collects the arrays. Decreasing id order throughout, as the scalar sweep.
+        """
+        from fastad import blocks
+
+        stop = root + 1
+        for node in reversed([b for b in self._block_ops if b <= root]):
+            sweeps.backward_range(
+                self._opcode, self._in0, self._in1, self._val, adjoints, stop, node + 1
+            )
+            stop = node
+            code = int(self._opcode[node])
+            if code == _PAIR:
+                continue
+            if node in self._blocks:
+                g = block_adjoints.get(node)
+                if g is None:
+                    continue  # strong zero: nothing reached this block
+            else:
+                g = float(adjoints[node])
+                if g == 0.0:
+                    continue
+            j, k = int(self._in0[node]), int(self._in1[node])
+            a, b = self._operand_value(j), self._operand_value(k)
+            out = self._blocks.get(node, self._val[node])
+            da, db = blocks.vjp_rule(code, a, b, out, g, self._block_params.get(node), k < 0)
+            self._add_adjoint(j, da, adjoints, block_adjoints)
+            if k >= 0:
+                self._add_adjoint(k, db, adjoints, block_adjoints)
+        sweeps.backward_range(self._opcode, self._in0, self._in1, self._val, adjoints, stop, 0)
+
+    def _add_adjoint(self, node, contribution, adjoints, block_adjoints):
+        if self._opcode[node] == _PAIR:
+            self._add_adjoint(int(self._in0[node]), contribution[0], adjoints, block_adjoints)
+            self._add_adjoint(int(self._in1[node]), contribution[1], adjoints, block_adjoints)
+        elif node in self._blocks:
+            current = block_adjoints.get(node)
+            if current is None:
+                block_adjoints[node] = np.array(contribution, dtype=np.float64)
+            else:
+                current += contribution
+        else:
+            adjoints[node] += float(contribution)
+
+    def _forward_blocks(self):
+        """Recompute every value on a tape with blocks, in id order."""
+        from fastad import blocks
+
+        start = 0
+        for node in self._block_ops:
+            sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, start, node)
+            start = node + 1
+            code = int(self._opcode[node])
+            if code == _PAIR:
+                continue
+            a = self._operand_value(int(self._in0[node]))
+            k = int(self._in1[node])
+            b = self._operand_value(k) if k >= 0 else None
+            value = blocks.forward_rule(code, a, b, self._block_params.get(node))
+            if node in self._blocks:
+                value = np.ascontiguousarray(value, dtype=np.float64)
+                value.flags.writeable = False
+                self._blocks[node] = value
+            else:
+                self._val[node] = value
+        sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, start, self._n)
+
+    def _require_scalar_tape(self, what):
+        if self._blocks:
+            raise NotImplementedError(f"{what} is not available for tapes with blocks yet")
 
     def _grow(self, needed):
         capacity = self._opcode.size
@@ -202,7 +350,7 @@ class Tape:
     def op_name(self, node_id):
         """The op-table name of one node."""
         self._sync()
-        return optable.OPS[self._opcode[node_id]].name
+        return optable.ALL[self._opcode[node_id]].name
 
     def _view(self, name):
         self._sync()
@@ -261,6 +409,8 @@ class Tape:
     def forward(self):
         """Recompute every node value from the current leaf and constant values."""
         self._sync()
+        if self._block_ops:
+            return self._forward_blocks()
         sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, 0, self._n)
 
     def zero_grad(self):
@@ -281,6 +431,9 @@ class Tape:
             origin = self.first_nonfinite(root)
             if origin is not None:
                 raise NonFiniteError(origin)
+        if self._block_ops:
+            self._backward_with_blocks(root, accumulate)
+            return
         if accumulate:
             adjoints = np.zeros(root + 1, VALUE_DTYPE)
             found = self._sweep_into(root, adjoints, check)
@@ -291,12 +444,45 @@ class Tape:
         if check and found != sweeps.NO_ORIGIN:
             raise NonFiniteError(self._backward_origin(found // 2, found % 2))
 
+    def _backward_with_blocks(self, root, accumulate):
+        adjoints = np.zeros(self._n, VALUE_DTYPE)
+        adjoints[root] = 1.0
+        block_adjoints = {}
+        self._sweep_blocks_backward(root, adjoints, block_adjoints)
+        if accumulate:
+            self._grad[: self._n] += adjoints
+            for node, gradient in block_adjoints.items():
+                if node in self._block_grads:
+                    self._block_grads[node] = self._block_grads[node] + gradient
+                else:
+                    self._block_grads[node] = gradient
+        else:
+            self._grad[: self._n] = adjoints
+            self._block_grads = block_adjoints
+
     def gradient(self, root, wrt):
-        """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched."""
+        """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched.
+
+        A float64 array for scalar nodes; with blocks among ``wrt``, a list
+        of floats and arrays.
+        """
         root = self._root_id(root)
         adjoints = np.zeros(self._n, VALUE_DTYPE)
-        self._sweep_into(root, adjoints, False)
-        return adjoints[np.asarray(wrt, dtype=np.intp)]
+        wrt = [int(i) for i in wrt]
+        if not self._block_ops:
+            self._sweep_into(root, adjoints, False)
+            return adjoints[np.asarray(wrt, dtype=np.intp)]
+        adjoints[root] = 1.0
+        block_adjoints = {}
+        self._sweep_blocks_backward(root, adjoints, block_adjoints)
+        if not any(i in self._blocks for i in wrt):
+            return adjoints[np.asarray(wrt, dtype=np.intp)]
+        return [
+            block_adjoints.get(i, np.zeros(self._blocks[i].shape))
+            if i in self._blocks
+            else float(adjoints[i])
+            for i in wrt
+        ]
 
     def tangent(self, root, wrt, direction):
         """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
@@ -306,6 +492,7 @@ class Tape:
         as ``backward``.
         """
         root = self._root_id(root)
+        self._require_scalar_tape("forward mode (tangent, fa.jvp)")
         wrt = np.asarray(wrt, dtype=np.intp)
         direction = np.asarray(direction, dtype=VALUE_DTYPE)
         if direction.shape != wrt.shape:
@@ -342,7 +529,7 @@ class Tape:
         return NonFiniteOrigin(
             phase="forward",
             node=node,
-            op=optable.OPS[self._opcode[node]].name,
+            op=optable.ALL[self._opcode[node]].name,
             label=self._labels.get(node),
             inputs=self._operand_values(node),
             value=float(self._val[node]),
@@ -372,7 +559,7 @@ class Tape:
         return NonFiniteOrigin(
             phase="backward",
             node=node,
-            op=optable.OPS[self._opcode[node]].name,
+            op=optable.ALL[self._opcode[node]].name,
             label=self._labels.get(node),
             inputs=self._operand_values(node),
             value=float(self._val[node]),
@@ -409,10 +596,16 @@ class Tape:
                 continue
             operands = [f"#{j}" for j in (self._in0[i], self._in1[i]) if j >= 0]
             mark = ">" if i == around else " "
-            row = f"{mark}{i:>6}  {optable.OPS[self._opcode[i]].symbol:<8} "
-            row += f"{_fmt(self._val[i], 4):>12}"
-            if grad:
-                row += f" {_fmt(self._grad[i], 8):>14}"
+            row = f"{mark}{i:>6}  {optable.ALL[self._opcode[i]].symbol:<8} "
+            block = self._blocks.get(i)
+            if block is not None:
+                row += f"{'block' + str(block.shape):>12}"
+                if grad:
+                    row += f" {'(array)':>14}"
+            else:
+                row += f"{_fmt(self._val[i], 4):>12}"
+                if grad:
+                    row += f" {_fmt(self._grad[i], 8):>14}"
             row += f"  {', '.join(operands) or '-':<14} {self._labels.get(i, ''):<5}"
             source = self.source(i)
             if source is not None:
@@ -460,6 +653,7 @@ class Tape:
 
     def save(self, path):
         """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
+        self._require_scalar_tape("saving")
         np.savez(
             path,
             format=np.array(SAVE_FORMAT),
@@ -482,6 +676,19 @@ class Tape:
                 raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
             labels = json.loads(str(data["labels"])) if "labels" in data.files else {}
             return cls.from_arrays(data["opcode"], data["in0"], data["in1"], data["val"], labels)
+
+
+_PAIR = optable.BLOCK_BY_NAME["pair"].code
+
+
+def _is_array_like(value):
+    return isinstance(value, (np.ndarray, list, tuple))
+
+
+def _block_handle(tape, node_id):
+    from fastad.blocks import Block
+
+    return Block(tape, node_id)
 
 
 def _fmt(x, digits):
@@ -526,7 +733,7 @@ def _validated_arrays(opcode, in0, in1, val):
         wrong = np.flatnonzero(np.where(used, (operand < 0) | (operand >= ids), operand != -1))
         if wrong.size:
             i = int(wrong[0])
-            op = optable.OPS[opcode[i]]
+            op = optable.ALL[opcode[i]]
             rule = f"an id in [0, {i})" if used[i] else "-1 (unused operand)"
             raise ValueError(
                 f"node {i} ({op.name}, arity {op.arity}): {name} = {operand[i]}, "

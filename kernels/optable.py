@@ -149,7 +149,36 @@ OPS = (
 )
 # fmt: on
 
+
+class BlockOp(NamedTuple):
+    """An op on array blocks whose rules live in ``fastad/blocks.py`` (NumPy/BLAS
+    or the fused kernels of ``kernels/fused.py``); the compiled scalar sweeps
+    never see these opcodes. Elementwise ops on blocks reuse the scalar rows
+    above (same opcode, same rule, applied per element)."""
+
+    code: int
+    name: str
+    symbol: str
+    arity: int
+
+
+BLOCK_OPS = (
+    BlockOp(64, "matmul", "@", 2),
+    BlockOp(65, "sum", "sum", 1),
+    BlockOp(66, "mean", "mean", 1),
+    BlockOp(67, "reshape", "reshape", 1),
+    BlockOp(68, "transpose", "T", 1),
+    BlockOp(69, "index", "[]", 1),
+    BlockOp(70, "pair", "pair", 2),  # bundles two operands for a three-operand op
+    BlockOp(71, "linear", "linear", 2),  # (X, pair(W, b))
+    BlockOp(72, "linear_relu", "linear_relu", 2),  # (X, pair(W, b))
+    BlockOp(73, "mse_loss", "mse_loss", 2),
+)
+
 BY_NAME = {op.name: op for op in OPS}
+BLOCK_BY_NAME = {op.name: op for op in BLOCK_OPS}
+ALL = {op.code: op for op in (*OPS, *BLOCK_OPS)}
+"""Every opcode, scalar or block, to its row (for names, symbols and arity)."""
 INPUT = BY_NAME["input"].code
 CONST = BY_NAME["const"].code
 NUM_OPS = len(OPS)

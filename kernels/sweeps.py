@@ -944,3 +944,47 @@ def tangent_sweep(opcode, in0, in1, val, tangent, stop):
         if k >= 0:
             t += strong_product(d1, tangent[k])
         tangent[i] = t
+
+
+# -- Blocks: elementwise ops over arrays, by the scalar rules -----------------------
+
+
+@kernel
+def map_forward(op, a, b, out):
+    """``out[t] = op(a[t], b[t])`` for 1-D arrays of one size: the scalar rule, elementwise.
+
+    Block elementwise ops use the same ``forward_value`` as scalar nodes, so
+    a block and its scalar-node expansion agree bit for bit.
+    """
+    for t in range(out.size):
+        out[t] = forward_value(op, a[t], b[t])
+
+
+@kernel
+def map_vjp(op, a, b, out, g, da, db):
+    """Per element: ``da = d0 * g``, ``db = d1 * g`` with the scalar rule's partials."""
+    for t in range(out.size):
+        d0, d1 = local_partials(op, a[t], b[t], out[t])
+        da[t] = strong_product(d0, g[t])
+        db[t] = strong_product(d1, g[t])
+
+
+@kernel
+def backward_range(opcode, in0, in1, val, grad, stop, start):
+    """The backward sweep's body over nodes ``stop - 1`` down to ``start``, no seed.
+
+    Tapes with blocks alternate this over runs of scalar nodes with the
+    block nodes' rules, in decreasing id order.
+    """
+    for i in range(stop - 1, start - 1, -1):
+        g = grad[i]
+        j = in0[i]
+        if g == 0.0 or j < 0:
+            continue
+        k = in1[i]
+        b = val[k] if k >= 0 else 0.0
+        d0, d1 = local_partials(opcode[i], val[j], b, val[i])
+        if d0 != 0.0:
+            grad[j] += d0 * g
+        if k >= 0 and d1 != 0.0:
+            grad[k] += d1 * g

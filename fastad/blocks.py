@@ -1,0 +1,550 @@
+"""Blocks: NumPy arrays as nodes of the same tape as scalars.
+
+A block node is a row of the tape like any other (opcode, operand ids), so
+the ordering invariant and the sweep order are unchanged; its array value
+lives beside the hot arrays (``Tape._blocks``). The backward sweep walks the
+tape in decreasing id order, running the compiled scalar sweep over each
+run of scalar nodes and, at each block node, that node's rule below
+(elementwise rules are the scalar op table's rules applied per element by
+compiled kernels; matrix products go to BLAS; fused ops to
+``kernels/fused.py``). No Jacobian is ever formed: every rule is a
+vector-Jacobian product (``dA = G @ B.T``, ``dB = A.T @ G`` for a matmul).
+
+Broadcasting follows NumPy (right-aligned, size-1 axes expand) and every
+rule hands its gradients to :func:`unbroadcast`, which sums them back to the
+operand's own shape.
+
+``RULES`` is the one registry of block rules: opcode -> (forward, vjp).
+"""
+
+import numbers
+
+import numpy as np
+
+from fastad.errors import StaleNodeError
+from fastad.kernels import fused, optable, sweeps
+
+_BLOCK = optable.BLOCK_BY_NAME
+MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
+RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
+PAIR, LINEAR, LINEAR_RELU = _BLOCK["pair"].code, _BLOCK["linear"].code, _BLOCK["linear_relu"].code
+MSE_LOSS = _BLOCK["mse_loss"].code
+
+
+class Block:
+    """An array node on a tape: its value now, its gradient after ``backward``.
+
+    Create leaves with ``fa.var(array)``. Elementwise operators and the
+    functions of ``fastad`` broadcast like NumPy; ``@``, ``sum``, ``mean``,
+    ``reshape``, ``T``/``transpose`` and indexing record block nodes;
+    reductions and integer indexing to a single element give scalar nodes.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> with fa.Tape():
+    ...     X = fa.var(np.array([[10.0, 20, 30], [40, 50, 60]]))
+    ...     b = fa.var(np.array([1.0, 2, 3]))
+    ...     L = ((X + b) * np.array([[1.0, 0, 2], [3, 1, 0]])).sum()
+    ...     L.backward()
+    ...     print(b.grad)
+    [4. 1. 2.]
+    """
+
+    __slots__ = ("_tape", "_id", "_generation")
+    __array_ufunc__ = None  # NumPy defers: `array * block` records a block node
+
+    def __init__(self, tape, node_id):
+        self._tape = tape
+        self._id = node_id
+        self._generation = tape._generation
+
+    # -- what it is --------------------------------------------------------------
+    @property
+    def value(self):
+        """The array value (read-only)."""
+        _check_live(self)
+        return self._tape._blocks[self._id]
+
+    @property
+    def shape(self):
+        return self._tape._blocks[self._id].shape
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return self._tape._blocks[self._id].size
+
+    @property
+    def grad(self):
+        """d root / d block from the last ``backward`` (zeros before any), shaped like the value."""
+        _check_live(self)
+        return self._tape.block_adjoint(self._id)
+
+    @property
+    def id(self):
+        return self._id
+
+    @property
+    def tape(self):
+        return self._tape
+
+    @property
+    def op(self):
+        return self._tape.op_name(self._id)
+
+    @property
+    def name(self):
+        return self._tape._labels.get(self._id)
+
+    @name.setter
+    def name(self, label):
+        _check_live(self)
+        self._tape._labels[self._id] = str(label)
+
+    def __repr__(self):
+        label = self._tape._labels.get(self._id)
+        named = f", name={label!r}" if label else ""
+        return f"Block(shape={self.shape}{named}, id={self._id})"
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __bool__(self):
+        raise TypeError(f"the truth value of {self!r} is ambiguous: reduce it first")
+
+    def backward(self, *args, **kwargs):
+        raise TypeError(
+            f"backward needs a scalar output, {self!r} is an array: reduce it first "
+            "(e.g. X.sum()) or use a fused loss such as fa.mse_loss"
+        )
+
+    # -- elementwise operators ---------------------------------------------------------
+    def __add__(self, other):
+        return elementwise(_code("add"), self, other)
+
+    def __radd__(self, other):
+        return elementwise(_code("add"), other, self)
+
+    def __sub__(self, other):
+        return elementwise(_code("sub"), self, other)
+
+    def __rsub__(self, other):
+        return elementwise(_code("sub"), other, self)
+
+    def __mul__(self, other):
+        return elementwise(_code("mul"), self, other)
+
+    def __rmul__(self, other):
+        return elementwise(_code("mul"), other, self)
+
+    def __truediv__(self, other):
+        return elementwise(_code("div"), self, other)
+
+    def __rtruediv__(self, other):
+        return elementwise(_code("div"), other, self)
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, numbers.Real) and exponent == 2:
+            return elementwise(_code("mul"), self, self)
+        return elementwise(_code("pow"), self, exponent)
+
+    def __rpow__(self, base):
+        return elementwise(_code("pow"), base, self)
+
+    def __neg__(self):
+        return elementwise(_code("neg"), self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return elementwise(_code("abs"), self)
+
+    # -- structure -----------------------------------------------------------------------
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(other, self)
+
+    def __getitem__(self, key):
+        return index(self, key)
+
+    def sum(self, axis=None):
+        """Sum of all elements (a scalar node) or along ``axis`` (a block)."""
+        return _reduce(SUM, self, axis)
+
+    def mean(self, axis=None):
+        """Mean of all elements (a scalar node) or along ``axis`` (a block)."""
+        return _reduce(MEAN, self, axis)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        try:
+            new_shape = np.empty(self.shape, dtype=np.bool_).reshape(shape).shape
+        except ValueError as error:
+            raise ValueError(f"cannot reshape {self!r} of shape {self.shape} to {shape}") from error
+        return _record(RESHAPE, self, None, np.reshape(self.value, new_shape), new_shape)
+
+    def transpose(self):
+        return _record(TRANSPOSE, self, None, np.ascontiguousarray(self.value.T), None)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+
+def _check_live(block):
+    if block._generation != block._tape._generation:
+        raise StaleNodeError(f"{block!r} belongs to a tape that was reset after it was recorded")
+
+
+def _code(name):
+    return optable.BY_NAME[name].code
+
+
+# -- operands ----------------------------------------------------------------------------
+def _is_array(x):
+    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
+
+
+def _tape_of(*operands):
+    from fastad.node import Var
+
+    tapes = {id(x._tape): x._tape for x in operands if isinstance(x, (Var, Block))}
+    if len(tapes) > 1:
+        raise ValueError(
+            "cannot combine nodes of two different tapes: "
+            + ", ".join(repr(x) for x in operands if isinstance(x, (Var, Block)))
+        )
+    for x in operands:
+        if isinstance(x, (Var, Block)) and x._generation != x._tape._generation:
+            raise StaleNodeError(f"{x!r} belongs to a tape that was reset after it was recorded")
+    return next(iter(tapes.values()), None)
+
+
+def as_operand(tape, x, what="operand"):
+    """A node for ``x``: nodes pass through, numbers and arrays become constants."""
+    from fastad.node import Var, is_number
+
+    if isinstance(x, (Var, Block)):
+        return x
+    if _is_array(x):
+        return tape.block_constant(x)
+    if is_number(x) and not isinstance(x, complex):
+        return tape.constant(x)
+    shape = f" of shape {np.shape(x)} and dtype {x.dtype}" if hasattr(x, "dtype") else ""
+    raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
+
+
+def value_of(tape, node_id):
+    """A node's value: its array for blocks, a float for scalars."""
+    block = tape._blocks.get(node_id)
+    return block if block is not None else float(tape._val[node_id])
+
+
+def _shape(tape, node):
+    return np.shape(value_of(tape, node._id))
+
+
+def _record(code, a, b, value, params):
+    """Append a block-op node computing ``value`` (an array, or a scalar for reductions)."""
+    tape = a.tape if b is None else _tape_of(a, b)
+    return tape.append_block_op(code, a._id, -1 if b is None else b._id, value, params)
+
+
+# -- elementwise -------------------------------------------------------------------------
+def broadcast_shape(shape_a, shape_b):
+    try:
+        return np.broadcast_shapes(shape_a, shape_b)
+    except ValueError:
+        raise ValueError(
+            f"shapes {shape_a} and {shape_b} cannot be broadcast together (NumPy rules: "
+            "trailing axes must match or be 1)"
+        ) from None
+
+
+def _map(code, a, b, shape):
+    out = np.empty(shape)
+    a_full = np.ascontiguousarray(np.broadcast_to(a, shape), dtype=np.float64).ravel()
+    b_full = np.ascontiguousarray(np.broadcast_to(b, shape), dtype=np.float64).ravel()
+    sweeps.map_forward(code, a_full, b_full, out.reshape(-1))
+    return out
+
+
+def elementwise(code, x, y=None):
+    """Record (or compute) scalar op ``code`` elementwise, with NumPy broadcasting.
+
+    Without any node among the operands the result is a plain array (or float).
+    """
+    unary = y is None
+    tape = _tape_of(x) if unary else _tape_of(x, y)
+    if tape is None:  # plain arrays and numbers: compute, record nothing
+        a = np.asarray(x, dtype=np.float64)
+        b = a if unary else np.asarray(y, dtype=np.float64)
+        out = _map(code, a, b, broadcast_shape(a.shape, b.shape))
+        return out if out.ndim else float(out)
+    x = as_operand(tape, x)
+    y = x if unary else as_operand(tape, y)
+    a, b = value_of(tape, x._id), value_of(tape, y._id)
+    shape = broadcast_shape(np.shape(a), np.shape(b))
+    value = _map(code, a, b, shape)
+    return tape.append_block_op(code, x._id, -1 if unary else y._id, value, None)
+
+
+def unbroadcast(gradient, shape):
+    """Sum ``gradient`` back to ``shape``: the one place that undoes broadcasting."""
+    gradient = np.asarray(gradient)
+    if gradient.shape == tuple(shape):
+        return gradient
+    extra = gradient.ndim - len(shape)
+    if extra:
+        gradient = gradient.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and gradient.shape[i] != 1)
+    if stretched:
+        gradient = gradient.sum(axis=stretched, keepdims=True)
+    return gradient if shape else float(gradient)
+
+
+def _elementwise_forward(code, a, b, params):
+    return _map(code, a, b, broadcast_shape(np.shape(a), np.shape(b)))
+
+
+def _elementwise_vjp(code, a, b, out, g, params, unary):
+    shape = np.shape(out)
+    a_full = np.ascontiguousarray(np.broadcast_to(a, shape), dtype=np.float64).ravel()
+    b_full = a_full if unary else np.ascontiguousarray(np.broadcast_to(b, shape)).ravel()
+    g_full = np.ascontiguousarray(np.broadcast_to(g, shape), dtype=np.float64).ravel()
+    da, db = np.empty(a_full.size), np.empty(a_full.size)
+    sweeps.map_vjp(code, a_full, b_full, np.ascontiguousarray(out).ravel(), g_full, da, db)
+    da = unbroadcast(da.reshape(shape), np.shape(a))
+    return da, (None if unary else unbroadcast(db.reshape(shape), np.shape(b)))
+
+
+# -- matrix products, reductions, shapes, indexing ----------------------------------------
+def matmul(x, y):
+    """``x @ y`` for 1-D and 2-D operands; a scalar node for two vectors."""
+    tape = _tape_of(x, y)
+    if tape is None:
+        return np.matmul(x, y)
+    x, y = as_operand(tape, x, "matmul operand"), as_operand(tape, y, "matmul operand")
+    a, b = value_of(tape, x._id), value_of(tape, y._id)
+    if np.ndim(a) not in (1, 2) or np.ndim(b) not in (1, 2) or np.shape(a)[-1] != np.shape(b)[0]:
+        raise ValueError(
+            f"matmul needs 1-D or 2-D operands with matching inner dimensions, got shapes "
+            f"{np.shape(a)} and {np.shape(b)}"
+        )
+    return tape.append_block_op(MATMUL, x._id, y._id, _matmul_forward(a, b, None), None)
+
+
+def _matmul_forward(a, b, params):
+    out = np.matmul(a, b)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _matmul_vjp(a, b, out, g, params):
+    if a.ndim == 2 and b.ndim == 2:
+        return g @ b.T, a.T @ g
+    if a.ndim == 2:  # (m, k) @ (k,) -> (m,)
+        return np.outer(g, b), a.T @ g
+    if b.ndim == 2:  # (k,) @ (k, n) -> (n,)
+        return b @ g, np.outer(a, g)
+    return g * b, g * a  # (k,) @ (k,) -> scalar
+
+
+def _reduce(code, x, axis):
+    value = x.value
+    if axis is not None:
+        axis = int(axis)
+        if not -value.ndim <= axis < value.ndim:
+            raise ValueError(f"axis {axis} is out of range for {x!r} of shape {value.shape}")
+        axis %= value.ndim
+    reduce = np.sum if code == SUM else np.mean
+    out = reduce(value, axis=axis)
+    return _record(code, x, None, float(out) if axis is None else out, axis)
+
+
+def _reduce_forward(code):
+    reduce = np.sum if code == SUM else np.mean
+
+    def forward(a, b, axis):
+        out = reduce(a, axis=axis)
+        return float(out) if axis is None else out
+
+    return forward
+
+
+def _reduce_vjp(code):
+    def vjp(a, b, out, g, axis):
+        count = a.size if axis is None else a.shape[axis]
+        scale = 1.0 if code == SUM else 1.0 / count
+        g = np.asarray(g) * scale
+        if axis is not None:
+            g = np.expand_dims(g, axis)
+        return np.broadcast_to(g, a.shape).copy(), None
+
+    return vjp
+
+
+def index(x, key):
+    """``x[key]``: a scalar node for a single element, a block otherwise."""
+    value = x.value
+    try:
+        out = value[key]
+    except (IndexError, TypeError) as error:
+        message = f"cannot index {x!r} of shape {value.shape} with {key!r}: {error}"
+        raise type(error)(message) from None
+    if np.ndim(out) == 0:
+        return _record(INDEX, x, None, float(out), key)
+    return _record(INDEX, x, None, np.array(out), key)
+
+
+def _index_vjp(a, b, out, g, key):
+    gradient = np.zeros(a.shape)
+    np.add.at(gradient, key, g)
+    return gradient, None
+
+
+# -- fused ops ------------------------------------------------------------------------------
+def _check_linear(X, W, b, name):
+    if np.ndim(X) != 2 or np.ndim(W) != 2 or np.ndim(b) != 1:
+        raise ValueError(
+            f"{name} needs X (B, n), W (n, h), b (h,); got shapes {np.shape(X)}, "
+            f"{np.shape(W)}, {np.shape(b)}"
+        )
+    if np.shape(X)[1] != np.shape(W)[0] or np.shape(W)[1] != np.shape(b)[0]:
+        raise ValueError(
+            f"{name}: shapes do not chain: X {np.shape(X)} @ W {np.shape(W)} + b {np.shape(b)}"
+        )
+
+
+def _fused_linear(code, name, forward, X, W, b):
+    tape = _tape_of(X, W, b)
+    if tape is None:
+        arrays = [np.ascontiguousarray(v, dtype=np.float64) for v in (X, W, b)]
+        _check_linear(*arrays, name)
+        return forward(*arrays)
+    X, W, b = (as_operand(tape, v, f"{name} operand") for v in (X, W, b))
+    values = [value_of(tape, v._id) for v in (X, W, b)]
+    _check_linear(*values, name)
+    pair = tape.append_block_op(PAIR, W._id, b._id, None, None)
+    return tape.append_block_op(code, X._id, pair._id, forward(*values), None)
+
+
+def linear(X, W, b):
+    """``X @ W + b`` as one fused node (see ``kernels/fused.py`` for the backward rule)."""
+    return _fused_linear(LINEAR, "linear", fused.linear_forward, X, W, b)
+
+
+def linear_relu(X, W, b):
+    """``relu(X @ W + b)`` as one fused node; ``relu'(0) = 0``.
+
+    The same as ``fa.relu(X @ W + b)`` recorded as three block nodes (and
+    checked against it in the tests), in one compiled forward and one
+    hand-derived backward call, without the two (B, h) temporaries.
+    """
+    return _fused_linear(LINEAR_RELU, "linear_relu", fused.linear_relu_forward, X, W, b)
+
+
+def mse_loss(Y, T):
+    """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
+    tape = _tape_of(Y, T)
+    if tape is None:
+        Y, T = np.ascontiguousarray(Y, np.float64), np.ascontiguousarray(T, np.float64)
+        _check_same_shape(Y, T)
+        return fused.mse_loss_forward(Y, T)
+    Y, T = as_operand(tape, Y, "mse_loss operand"), as_operand(tape, T, "mse_loss operand")
+    a, b = value_of(tape, Y._id), value_of(tape, T._id)
+    _check_same_shape(a, b)
+    return tape.append_block_op(MSE_LOSS, Y._id, T._id, float(fused.mse_loss_forward(a, b)), None)
+
+
+def _check_same_shape(a, b):
+    if np.shape(a) != np.shape(b) or np.ndim(a) == 0:
+        raise ValueError(
+            f"mse_loss needs two arrays of one shape, got {np.shape(a)} and {np.shape(b)}"
+        )
+
+
+def _linear_forward(kernel):
+    def forward(X, pair, params):
+        W, b = pair
+        return kernel(X, W, b)
+
+    return forward
+
+
+def _linear_vjp(X, pair, out, G, params):
+    W, _ = pair
+    dX, dW, db = fused.linear_backward(X, W, np.ascontiguousarray(G))
+    return dX, (dW, db)
+
+
+def _linear_relu_vjp(X, pair, out, G, params):
+    W, _ = pair
+    dX, dW, db = fused.linear_relu_backward(X, W, out, np.ascontiguousarray(G))
+    return dX, (dW, db)
+
+
+def _mse_vjp(Y, T, out, g, params):
+    return fused.mse_loss_backward(Y, T, float(g))
+
+
+RULES = {
+    MATMUL: (_matmul_forward, _matmul_vjp),
+    SUM: (_reduce_forward(SUM), _reduce_vjp(SUM)),
+    MEAN: (_reduce_forward(MEAN), _reduce_vjp(MEAN)),
+    RESHAPE: (
+        lambda a, b, shape: np.reshape(a, shape),
+        lambda a, b, out, g, shape: (np.reshape(g, a.shape), None),
+    ),
+    TRANSPOSE: (lambda a, b, p: np.ascontiguousarray(a.T), lambda a, b, out, g, p: (g.T, None)),
+    INDEX: (lambda a, b, key: _index_value(a, key), _index_vjp),
+    LINEAR: (_linear_forward(fused.linear_forward), _linear_vjp),
+    LINEAR_RELU: (_linear_forward(fused.linear_relu_forward), _linear_relu_vjp),
+    MSE_LOSS: (lambda a, b, p: float(fused.mse_loss_forward(a, b)), _mse_vjp),
+}
+"""Block opcode -> (forward(a, b, params), vjp(a, b, out, g, params) -> (da, db))."""
+
+
+def _index_value(a, key):
+    out = a[key]
+    return float(out) if np.ndim(out) == 0 else np.array(out)
+
+
+def forward_rule(code, a, b, params):
+    """The value of a block-op node from its operands' values."""
+    if code in RULES:
+        return RULES[code][0](a, b, params)
+    return _elementwise_forward(code, a, a if b is None else b, params)
+
+
+def vjp_rule(code, a, b, out, g, params, unary):
+    """Gradients for the operands of a block-op node, given its output gradient ``g``."""
+    if code in RULES:
+        return RULES[code][1](a, b, out, g, params)
+    return _elementwise_vjp(code, a, b, out, g, params, unary)
+
+
+# -- the scalar-node path: the same computation as individual nodes -------------------------
+def scalar_nodes(values, name=None, tape=None):
+    """An object array of scalar leaves, one per element of ``values``.
+
+    The third way to record a block computation (after fused and unfused
+    blocks): NumPy's object arrays apply the nodes' operators elementwise,
+    so ``scalar_nodes(X) @ scalar_nodes(W)`` records every multiply and add.
+    Use the ``fastad`` functions (``fa.relu`` and co.) on object arrays too.
+    """
+    from fastad.tape import current_tape
+
+    values = np.asarray(values, dtype=np.float64)
+    tape = tape if tape is not None else current_tape()
+    nodes = np.empty(values.shape, dtype=object)
+    for position, value in np.ndenumerate(values):
+        label = f"{name}[{', '.join(map(str, position))}]" if name else None
+        nodes[position] = tape.input(float(value), label)
+    return nodes
