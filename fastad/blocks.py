@@ -244,7 +244,10 @@ def as_operand(tape, x, what="operand"):
 def value_of(tape, node_id):
     """A node's value: its array for blocks, a float for scalars."""
     block = tape._blocks.get(node_id)
-    return block if block is not None else float(tape._val[node_id])
+    if block is not None:
+        return block
+    tape._sync()  # a scalar operand may still be in the recording stage
+    return float(tape._val[node_id])
 
 
 def _shape(tape, node):

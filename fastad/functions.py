@@ -42,22 +42,27 @@ def grad(output, wrt):
     Parameters
     ----------
     output : Var
-    wrt : Var or sequence of Var
+        A scalar node.
+    wrt : Var, Block or a sequence of them
         Nodes of the same tape.
 
     Returns
     -------
-    float for a single node, a float64 array of ``len(wrt)`` otherwise.
+    For a single node its gradient (a float, or an array shaped like a
+    block); for a sequence of scalar nodes a float64 array of ``len(wrt)``,
+    and with blocks among them a list.
     """
-    _require_node(output, "fa.grad output")
-    single = isinstance(wrt, Var)
+    _require_node(output, "fa.grad output", blocks_allowed=False)
+    single = isinstance(wrt, (Var, Block))
     nodes = [wrt] if single else list(wrt)
     for node in nodes:
         _require_node(node, "fa.grad wrt")
         if node._tape is not output._tape:
             raise ValueError(f"{node!r} is on another tape than {output!r}")
     gradients = output._tape.gradient(output, [node._id for node in nodes])
-    return float(gradients[0]) if single else gradients
+    if single:
+        return gradients[0] if isinstance(wrt, Block) else float(gradients[0])
+    return gradients
 
 
 def jvp(output, wrt, direction):
@@ -77,9 +82,11 @@ def jvp(output, wrt, direction):
     return output._tape.tangent(output, [node._id for node in nodes], direction)
 
 
-def _require_node(x, what):
-    if not isinstance(x, Var):
-        raise TypeError(f"{what} must be a fastad Var, got {type(x).__name__}")
+def _require_node(x, what, blocks_allowed=True):
+    kinds = (Var, Block) if blocks_allowed else Var
+    if not isinstance(x, kinds):
+        wanted = "a fastad Var or Block" if blocks_allowed else "a scalar fastad Var"
+        raise TypeError(f"{what} must be {wanted}, got {type(x).__name__}")
     check_live(x)
 
 

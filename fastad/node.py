@@ -27,7 +27,7 @@ def is_number(x):
 
 
 def check_live(node):
-    """Raise ``StaleNodeError`` if ``node``'s tape was reset after it was recorded."""
+    """Raise ``StaleNodeError`` if ``node``'s tape (a Var's or a Block's) was reset since."""
     if node._generation != node._tape._generation:
         raise StaleNodeError(
             f"{node!r} belongs to a tape that was reset after the node was "

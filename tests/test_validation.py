@@ -12,9 +12,7 @@ ADD, MUL, SIN, INPUT = (optable.BY_NAME[n].code for n in ("add", "mul", "sin", "
 
 
 # -- unsupported operand types ---------------------------------------------------------
-@pytest.mark.parametrize(
-    "bad", ["2", None, 1 + 2j, np.array(["a"]), {"a": 1}], ids=repr
-)
+@pytest.mark.parametrize("bad", ["2", None, 1 + 2j, np.array(["a"]), {"a": 1}], ids=repr)
 def test_unsupported_operand_types_raise_type_error_naming_the_type(bad):
     with fa.Tape():
         x = fa.var(1.0)
