@@ -114,6 +114,11 @@ class CompiledFunction:
                     for v, name in zip(point, self._input_names, strict=True)
                 ]
                 result = self._function(*inputs)
+            if tape._block_ops:
+                raise NotImplementedError(
+                    "fa.compile replays scalar programs; this function recorded array (block) "
+                    "operations. Record it eagerly with fa.Tape() instead."
+                )
             scalar_output = not isinstance(result, (tuple, list))
             outputs = [
                 _output_node(tape, r, i)

@@ -43,6 +43,7 @@ def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
     opcode, in0, in1, val, adjoint = tape.opcode, tape.in0, tape.in1, tape.val, tape.grad
     labels = tape.labels
     partials = tape.local_partials(ids)
+    block_ops = set(tape._block_ops)  # their edges carry arrays, not one number
     lines = [
         "digraph fastad {",
         "  rankdir=LR;",
@@ -54,14 +55,18 @@ def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
         name = labels.get(i)
         title = name if name else (f"{float(val[i]):.4g}" if op.name == "const" else op.symbol)
         kind = {"input": "leaf", "const": "const"}.get(op.name, op.symbol)
-        text = [f"#{i} {title}" + (f" ({kind})" if name else ""), f"value {float(val[i]):.4g}"]
-        if grad:
+        block = tape._blocks.get(i)
+        value = f"shape {block.shape}" if block is not None else f"value {float(val[i]):.4g}"
+        text = [f"#{i} {title}" + (f" ({kind})" if name else ""), value]
+        if grad and block is None:
             text.append(f"grad {float(adjoint[i]):.4g}")
         shape = ", shape=ellipse" if op.arity == 0 else ""
         lines.append(f'  n{i} [label="{_escape(chr(10).join(text))}"{shape}];')
     for row, i in enumerate(ids.tolist()):
         for slot, operand in enumerate((in0[i], in1[i])):
-            if operand >= 0:
+            if operand >= 0 and i in block_ops:
+                lines.append(f"  n{operand} -> n{i};")
+            elif operand >= 0:
                 lines.append(f'  n{operand} -> n{i} [label="{partials[row, slot]:.4g}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"

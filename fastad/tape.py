@@ -427,7 +427,10 @@ class Tape:
         adjoints instead; nothing is ever "sometimes zeroed".
         """
         root = self._root_id(root)
+        if root in self._blocks:
+            raise TypeError("backward needs a scalar output; reduce the block first")
         if check:
+            self._require_scalar_tape("checked mode (check=True)")
             origin = self.first_nonfinite(root)
             if origin is not None:
                 raise NonFiniteError(origin)

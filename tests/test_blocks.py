@@ -310,3 +310,29 @@ def test_plain_arrays_without_nodes_compute_directly():
     X, W, b = np.ones((2, 3)), np.ones((3, 4)), np.zeros(4)
     np.testing.assert_array_equal(fa.linear_relu(X, W, b), np.full((2, 4), 3.0))
     np.testing.assert_array_equal(fa.exp(np.zeros(3)), np.ones(3))
+
+
+def test_unsupported_paths_say_so_instead_of_answering_wrongly(tmp_path):
+    with fa.Tape() as tape:
+        A = fa.var(np.array([1.0, 2.0]))
+        L = (A * A).sum()
+        with pytest.raises(NotImplementedError, match="forward mode"):
+            fa.jvp(L, [A], [1.0])
+        with pytest.raises(NotImplementedError, match="checked mode"):
+            L.backward(check=True)
+        with pytest.raises(NotImplementedError, match="saving"):
+            tape.save(tmp_path / "t.npz")
+    with pytest.raises(NotImplementedError, match="block"):
+        fa.compile(lambda x: (x * np.ones(3)).sum(), example=[1.0])
+    dot = tape.to_dot()
+    assert "shape (2,)" in dot and "n0 -> n1;" in dot
+
+
+def test_block_values_are_read_only_copies():
+    source = np.array([1.0, 2.0])
+    with fa.Tape():
+        A = fa.var(source)
+        source[0] = 99.0
+        assert A.value.tolist() == [1.0, 2.0]
+        with pytest.raises(ValueError):
+            A.value[0] = 5.0
