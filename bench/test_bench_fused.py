@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from layer import SIZES, WAYS, flops, layer_inputs, numpy_layer, scalar_nodes_fit
 
-
 CASES = [
     (size, way) for size in SIZES for way in WAYS if way != "scalars" or scalar_nodes_fit(*size)
 ]
