@@ -67,6 +67,25 @@ def _local_partials_source():
     return "\n".join(lines)
 
 
+def _values_and_partials_source():
+    lines = [
+        "@kernel",
+        "def values_and_partials(op, a, b):",
+        '    """``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""',
+    ]
+    for op in optable.OPS:
+        if op.arity == 0:
+            continue
+        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
+        lines += [
+            f"    if op == {op.code}:  # {op.name}",
+            f"        out = {op.value}",
+            f"        return out, {partials[0]}, {partials[1]}",
+        ]
+    lines.append("    return a, 0.0, 0.0")
+    return "\n".join(lines)
+
+
 def _lanes_source(with_partials):
     # One loop per op, so the dispatch on `op` happens once per node and row
     # of lanes, and the loop body is straight-line code the compiler can
@@ -115,6 +134,7 @@ def generated_block():
         *_helper_sources(),
         _forward_value_source(),
         _local_partials_source(),
+        _values_and_partials_source(),
         _lanes_source(with_partials=False),
         _lanes_source(with_partials=True),
     ]

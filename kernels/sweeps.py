@@ -212,6 +212,87 @@ def local_partials(op, a, b, out):
 
 
 @kernel
+def values_and_partials(op, a, b):
+    """``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""
+    if op == 2:  # add
+        out = a + b
+        return out, 1.0, 1.0
+    if op == 3:  # sub
+        out = a - b
+        return out, 1.0, -1.0
+    if op == 4:  # mul
+        out = a * b
+        return out, b, a
+    if op == 5:  # div
+        out = a / b
+        return out, 1.0 / b, -out / b
+    if op == 6:  # neg
+        out = -a
+        return out, -1.0, 0.0
+    if op == 7:  # pow
+        out = pow(a, b)
+        return out, pow_partial_base(a, b), pow_partial_exponent(a, b, out)
+    if op == 8:  # exp
+        out = exp(a)
+        return out, out, 0.0
+    if op == 9:  # log
+        out = log(a)
+        return out, 1.0 / a, 0.0
+    if op == 10:  # sqrt
+        out = sqrt(a)
+        return out, 0.5 / out, 0.0
+    if op == 11:  # sin
+        out = sin(a)
+        return out, cos(a), 0.0
+    if op == 12:  # cos
+        out = cos(a)
+        return out, -sin(a), 0.0
+    if op == 13:  # tanh
+        out = tanh(a)
+        return out, 1.0 - out * out, 0.0
+    if op == 14:  # sigmoid
+        out = sigmoid(a)
+        return out, out * (1.0 - out), 0.0
+    if op == 15:  # relu
+        out = relu(a)
+        return out, relu_partial(a), 0.0
+    if op == 16:  # abs
+        out = fabs(a)
+        return out, sign(a), 0.0
+    if op == 17:  # maximum
+        out = maximum(a, b)
+        return out, max_partial(a, b), max_partial(b, a)
+    if op == 18:  # minimum
+        out = minimum(a, b)
+        return out, max_partial(b, a), max_partial(a, b)
+    if op == 19:  # lt
+        out = 1.0 if a < b else 0.0
+        return out, 0.0, 0.0
+    if op == 20:  # le
+        out = 1.0 if a <= b else 0.0
+        return out, 0.0, 0.0
+    if op == 21:  # gt
+        out = 1.0 if a > b else 0.0
+        return out, 0.0, 0.0
+    if op == 22:  # ge
+        out = 1.0 if a >= b else 0.0
+        return out, 0.0, 0.0
+    if op == 23:  # eq
+        out = 1.0 if a == b else 0.0
+        return out, 0.0, 0.0
+    if op == 24:  # ne
+        out = 1.0 if a != b else 0.0
+        return out, 0.0, 0.0
+    if op == 25:  # pick
+        out = b if a != 0.0 else -0.0
+        return out, 0.0, 1.0 if a != 0.0 else 0.0
+    if op == 26:  # pick_not
+        out = -0.0 if a != 0.0 else b
+        return out, 0.0, 0.0 if a != 0.0 else 1.0
+    return a, 0.0, 0.0
+
+
+@kernel
 def values_lanes(op, val, i, j, k, count):
     """Values of node ``i`` in lanes ``0:count``.
 
@@ -801,10 +882,16 @@ def sweep_block(program, work, points, directions, values, derivatives, status, 
         j = in0[i]
         if j < 0:
             continue
-        if mode == VALUES:
-            values_lanes(opcode[i], val, i, j, in1[i], count)
+        c = in1[i]
+        if count == 1:  # one point (the latency path): no lane loop at all
+            if mode == VALUES:
+                val[i, 0] = forward_value(opcode[i], val[j, 0], val[c, 0])
+            else:
+                val[i, 0], d0[i, 0], d1[i, 0] = values_and_partials(opcode[i], val[j, 0], val[c, 0])
+        elif mode == VALUES:
+            values_lanes(opcode[i], val, i, j, c, count)
         else:
-            values_and_partials_lanes(opcode[i], val, d0, d1, i, j, in1[i], count)
+            values_and_partials_lanes(opcode[i], val, d0, d1, i, j, c, count)
     for q in range(g):
         node = io[k + m + q]
         expected = io[k + m + g + q] != 0
