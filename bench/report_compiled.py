@@ -116,6 +116,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the random points")
     args = parser.parse_args(argv)
 
+    # Other processes on a 2-core machine take the second core from (c):
+    # the load average before the run says whether the machine was quiet.
+    load_before = os.getloadavg()[0]
     points = random_points(args.points, seed=args.seed)
     compiled = fa.compile(example_2, example=ONE_POINT)
 
@@ -171,6 +174,7 @@ def main(argv=None):
         f"threads   numba pool {threads_available} "
         f"(layer {numba.threading_layer()}); threads=2 runs on {min(2, threads_available)}"
     )
+    print(f"load      1-minute load average {load_before:.2f} before the run")
     print(f"function  {compiled!r}")
     print(
         f"timing    batch {args.points} points (seed {args.seed}), best of {args.repeat}; "
@@ -212,6 +216,11 @@ def main(argv=None):
     print()
     if threads_available < 2:
         print("WARNING: Numba has fewer than 2 threads here; (c) ran on one thread.")
+    if load_before > 0.5:
+        print(
+            f"WARNING: load average {load_before:.2f} before the run: other processes may "
+            "have shared the cores, (c) most of all."
+        )
     print(
         "JAX, CasADi and the reference NumPy figures are SPEC.md's, from its reference "
         "machine; only (a) to (d) were measured in this run."

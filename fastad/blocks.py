@@ -23,6 +23,7 @@ import numpy as np
 
 from fastad.errors import StaleNodeError
 from fastad.kernels import fused, optable, sweeps
+from fastad.node import Node, check_live
 
 _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
@@ -31,7 +32,7 @@ PAIR, LINEAR, LINEAR_RELU = _BLOCK["pair"].code, _BLOCK["linear"].code, _BLOCK["
 MSE_LOSS = _BLOCK["mse_loss"].code
 
 
-class Block:
+class Block(Node):
     """An array node on a tape: its value now, its gradient after ``backward``.
 
     Create leaves with ``fa.var(array)``. Elementwise operators and the
@@ -51,19 +52,13 @@ class Block:
     [4. 1. 2.]
     """
 
-    __slots__ = ("_tape", "_id", "_generation")
-    __array_ufunc__ = None  # NumPy defers: `array * block` records a block node
-
-    def __init__(self, tape, node_id):
-        self._tape = tape
-        self._id = node_id
-        self._generation = tape._generation
+    __slots__ = ()
 
     # -- what it is --------------------------------------------------------------
     @property
     def value(self):
         """The array value (read-only)."""
-        _check_live(self)
+        check_live(self)
         return self._tape._blocks[self._id]
 
     @property
@@ -81,29 +76,8 @@ class Block:
     @property
     def grad(self):
         """d root / d block from the last ``backward`` (zeros before any), shaped like the value."""
-        _check_live(self)
+        check_live(self)
         return self._tape.block_adjoint(self._id)
-
-    @property
-    def id(self):
-        return self._id
-
-    @property
-    def tape(self):
-        return self._tape
-
-    @property
-    def op(self):
-        return self._tape.op_name(self._id)
-
-    @property
-    def name(self):
-        return self._tape._labels.get(self._id)
-
-    @name.setter
-    def name(self, label):
-        _check_live(self)
-        self._tape._labels[self._id] = str(label)
 
     def __repr__(self):
         label = self._tape._labels.get(self._id)
@@ -196,11 +170,6 @@ class Block:
     @property
     def T(self):
         return self.transpose()
-
-
-def _check_live(block):
-    if block._generation != block._tape._generation:
-        raise StaleNodeError(f"{block!r} belongs to a tape that was reset after it was recorded")
 
 
 def _code(name):

@@ -350,30 +350,13 @@ class CompiledFunction:
         if directions is None:
             directions = values  # unused by VALUES mode; any float64 2-D array
         threads = _thread_count(threads)
+        batch = (points, directions, values, derivatives, status, mode)
         if threads > 1 and n_points >= _PARALLEL_MIN_POINTS:
             sweeps.sweep_points_parallel(
-                self._program,
-                self._template,
-                points,
-                directions,
-                values,
-                derivatives,
-                status,
-                mode,
-                self._lanes,
-                threads,
+                self._program, self._template, *batch, self._lanes, threads
             )
         else:
-            sweeps.sweep_points(
-                self._program,
-                self._work(),
-                points,
-                directions,
-                values,
-                derivatives,
-                status,
-                mode,
-            )
+            sweeps.sweep_points(self._program, self._work(), *batch)
         if self._g and status.max() != sweeps.NO_FAILED_GUARD:
             self._raise_branch_error(points, status)
         return values, derivatives

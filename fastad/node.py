@@ -121,54 +121,20 @@ def _other_operand(code, x, y, other):
     return NotImplemented
 
 
-class Var:
-    """A scalar node on a tape: its value now, its adjoint after ``backward``.
+class Node:
+    """What every node handle has: its tape, its id, and the tape generation
+    it was recorded in (a reset tape makes older handles stale)."""
 
-    Create leaves with :func:`fastad.var`; arithmetic between nodes and
-    Python numbers records new nodes. Comparisons (``<``, ``<=``, ``==``...)
-    compare values and return ``bool``, so ordinary Python control flow
-    works; ``hash`` is identity-based, as for PyTorch tensors.
+    __slots__ = ("_tape", "_id", "_generation")
 
-    Examples
-    --------
-    >>> import fastad as fa
-    >>> with fa.Tape():
-    ...     x, y = fa.var(2.0, name="x"), fa.var(3.0, name="y")
-    ...     z = (x * y + x) ** 2
-    ...     z.backward()
-    ...     print(z.value, x.grad, y.grad)
-    64.0 64.0 32.0
-    """
-
-    __slots__ = ("_tape", "_id", "_value", "_generation")
-
-    # Let NumPy defer to us: `array * node` raises TypeError instead of
-    # silently building an object array of nodes.
+    # Let NumPy defer to us: `array * node` comes to our reflected operators
+    # instead of building an object array of nodes behind our back.
     __array_ufunc__ = None
 
-    def __init__(self, tape, node_id, value):
+    def __init__(self, tape, node_id):
         self._tape = tape
         self._id = node_id
-        self._value = value
         self._generation = tape._generation
-
-    # -- what a node is -------------------------------------------------
-    @property
-    def value(self):
-        """The value computed when the node was recorded (a Python float).
-
-        Not available while ``fa.compile`` traces a function: a value read
-        then would be frozen into the replay (see :class:`fastad.TraceError`).
-        """
-        if self._tape._guards is not None:
-            _escape(self, ".value")
-        return self._value
-
-    @property
-    def grad(self):
-        """This node's adjoint from the last ``backward`` (0.0 before any)."""
-        check_live(self)
-        return self._tape.adjoint(self._id)
 
     @property
     def id(self):
@@ -195,6 +161,53 @@ class Var:
     def name(self, label):
         check_live(self)
         self._tape._labels[self._id] = str(label)
+
+
+class Var(Node):
+    """A scalar node on a tape: its value now, its adjoint after ``backward``.
+
+    Create leaves with :func:`fastad.var`; arithmetic between nodes and
+    Python numbers records new nodes. Comparisons (``<``, ``<=``, ``==``...)
+    compare values and return ``bool``, so ordinary Python control flow
+    works; ``hash`` is identity-based, as for PyTorch tensors.
+
+    Examples
+    --------
+    >>> import fastad as fa
+    >>> with fa.Tape():
+    ...     x, y = fa.var(2.0, name="x"), fa.var(3.0, name="y")
+    ...     z = (x * y + x) ** 2
+    ...     z.backward()
+    ...     print(z.value, x.grad, y.grad)
+    64.0 64.0 32.0
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, tape, node_id, value):
+        # Node.__init__ written out: this runs once per recorded node.
+        self._tape = tape
+        self._id = node_id
+        self._value = value
+        self._generation = tape._generation
+
+    # -- what a node is -------------------------------------------------
+    @property
+    def value(self):
+        """The value computed when the node was recorded (a Python float).
+
+        Not available while ``fa.compile`` traces a function: a value read
+        then would be frozen into the replay (see :class:`fastad.TraceError`).
+        """
+        if self._tape._guards is not None:
+            _escape(self, ".value")
+        return self._value
+
+    @property
+    def grad(self):
+        """This node's adjoint from the last ``backward`` (0.0 before any)."""
+        check_live(self)
+        return self._tape.adjoint(self._id)
 
     def backward(self, accumulate=False, check=False):
         """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.

@@ -148,17 +148,17 @@ def optimize(tape, outputs, keep=()):
         if label is not None:
             labels.setdefault(new, label)
 
+    optimized = Tape.from_arrays(
+        np.array(rows["opcode"], np.uint8),
+        np.array(rows["in0"], np.int32),
+        np.array(rows["in1"], np.int32),
+        np.array(rows["val"], np.float64),
+        labels,
+    )
     if folded:
         # Constants that only fed folded nodes are dead now: one more pass
         # drops them (folding and merging find nothing new the second time).
-        first = Tape.from_arrays(
-            np.array(rows["opcode"], np.uint8),
-            np.array(rows["in0"], np.int32),
-            np.array(rows["in1"], np.int32),
-            np.array(rows["val"], np.float64),
-            labels,
-        )
-        again = optimize(first, [new_ids[root] for root in roots])
+        again = optimize(optimized, [new_ids[root] for root in roots])
         composed = np.where(new_ids >= 0, again.new_ids[np.maximum(new_ids, 0)], -1)
         report = OptimizationReport(
             nodes_before=n,
@@ -169,13 +169,6 @@ def optimize(tape, outputs, keep=()):
             constants_merged=merged_constants,
         )
         return Optimized(again.tape, composed, report)
-    optimized = Tape.from_arrays(
-        np.array(rows["opcode"], np.uint8),
-        np.array(rows["in0"], np.int32),
-        np.array(rows["in1"], np.int32),
-        np.array(rows["val"], np.float64),
-        labels,
-    )
     report = OptimizationReport(
         nodes_before=n,
         nodes_after=len(optimized),
