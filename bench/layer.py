@@ -13,12 +13,16 @@
   only at sizes where that tape stays small (``SCALAR_NODE_LIMIT``).
 """
 
+import os
+
 import numpy as np
 
 import fastad as fa
 from fastad.kernels import fused
 
 SIZES = ((8, 16, 16), (8, 64, 64), (32, 128, 128), (64, 256, 512), (64, 512, 1024))
+if os.environ.get("FASTAD_BENCH_QUICK") == "1":  # bench/report.py's default subset
+    SIZES = ((8, 16, 16), (8, 64, 64), (32, 128, 128), (64, 512, 1024))
 # About 2 B n h scalar nodes, each ~1 us to record and ~100 bytes with its
 # Python object: past ~10^5 the scalar-node path takes seconds and then
 # gigabytes (10^8 nodes at (64, 512, 1024)), so it is skipped there.

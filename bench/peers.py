@@ -46,8 +46,7 @@ def call(function, point):
     return float(value), np.asarray(gradient).ravel()
 
 
-def batch(function, points):
-    """Evaluate at many points with CasADi's own batching (``map``, serial)."""
-    mapped = function.map(points.shape[0])
+def batch_mapped(mapped, points):
+    """Evaluate ``function.map(N)`` (CasADi's own serial batching) at ``points`` (N, k)."""
     values, gradients = mapped(points.T)
     return np.asarray(values).ravel(), np.asarray(gradients).T

@@ -1,0 +1,240 @@
+"""The performance report: every SPEC target beside its reference, in one run.
+
+Usage (from a clone, after the README's test set-up)::
+
+    python bench/report.py [--full] [--json bench/results.json] [--plot bench/fused.png]
+
+Runs the pytest-benchmark suite in ``bench/`` (a quick subset by default,
+about two minutes on 2 cores; ``--full`` for every size), printing one
+progress line per case, writes pytest-benchmark's JSON, then prints a table
+of each target of ``SPEC.md``: what fastad measured, the reference measured
+in the same run (or quoted from SPEC.md where the reference is not
+installed, and then marked so), the ratio, the goal and pass/short. With
+matplotlib installed it also draws scalar-node vs fused throughput against
+layer size (log-log).
+
+Figures are ratios measured side by side; absolute times drift with the
+machine and its load.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+CASADI_QUOTED_NS_PER_NODE = 14.7  # SPEC.md, measured on its reference machine
+CASADI_QUOTED_LATENCY_US = 17.8
+MICROGRAD_QUOTED_NS_PER_NODE = 8800.0
+
+
+def run_suite(json_path, full):
+    env = dict(os.environ)
+    if not full:
+        env["FASTAD_BENCH_QUICK"] = "1"
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE),
+        "-v",
+        "-p",
+        "no:cacheprovider",
+        "--benchmark-only",
+        f"--benchmark-json={json_path}",
+        "--benchmark-max-time=0.5",
+        "--benchmark-min-rounds=3",
+        "--benchmark-columns=min,rounds",
+        "--benchmark-sort=name",
+    ]
+    print("running:", " ".join(command[1:]), flush=True)
+    process = subprocess.run(command, env=env, cwd=HERE, text=True, stdout=subprocess.PIPE)
+    for line in process.stdout.splitlines():
+        if "::" in line and ("PASSED" in line or "FAILED" in line):
+            print("  " + line.split("::", 1)[1], flush=True)
+        elif line.startswith("SKIPPED") and "non-benchmark" not in line:
+            print("  " + line, flush=True)  # e.g. CasADi not installed
+    if process.returncode != 0:
+        print(process.stdout[-4000:])
+        raise SystemExit(f"the benchmark suite failed (exit {process.returncode})")
+    return json.loads(pathlib.Path(json_path).read_text())
+
+
+def index(results):
+    """{(test function name, parameters string): extra_info + min seconds}."""
+    table = {}
+    for bench in results["benchmarks"]:
+        info = dict(bench["extra_info"])
+        info["seconds"] = bench["stats"]["min"]
+        table[bench["name"]] = info
+    return table
+
+
+def find(table, prefix, **wanted):
+    for name, info in sorted(table.items()):
+        if name.startswith(prefix) and all(info.get(k) == v for k, v in wanted.items()):
+            return info
+    return None
+
+
+def rows(table):
+    """(target, fastad, reference, ratio, goal, passed) per SPEC target."""
+    out = []
+
+    def add(target, fastad, reference, ratio, goal, passed):
+        out.append((target, fastad, reference, ratio, goal, passed))
+
+    replay = find(table, "test_replay_compiled", nodes=10**5)
+    casadi = find(table, "test_replay_casadi", nodes=10**5)
+    if replay:
+        ns = replay["ns_per_node"]
+        ref, note = (
+            (casadi["ns_per_node"], "CasADi SX")
+            if casadi
+            else (CASADI_QUOTED_NS_PER_NODE, "CasADi SX, quoted")
+        )
+        add(
+            "replay value+grad, random DAG 1e5 nodes",
+            f"{ns:.1f} ns/node",
+            f"{ref:.1f} ns/node ({note})",
+            ns / ref,
+            "<= 0.5",
+            ns / ref <= 0.5,
+        )
+    record = find(table, "test_record_backward_fastad")
+    micrograd = find(table, "test_record_backward_micrograd")
+    if record and micrograd:
+        ratio = record["ns_per_node"] / micrograd["ns_per_node"]
+        add(
+            "recording + backward (eager)",
+            f"{record['ns_per_node']:.0f} ns/node",
+            f"{micrograd['ns_per_node']:.0f} ns/node (micrograd-style)",
+            ratio,
+            "<= 0.125",
+            ratio <= 0.125,
+        )
+    numpy_batch = find(table, "test_batch_numpy", points=10**6)
+    one = find(table, "test_batch_fastad", points=10**6, threads=1)
+    two = find(table, "test_batch_fastad", points=10**6, threads=2)
+    if numpy_batch and one:
+        ratio = one["ns_per_point"] / numpy_batch["ns_per_point"]
+        add(
+            "example 2 value+grad at 1e6 points, 1 thread",
+            f"{one['ns_per_point']:.1f} ns/pt",
+            f"{numpy_batch['ns_per_point']:.1f} ns/pt (NumPy)",
+            ratio,
+            "<= 0.5",
+            ratio <= 0.5,
+        )
+    if one and two and two.get("threads") == 2:
+        speedup = one["ns_per_point"] / two["ns_per_point"]
+        add(
+            "  ... speed-up on 2 threads",
+            f"{two['ns_per_point']:.1f} ns/pt",
+            f"{one['ns_per_point']:.1f} ns/pt (1 thread)",
+            speedup,
+            ">= 1.7",
+            speedup >= 1.7,
+        )
+    latency = find(table, "test_latency_value_and_grad")
+    casadi_latency = find(table, "test_latency_casadi")
+    if latency:
+        us = latency["us_per_call"]
+        ref = (
+            f"{casadi_latency['us_per_call']:.1f} us (CasADi)"
+            if casadi_latency
+            else f"{CASADI_QUOTED_LATENCY_US} us (CasADi, quoted)"
+        )
+        add("one-point value+grad, example 2", f"{us:.2f} us", ref, us / 2.0, "<= 2 us", us <= 2.0)
+    for size, goal in (((8, 64, 64), 0.5), ((64, 512, 1024), 1.05)):
+        B, n, h = size
+        kernels = find(table, "test_fused", way="kernels", B=B, n=n, h=h)
+        numpy_layer = find(table, "test_fused", way="numpy", B=B, n=n, h=h)
+        if kernels and numpy_layer:
+            ratio = kernels["seconds"] / numpy_layer["seconds"]
+            add(
+                f"fused linear+ReLU fwd+bwd {B}x{n}x{h}",
+                f"{kernels['us_per_call']:.0f} us",
+                f"{numpy_layer['us_per_call']:.0f} us (NumPy)",
+                ratio,
+                f"<= {goal}",
+                ratio <= goal,
+            )
+    memory = find(table, "test_memory_per_node")
+    if memory:
+        b = memory["bytes_per_node"]
+        add("memory per scalar node, finished tape", f"{b:.0f} B", "-", b / 32, "<= 32 B", b <= 32)
+    startup = find(table, "test_import_and_first_call")
+    if startup:
+        s = startup["seconds_in_process"]
+        add("import + first call, warm Numba cache", f"{s:.2f} s", "-", s, "<= 1 s", s <= 1.0)
+    return out
+
+
+def print_table(rows_):
+    header = ("target", "fastad", "reference (same run)", "ratio", "goal", "")
+    widths = [max(len(str(r[i])) for r in [header, *[_cells(r) for r in rows_]]) for i in range(6)]
+    for row in [header, *[_cells(r) for r in rows_]]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cells(row):
+    target, fastad, reference, ratio, goal, passed = row
+    return target, fastad, reference, f"{ratio:.3g}", goal, "pass" if passed else "SHORT"
+
+
+def plot(table, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no plot)")
+        return
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for way in ("scalars", "blocks", "fused", "kernels", "numpy"):
+        points = sorted(
+            (info["B"] * info["n"] * info["h"], info["gflops"])
+            for name, info in table.items()
+            if name.startswith("test_fused") and info.get("way") == way and "gflops" in info
+        )
+        if points:
+            axes.loglog(*zip(*points, strict=True), marker="o", label=way)
+    axes.set_xlabel("layer size B*n*h (multiply-adds)")
+    axes.set_ylabel("GFLOP/s, forward + backward")
+    axes.set_title("linear+ReLU: scalar nodes vs blocks vs fused")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="every size, not the quick subset")
+    parser.add_argument("--json", default=str(HERE / "results.json"))
+    parser.add_argument("--plot", default=str(HERE / "fused.png"))
+    args = parser.parse_args(argv)
+    import numba
+    import numpy
+
+    print(f"fastad performance report, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python "
+        f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}"
+    )
+    table = index(run_suite(args.json, args.full))
+    print()
+    print_table(rows(table))
+    print(f"\nbenchmark JSON: {args.json}")
+    plot(table, args.plot)
+
+
+if __name__ == "__main__":
+    main()
