@@ -25,7 +25,11 @@ loops of ``--calls`` calls each. The JIT is warmed and every result checked
 
 Numba's thread pool defaults to the CPU count; ``threads=2`` is capped at
 ``numba.get_num_threads()``, so on one CPU (or ``NUMBA_NUM_THREADS=1``) the
-2-thread row repeats the 1-thread one and the report says so.
+2-thread row repeats the 1-thread one and the report says so. Another
+process running on a 2-core machine takes the second core from (c): the
+report samples how busy the CPUs are (``/proc/stat``, one second, before any
+work) and warns when they were not idle. Measured here, such a neighbour
+turned a 1.7x speed-up into 0.9x for whole minutes.
 """
 
 import argparse
@@ -52,6 +56,8 @@ ONE_POINT = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 # See test_bench_compiled.py: elementwise relative agreement to 1e-12, or to
 # 1e-12 of the column's largest magnitude where d = s - y cancels.
 RTOL = 1e-12
+BUSY_SAMPLE_SECONDS = 1.0
+BUSY_WARNING_CPUS = 0.2  # other processes' CPUs in use above which (c) is suspect
 
 
 def best_times(functions, repeat):
@@ -80,6 +86,30 @@ def best_call_time(function, argument, calls, repeat):
             function(argument)
         best = min(best, (time.perf_counter() - start) / calls)
     return best
+
+
+def busy_cpus(seconds=BUSY_SAMPLE_SECONDS):
+    """CPUs kept busy by other processes while this one sleeps (Linux only).
+
+    Read from ``/proc/stat`` before and after ``seconds`` of sleep: the
+    non-idle share of all CPUs' time, in CPUs. None where unavailable.
+    """
+
+    def times():
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total_before, idle_before = times()
+        time.sleep(seconds)
+        total_after, idle_after = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = total_after - total_before
+    if total <= 0:
+        return None
+    return (os.cpu_count() or 1) * (1.0 - (idle_after - idle_before) / total)
 
 
 def processor_name():
@@ -117,8 +147,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     # Other processes on a 2-core machine take the second core from (c):
-    # the load average before the run says whether the machine was quiet.
-    load_before = os.getloadavg()[0]
+    # measure how busy the machine is while this process sleeps.
+    busy_before = busy_cpus()
     points = random_points(args.points, seed=args.seed)
     compiled = fa.compile(example_2, example=ONE_POINT)
 
@@ -174,7 +204,8 @@ def main(argv=None):
         f"threads   numba pool {threads_available} "
         f"(layer {numba.threading_layer()}); threads=2 runs on {min(2, threads_available)}"
     )
-    print(f"load      1-minute load average {load_before:.2f} before the run")
+    busy = "unknown" if busy_before is None else f"{busy_before:.2f} CPUs"
+    print(f"load      other processes kept {busy} busy just before the run")
     print(f"function  {compiled!r}")
     print(
         f"timing    batch {args.points} points (seed {args.seed}), best of {args.repeat}; "
@@ -216,10 +247,10 @@ def main(argv=None):
     print()
     if threads_available < 2:
         print("WARNING: Numba has fewer than 2 threads here; (c) ran on one thread.")
-    if load_before > 0.5:
+    if busy_before is not None and busy_before > BUSY_WARNING_CPUS:
         print(
-            f"WARNING: load average {load_before:.2f} before the run: other processes may "
-            "have shared the cores, (c) most of all."
+            f"WARNING: other processes kept {busy_before:.2f} CPUs busy before the run; "
+            "they may have shared the cores, (c) most of all."
         )
     print(
         "JAX, CasADi and the reference NumPy figures are SPEC.md's, from its reference "

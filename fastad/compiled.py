@@ -27,6 +27,7 @@ from fastad.optimize import optimize as optimize_tape
 from fastad.tape import Tape
 
 _VALUES, _VJP, _JVP = sweeps.VALUES, sweeps.VJP, sweeps.JVP
+_sweep_one, _NO_FAILED_GUARD = sweeps.sweep_one, sweeps.NO_FAILED_GUARD
 _COMPILED_FORMAT = "fastad-compiled-1"
 _ARITY = np.array([op.arity for op in optable.OPS], np.int8)
 # Lanes per block: enough points that one dispatch per node is amortised,
@@ -201,8 +202,14 @@ class CompiledFunction:
             and self._scalar_output
         ):
             # The latency path (one point, already float64): about two
-            # microseconds from call to return.
-            out = self._one(points, _VJP)
+            # microseconds from call to return, most of it Python and Numba's
+            # dispatcher, so the steps of _one are written out here.
+            try:
+                work, out = self._local.one
+            except AttributeError:
+                work, out = self._one_buffers()
+            if _sweep_one(self._program, work, points, out, _VJP) != _NO_FAILED_GUARD:
+                self._raise_branch_error(points.reshape(1, -1), np.array([int(out[-1])]))
             return float(out[0]), out[1 : 1 + self._k].copy()
         points, single = self._points(points)
         self._require_scalar("value_and_grad")
@@ -326,17 +333,21 @@ class CompiledFunction:
             work = self._local.work = sweeps.new_work(self._template, self._lanes)
         return work
 
+    def _one_buffers(self):
+        # Per thread: a single-lane work space (rows adjacent) and the output
+        # buffer of sweeps.sweep_one, whose cotangent part stays all ones.
+        self._local.one = (sweeps.new_work(self._template, 1), np.ones(2 * self._m + self._k + 1))
+        return self._local.one
+
     def _one(self, point, mode):
         """One point of a scalar-output function: ``[value, gradient..., status]``."""
         try:
             work, out = self._local.one
         except AttributeError:
-            # A single-lane work space of its own keeps the rows adjacent.
-            out = np.ones(2 * self._m + self._k + 1)  # see sweeps.sweep_one
-            work, out = self._local.one = (sweeps.new_work(self._template, 1), out)
-        sweeps.sweep_one(self._program, work, point, out, mode)
-        if out[-1] != sweeps.NO_FAILED_GUARD:
-            self._raise_branch_error(point.reshape(1, -1), np.array([int(out[-1])]))
+            work, out = self._one_buffers()
+        status = _sweep_one(self._program, work, point, out, mode)
+        if status != _NO_FAILED_GUARD:
+            self._raise_branch_error(point.reshape(1, -1), np.array([status]))
         return out
 
     def _run(self, points, mode, directions, threads):

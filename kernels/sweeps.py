@@ -967,25 +967,21 @@ def sweep_points(program, work, points, directions, values, derivatives, status,
 def sweep_one(program, work, point, out, mode):
     """The latency path: one point, VALUES or VJP with cotangent 1 (the gradient).
 
-    ``out`` receives the m output values, then (VJP) the k gradient
-    entries, then the failed guard index or ``NO_FAILED_GUARD`` as a float.
-    Fewer, flatter arguments than ``sweep_points``: a call from Python costs
-    about a microsecond less.
+    ``out`` (size 2m + k + 1) receives the m output values, then (VJP) the
+    k gradient entries; then come m ones (the caller's cotangent, filled
+    once) and a status slot. Returns the failed guard index or
+    ``NO_FAILED_GUARD``. Fewer, flatter arguments than ``sweep_points``: a
+    call from Python costs about a microsecond less.
     """
     k, m = program[1], program[2]
     out[-1] = NO_FAILED_GUARD
+    values = out[:m].reshape(1, m)
+    gradient = out[m : m + k].reshape(1, k)
+    cotangent = out[m + k : m + k + m].reshape(1, m)
     sweep_block(
-        program,
-        work,
-        point.reshape(1, k),
-        np.ones((1, m)),
-        out[:m].reshape(1, m),
-        out[m : m + k].reshape(1, k),
-        out[-1:],
-        mode,
-        0,
-        1,
+        program, work, point.reshape(1, k), cotangent, values, gradient, out[-1:], mode, 0, 1
     )
+    return int(out[-1])
 
 
 @kernel(parallel=True)
