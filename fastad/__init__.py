@@ -6,7 +6,7 @@ gradients. See README.md and docs/design.md.
 """
 
 from fastad.blocks import Block, linear, linear_relu, mse_loss, scalar_nodes
-from fastad.compiled import CompiledFunction, compile, load
+from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError
 from fastad.functions import (
     abs,
@@ -34,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Block",
+    "BlockFunction",
     "linear",
     "linear_relu",
     "mse_loss",

@@ -51,9 +51,11 @@ def compile(function=None, *, num_inputs=None, example=None, optimize=True):  # 
         outputs).
     num_inputs : int, optional
         ``k``; read from the signature when omitted.
-    example : array_like of shape (k,), optional
+    example : array_like of shape (k,), or a sequence of arrays, optional
         Point to trace at. By default tracing happens at the first point
-        the compiled function is called with.
+        the compiled function is called with. A sequence holding arrays
+        (one value per argument, e.g. ``(X, W, b)``) compiles a function of
+        arrays: see :class:`BlockFunction`.
     optimize : bool
         Run the tape optimiser (:func:`fastad.optimize`: dead nodes, constant
         folding, common subexpressions) on the traced tape; results are
@@ -68,8 +70,19 @@ def compile(function=None, *, num_inputs=None, example=None, optimize=True):  # 
     """
     options = dict(num_inputs=num_inputs, example=example, optimize=optimize)
     if function is None:
-        return lambda f: CompiledFunction(f, **options)
+        return lambda f: compile(f, **options)
+    if _has_arrays(example):
+        return BlockFunction(function, example)
     return CompiledFunction(function, **options)
+
+
+def _has_arrays(example):
+    if example is None or isinstance(example, np.ndarray):
+        return False
+    try:
+        return any(np.ndim(value) >= 1 for value in example)
+    except TypeError:
+        return False
 
 
 class CompiledFunction:
@@ -117,8 +130,9 @@ class CompiledFunction:
                 result = self._function(*inputs)
             if tape._block_ops:
                 raise NotImplementedError(
-                    "fa.compile replays scalar programs; this function recorded array (block) "
-                    "operations. Record it eagerly with fa.Tape() instead."
+                    "fa.compile's batched replay runs scalar programs; this function recorded "
+                    "array (block) operations. Compile it as a function of arrays, "
+                    "fa.compile(fn, example=(array, ...)), or record it with fa.Tape()."
                 )
             scalar_output = not isinstance(result, (tuple, list))
             outputs = [
@@ -421,6 +435,134 @@ class CompiledFunction:
         """Write the traced function to a NumPy ``.npz`` file (no pickle inside)."""
         state = self._state()
         np.savez(path, **{key: np.asarray(value) for key, value in state.items()})
+
+
+class BlockFunction:
+    """A traced function of arrays (blocks): ``fa.compile(fn, example=(X, W, b))``.
+
+    Calls take one value per argument, shaped like the example's:
+    ``f((X, W, b))`` gives the output (a float, or an array for an array
+    output); ``f.value_and_grad((X, W, b))`` gives the scalar output and a
+    list of gradients shaped like the arguments. A replay re-runs the traced
+    tape's forward and backward sweeps (compiled scalar runs, block rules
+    between) at the new values, with the guards of any traced branches
+    re-checked; there is no batching over points and calls on one function
+    are serialised by a lock. Not available yet: optimisation, pickling
+    and saving (they raise).
+    """
+
+    def __init__(self, function, example):
+        if not callable(function):
+            raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
+        names = _argument_names(function, len(example))
+        values = [_block_argument(v, i) for i, v in enumerate(example)]
+        self._lock = threading.Lock()
+        tape = Tape(trace=True)
+        with tape:
+            self._inputs = [tape.input(v, name) for v, name in zip(values, names, strict=True)]
+            result = function(*self._inputs)
+        tape._guards, self._guards = None, list(tape._guards)
+        if isinstance(result, (tuple, list)):
+            raise ValueError("a function of arrays returns one output (a scalar or an array)")
+        from fastad.blocks import Block
+
+        if isinstance(result, Block) and result.tape is tape:
+            self._output = result
+        else:
+            self._output = _output_node(tape, result, 0)
+        self._tape = tape
+        self._shapes = [np.shape(v) for v in values]
+        self._name = getattr(function, "__name__", "function")
+        self.optimization = None
+
+    @property
+    def tape(self):
+        """The traced tape; after a call it holds that call's values and gradients."""
+        return self._tape
+
+    def __repr__(self):
+        return (
+            f"<fastad.BlockFunction {self._name}: inputs {self._shapes}, {len(self._tape)} nodes>"
+        )
+
+    def __call__(self, arguments):
+        """The output at new argument values."""
+        with self._lock:
+            self._replay(arguments)
+            return self._output_value()
+
+    def value_and_grad(self, arguments):
+        """``(value, [gradient per argument])``; needs a scalar output."""
+        from fastad.blocks import Block
+
+        if isinstance(self._output, Block):
+            raise ValueError("value_and_grad needs a scalar output; this function returns an array")
+        with self._lock:
+            self._replay(arguments)
+            self._tape.backward(self._output)
+            gradients = [node.grad for node in self._inputs]
+            return self._output_value(), gradients
+
+    def grad(self, arguments):
+        """Gradients with respect to each argument; needs a scalar output."""
+        return self.value_and_grad(arguments)[1]
+
+    def _output_value(self):
+        node = self._output.id
+        block = self._tape._blocks.get(node)
+        return block.copy() if block is not None else float(self._tape._val[node])
+
+    def _replay(self, arguments):
+        arguments = list(arguments)
+        if len(arguments) != len(self._inputs):
+            raise ValueError(f"expected {len(self._inputs)} arguments, got {len(arguments)}")
+        tape = self._tape
+        tape._sync()
+        for position, (node, shape, value) in enumerate(
+            zip(self._inputs, self._shapes, arguments, strict=True)
+        ):
+            value = _block_argument(value, position)
+            if np.shape(value) != shape:
+                raise ValueError(
+                    f"argument {position} has shape {np.shape(value)}, the traced function "
+                    f"expects {shape}"
+                )
+            if shape:
+                value = np.array(value, dtype=np.float64)
+                value.flags.writeable = False
+                tape._blocks[node.id] = value
+            else:
+                tape._val[node.id] = value
+        tape.forward()
+        for node, truth in self._guards:
+            if (tape._val[node] != 0.0) != truth:
+                raise BranchError(
+                    f"the traced function branches on `{_describe(tape, node)}`, which was "
+                    f"{truth} when traced and is {not truth} for these arguments; use fa.where"
+                )
+
+    def __getstate__(self):
+        raise TypeError("functions of arrays cannot be pickled or saved yet")
+
+    def save(self, path):
+        raise TypeError("functions of arrays cannot be pickled or saved yet")
+
+
+def _argument_names(function, count):
+    try:
+        names, found = _signature(function, None)
+    except TypeError:
+        return [f"x{i}" for i in range(count)]
+    if found != count:
+        raise ValueError(f"the function takes {found} arguments, the example has {count}")
+    return names
+
+
+def _block_argument(value, position):
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"argument {position} must hold real numbers, got dtype {array.dtype}")
+    return array.astype(np.float64) if array.ndim else float(array)
 
 
 def load(path):

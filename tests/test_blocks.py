@@ -336,3 +336,46 @@ def test_block_values_are_read_only_copies():
         assert A.value.tolist() == [1.0, 2.0]
         with pytest.raises(ValueError):
             A.value[0] = 5.0
+
+
+# -- compiled functions of arrays ----------------------------------------------------------
+def layer_loss(X, W, b, T):
+    return fa.mse_loss(fa.linear_relu(X, W, b), T)
+
+
+def test_compiled_function_of_arrays_replays_like_eager(rng):
+    example = (
+        rng.normal(size=(4, 3)),
+        rng.normal(size=(3, 2)),
+        rng.normal(size=2),
+        rng.normal(size=(4, 2)),
+    )
+    f = fa.compile(layer_loss, example=example)
+    assert isinstance(f, fa.BlockFunction)
+    for _ in range(3):
+        arguments = [a + rng.normal(size=np.shape(a)) * 0.3 for a in example]
+        value, gradients = f.value_and_grad(arguments)
+        with fa.Tape():
+            nodes = [fa.var(a) for a in arguments]
+            loss = layer_loss(*nodes)
+            loss.backward()
+        assert value == loss.value == f(arguments)
+        for got, node in zip(gradients, nodes, strict=True):
+            np.testing.assert_array_equal(got, node.grad)
+
+
+def test_compiled_function_of_arrays_checks_shapes_and_branches():
+    f = fa.compile(
+        lambda X, s: (X * s).sum() if s > 0 else (X - s).sum(), example=(np.ones(3), 2.0)
+    )
+    assert f((np.ones(3), 3.0)) == 9.0
+    with pytest.raises(fa.BranchError, match="`s > 0.0`, which was True"):
+        f((np.ones(3), -1.0))
+    with pytest.raises(ValueError, match=r"argument 0 has shape \(4,\).*expects \(3,\)"):
+        f((np.ones(4), 1.0))
+    with pytest.raises(ValueError, match="expected 2 arguments"):
+        f((np.ones(3),))
+    g = fa.compile(lambda X: X * 2.0, example=(np.ones(2),))
+    np.testing.assert_array_equal(g((np.array([1.0, 5.0]),)), [2.0, 10.0])
+    with pytest.raises(ValueError, match="scalar output"):
+        g.value_and_grad((np.ones(2),))
