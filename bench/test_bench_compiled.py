@@ -12,7 +12,7 @@ collects ``tests/``). Two groups:
 Batch benchmarks store ``ns_per_point`` (best round) in ``extra_info``,
 latency benchmarks ``us_per_call``. Every benchmark checks its result once
 (fastad against NumPy; two threads bitwise against one), so a broken path
-fails instead of producing a fast wrong number. ``bench/report_compiled.py``
+fails instead of producing a fast wrong number. ``bench/report.py``
 prints the same figures side by side with the SPEC's targets.
 """
 
