@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from fastad.errors import StaleNodeError
+from fastad.errors import StaleNodeError, TraceError
 from fastad.kernels import fused, optable, sweeps
 from fastad.node import Node, check_live
 
@@ -57,12 +57,22 @@ class Block(Node):
     # -- what it is --------------------------------------------------------------
     @property
     def value(self):
-        """The array value (read-only)."""
+        """The array value (read-only).
+
+        Not available while ``fa.compile`` traces a function: the array
+        would be frozen into every replay (see :class:`fastad.TraceError`).
+        """
         check_live(self)
+        if self._tape._guards is not None:
+            raise TraceError(
+                f".value of {self!r} while fa.compile traces the function: the array would "
+                "be frozen into every replay. Keep computing with fastad operations."
+            )
         return self._tape._blocks[self._id]
 
     @property
     def shape(self):
+        check_live(self)
         return self._tape._blocks[self._id].shape
 
     @property
@@ -71,6 +81,7 @@ class Block(Node):
 
     @property
     def size(self):
+        check_live(self)
         return self._tape._blocks[self._id].size
 
     @property
@@ -80,9 +91,12 @@ class Block(Node):
         return self._tape.block_adjoint(self._id)
 
     def __repr__(self):
+        # Never raises: error messages about stale nodes use it.
+        if self._generation != self._tape._generation:
+            return f"Block(id={self._id}, stale)"
         label = self._tape._labels.get(self._id)
         named = f", name={label!r}" if label else ""
-        return f"Block(shape={self.shape}{named}, id={self._id})"
+        return f"Block(shape={self._tape._blocks[self._id].shape}{named}, id={self._id})"
 
     def __len__(self):
         return self.shape[0]
@@ -138,6 +152,29 @@ class Block(Node):
     def __abs__(self):
         return elementwise(_code("abs"), self)
 
+    # Comparisons record blocks of 1.0/0.0 with zero derivatives, like scalar
+    # nodes' (usable as fa.where conditions); hashing stays by identity.
+    def __eq__(self, other):
+        return elementwise(_code("eq"), self, other)
+
+    def __ne__(self, other):
+        return elementwise(_code("ne"), self, other)
+
+    def __lt__(self, other):
+        return elementwise(_code("lt"), self, other)
+
+    def __le__(self, other):
+        return elementwise(_code("le"), self, other)
+
+    def __gt__(self, other):
+        return elementwise(_code("gt"), self, other)
+
+    def __ge__(self, other):
+        return elementwise(_code("ge"), self, other)
+
+    def __hash__(self):
+        return id(self)
+
     # -- structure -----------------------------------------------------------------------
     def __matmul__(self, other):
         return matmul(self, other)
@@ -162,14 +199,20 @@ class Block(Node):
             new_shape = np.empty(self.shape, dtype=np.bool_).reshape(shape).shape
         except ValueError as error:
             raise ValueError(f"cannot reshape {self!r} of shape {self.shape} to {shape}") from error
-        return _record(RESHAPE, self, None, np.reshape(self.value, new_shape), new_shape)
+        return _record(RESHAPE, self, None, np.reshape(_array(self), new_shape), new_shape)
 
     def transpose(self):
-        return _record(TRANSPOSE, self, None, np.ascontiguousarray(self.value.T), None)
+        return _record(TRANSPOSE, self, None, np.ascontiguousarray(_array(self).T), None)
 
     @property
     def T(self):
         return self.transpose()
+
+
+def _array(block):
+    """A block's array for recording (``.value`` refuses while tracing; rules may read it)."""
+    check_live(block)
+    return block._tape._blocks[block._id]
 
 
 def _code(name):
@@ -329,7 +372,7 @@ def _matmul_vjp(a, b, out, g, params):
 
 
 def _reduce(code, x, axis):
-    value = x.value
+    value = _array(x)
     if axis is not None:
         axis = int(axis)
         if not -value.ndim <= axis < value.ndim:
@@ -364,7 +407,7 @@ def _reduce_vjp(code):
 
 def index(x, key):
     """``x[key]``: a scalar node for a single element, a block otherwise."""
-    value = x.value
+    value = _array(x)
     try:
         out = value[key]
     except (IndexError, TypeError) as error:

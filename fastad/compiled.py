@@ -258,6 +258,8 @@ class CompiledFunction:
         u = _real_array(cotangents, "cotangent")
         expected = (points.shape[0], self._m)
         if self._scalar_output:
+            if single and u.shape == (1,):
+                u = u.reshape(())  # one cotangent for the one output
             u = u.reshape(-1, 1) if u.ndim == (0 if single else 1) else u
         elif single and u.shape == (self._m,):
             u = u.reshape(1, self._m)
@@ -389,7 +391,7 @@ class CompiledFunction:
             )
         else:
             sweeps.sweep_points(self._program, self._work(), *batch)
-        if self._g and status.max() != _NO_FAILED_GUARD:
+        if self._g and n_points and status.max() != _NO_FAILED_GUARD:
             self._raise_branch_error(points, status)
         return values, derivatives
 
@@ -608,6 +610,10 @@ def _from_state(state, source="pickle"):
         raise ValueError(f"{source}: guard outcomes must be 0 or 1")
     if (tape.opcode[inputs] != optable.INPUT).any() or np.unique(inputs).size != inputs.size:
         raise ValueError(f"{source}: inputs must be distinct leaf nodes")
+    if inputs.size == 0 or outputs.size == 0:
+        raise ValueError(f"{source}: a compiled function needs at least one input and output")
+    if bool(meta.get("scalar_output", True)) and outputs.size != 1:
+        raise ValueError(f"{source}: a scalar-output function must have exactly one output")
     compiled = object.__new__(CompiledFunction)
     compiled._function = _Unavailable(meta.get("name", "function"))
     compiled._input_names = list(meta.get("input_names", [f"x{i}" for i in range(inputs.size)]))

@@ -107,7 +107,9 @@ def gradcheck(
         "full" checks every element (2k function values). "fast" compares
         ``u^T J v`` with a central difference along random directions ``v``
         (two function values and one gradient each); on failure a full check
-        locates the wrong elements.
+        locates the wrong elements. One number per direction: an error far
+        below ``rtol * |u^T J v|`` (a wrong small entry beside a large one)
+        can pass, so "full" is the complete check.
     eps : float, optional
         Override the relative step (the step is ``eps * max(1, |x_i|)``).
     rtol, atol : float, optional

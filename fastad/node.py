@@ -155,6 +155,7 @@ class Node:
     @property
     def name(self):
         """The label shown in tables and drawings, or None."""
+        check_live(self)
         return self._tape._labels.get(self._id)
 
     @name.setter
@@ -244,6 +245,8 @@ class Var(Node):
         return truth
 
     def __repr__(self):
+        if self._generation != self._tape._generation:
+            return f"Var({self._value!r}, id={self._id}, stale)"
         label = self._tape._labels.get(self._id)
         named = f", name={label!r}" if label else ""
         return f"Var({self._value!r}{named}, id={self._id})"

@@ -27,9 +27,9 @@ import numpy as np
 
 from fastad.kernels import optable, sweeps
 
-_COMMUTATIVE = frozenset(
-    optable.BY_NAME[name].code for name in ("add", "mul", "maximum", "minimum", "eq", "ne")
-)
+# Commutative bit for bit, signed zeros included. maximum and minimum are not:
+# maximum(0.0, -0.0) is -0.0 but maximum(-0.0, 0.0) is 0.0.
+_COMMUTATIVE = frozenset(optable.BY_NAME[name].code for name in ("add", "mul", "eq", "ne"))
 _ARITY = np.array([op.arity for op in optable.OPS], np.int8)
 
 

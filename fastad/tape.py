@@ -414,9 +414,10 @@ class Tape:
         sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, 0, self._n)
 
     def zero_grad(self):
-        """Set every adjoint to zero (the start of an accumulation)."""
+        """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
         self._sync()
         self._grad[: self._n] = 0.0
+        self._block_grads = {}
 
     def backward(self, root, accumulate=False, check=False):
         """Reverse sweep from node ``root`` (a ``Var`` or an id); see ``Var.backward``.
@@ -490,7 +491,12 @@ class Tape:
     def tangent(self, root, wrt, direction):
         """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
 
-        Nodes not in ``wrt`` hold still. This is ``J v`` for one output,
+        The nodes in ``wrt`` are perturbed as independent variables (an
+        intermediate node is held at its perturbation, not recomputed from
+        its inputs; a node listed twice gets the sum), all other leaves hold
+        still: ``tangent(root, wrt, v) == gradient(root, wrt) @ v`` when no
+        node of ``wrt`` depends on another (each adjoint is a total
+        derivative through everything downstream of its node). This is ``J v`` for one output,
         computed by the compiled tangent sweep from the same local partials
         as ``backward``.
         """
@@ -501,9 +507,13 @@ class Tape:
         if direction.shape != wrt.shape:
             raise ValueError(f"direction shape {direction.shape} != wrt shape {wrt.shape}")
         tangents = np.zeros(root + 1, VALUE_DTYPE)
+        seeded = np.zeros(root + 1, np.bool_)
         inside = wrt <= root
-        tangents[wrt[inside]] = direction[inside]
-        sweeps.tangent_sweep(self._opcode, self._in0, self._in1, self._val, tangents, root + 1)
+        np.add.at(tangents, wrt[inside], direction[inside])  # a node listed twice adds
+        seeded[wrt[inside]] = True
+        sweeps.tangent_sweep(
+            self._opcode, self._in0, self._in1, self._val, tangents, seeded, root + 1
+        )
         return float(tangents[root])
 
     # -- finding where nan/inf came from ---------------------------------------
@@ -685,7 +695,8 @@ _PAIR = optable.BLOCK_BY_NAME["pair"].code
 
 
 def _is_array_like(value):
-    return isinstance(value, (np.ndarray, list, tuple))
+    # A 0-d array is a number (fa.var(np.array(3.0)) is a scalar leaf).
+    return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
 
 
 def _block_handle(tape, node_id):
@@ -702,6 +713,8 @@ def _fmt(x, digits):
 
 
 def _as_float(value, what):
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        return float(value)
     if isinstance(value, Var):
         raise TypeError(f"{what} expects a number, got the node {value!r}")
     if not is_number(value) or isinstance(value, complex):

@@ -21,6 +21,7 @@ import numpy as np
 from numba import prange
 
 from .jit import kernel
+from .optable import CONST
 
 NO_ORIGIN = -1
 
@@ -763,10 +764,12 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
             grad[j] += d0 * g
         if k >= 0 and d1 != 0.0:
             grad[k] += d1 * g
+        # A constant's adjoint reaches nothing (x ** 3 at x < 0 has a nan
+        # partial for its exponent), so only other operands are checked.
         if check and origin == NO_ORIGIN and isfinite(g):
-            if not isfinite(d0 * g):
+            if opcode[j] != CONST and not isfinite(d0 * g):
                 origin = 2 * i
-            elif k >= 0 and not isfinite(d1 * g):
+            elif k >= 0 and opcode[k] != CONST and not isfinite(d1 * g):
                 origin = 2 * i + 1
     return origin
 
@@ -1044,16 +1047,18 @@ def sweep_points_parallel(
 
 
 @kernel
-def tangent_sweep(opcode, in0, in1, val, tangent, stop):
+def tangent_sweep(opcode, in0, in1, val, tangent, seeded, stop):
     """Forward mode on a tape: ``tangent[i] = d0 * tangent[in0] + d1 * tangent[in1]``.
 
-    The caller sets the leaves' tangents (the direction) and zeroes the rest;
-    nodes ``0:stop`` are swept in increasing id order with the same
-    ``local_partials`` the backward sweep uses, and the same strong zeros.
+    The caller sets the tangents of the nodes it perturbs (the direction),
+    marks them in ``seeded`` and zeroes the rest; a seeded node keeps its
+    tangent (it is held as an independent variable, like ``fa.grad``'s
+    ``wrt``). Nodes ``0:stop`` are swept in increasing id order with the
+    same ``local_partials`` the backward sweep uses, and the same strong zeros.
     """
     for i in range(stop):
         j = in0[i]
-        if j < 0:
+        if j < 0 or seeded[i]:
             continue
         k = in1[i]
         b = val[k] if k >= 0 else 0.0
