@@ -27,63 +27,61 @@ def _helper_sources():
         yield "@kernel\n" + inspect.getsource(helper).rstrip()
 
 
-def _forward_value_source():
-    lines = [
-        "@kernel",
-        "def forward_value(op, a, b):",
-        '    """Value of a node with opcode ``op`` and operand values ``a``, ``b``.',
-        "",
-        "    ``b`` is ignored by unary ops. Leaves and constants never reach this",
-        "    function: the sweeps keep their stored values.",
-        '    """',
-    ]
+def _dispatch(signature, doc, case, fallback):
+    """A ``@kernel`` that branches on ``op`` over every op with operands.
+
+    ``case(op, d0, d1)`` gives the body lines for one op (``d0``, ``d1``: its
+    partial expressions, ``0.0`` for a missing operand); ``fallback`` is the
+    last line, reached only by leaves and constants.
+    """
+    lines = ["@kernel", f"def {signature}:", *(f"    {line}" if line else "" for line in doc)]
     for op in optable.OPS:
         if op.arity == 0:
             continue
-        lines += [f"    if op == {op.code}:  # {op.name}", f"        return {op.value}"]
-    lines.append("    return a")
+        d0, d1 = (list(op.partials) + ["0.0"] * (2 - op.arity))[:2]
+        lines.append(f"    if op == {op.code}:  # {op.name}")
+        lines += [f"        {line}" for line in case(op, d0, d1)]
+    lines.append(f"    {fallback}")
     return "\n".join(lines)
+
+
+def _forward_value_source():
+    return _dispatch(
+        "forward_value(op, a, b)",
+        [
+            '"""Value of a node with opcode ``op`` and operand values ``a``, ``b``.',
+            "",
+            "``b`` is ignored by unary ops. Leaves and constants never reach this",
+            "function: the sweeps keep their stored values.",
+            '"""',
+        ],
+        lambda op, d0, d1: [f"return {op.value}"],
+        "return a",
+    )
 
 
 def _local_partials_source():
-    lines = [
-        "@kernel",
-        "def local_partials(op, a, b, out):",
-        '    """Local partial derivatives ``(d out/d a, d out/d b)`` of one node.',
-        "",
-        "    ``out`` is the node value saved by the forward sweep. Unary ops give",
-        "    0.0 for the second partial.",
-        '    """',
-    ]
-    for op in optable.OPS:
-        if op.arity == 0:
-            continue
-        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
-        lines += [
-            f"    if op == {op.code}:  # {op.name}",
-            f"        return {partials[0]}, {partials[1]}",
-        ]
-    lines.append("    return 0.0, 0.0")
-    return "\n".join(lines)
+    return _dispatch(
+        "local_partials(op, a, b, out)",
+        [
+            '"""Local partial derivatives ``(d out/d a, d out/d b)`` of one node.',
+            "",
+            "``out`` is the node value saved by the forward sweep. Unary ops give",
+            "0.0 for the second partial.",
+            '"""',
+        ],
+        lambda op, d0, d1: [f"return {d0}, {d1}"],
+        "return 0.0, 0.0",
+    )
 
 
 def _values_and_partials_source():
-    lines = [
-        "@kernel",
-        "def values_and_partials(op, a, b):",
-        '    """``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""',
-    ]
-    for op in optable.OPS:
-        if op.arity == 0:
-            continue
-        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
-        lines += [
-            f"    if op == {op.code}:  # {op.name}",
-            f"        out = {op.value}",
-            f"        return out, {partials[0]}, {partials[1]}",
-        ]
-    lines.append("    return a, 0.0, 0.0")
-    return "\n".join(lines)
+    return _dispatch(
+        "values_and_partials(op, a, b)",
+        ['"""``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""'],
+        lambda op, d0, d1: [f"out = {op.value}", f"return out, {d0}, {d1}"],
+        "return a, 0.0, 0.0",
+    )
 
 
 def _lanes_source(with_partials):
@@ -97,34 +95,31 @@ def _lanes_source(with_partials):
         if with_partials
         else "Values of node ``i`` in lanes ``0:count``."
     )
-    lines = [
-        "@kernel",
-        f"def {name}(op, {arrays}, i, j, k, count):",
-        f'    """{summary}',
-        "",
-        "    Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,",
-        "    e.g. a scratch row, for unary ops); one column per evaluation point.",
-        '    """',
-    ]
-    for op in optable.OPS:
-        if op.arity == 0:
-            continue
-        partials = list(op.partials) + ["0.0"] * (2 - op.arity)
-        lines += [
-            f"    if op == {op.code}:  # {op.name}",
-            "        for lane in range(count):",
-            "            a = val[j, lane]",
-            "            b = val[k, lane]",
-            f"            out = {op.value}",
-            "            val[i, lane] = out",
+
+    def case(op, d0, d1):
+        body = [
+            "for lane in range(count):",
+            "    a = val[j, lane]",
+            "    b = val[k, lane]",
+            f"    out = {op.value}",
+            "    val[i, lane] = out",
         ]
         if with_partials:
-            lines += [
-                f"            d0[i, lane] = {partials[0]}",
-                f"            d1[i, lane] = {partials[1]}",
-            ]
-        lines.append("        return")
-    return "\n".join(lines)
+            body += [f"    d0[i, lane] = {d0}", f"    d1[i, lane] = {d1}"]
+        return [*body, "return"]
+
+    return _dispatch(
+        f"{name}(op, {arrays}, i, j, k, count)",
+        [
+            f'"""{summary}',
+            "",
+            "Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,",
+            "e.g. a scratch row, for unary ops); one column per evaluation point.",
+            '"""',
+        ],
+        case,
+        "return",
+    )
 
 
 def generated_block():

@@ -476,6 +476,7 @@ def values_lanes(op, val, i, j, k, count):
             out = -0.0 if a != 0.0 else b
             val[i, lane] = out
         return
+    return
 
 
 @kernel
@@ -710,6 +711,7 @@ def values_and_partials_lanes(op, val, d0, d1, i, j, k, count):
             d0[i, lane] = 0.0
             d1[i, lane] = 0.0 if a != 0.0 else 1.0
         return
+    return
 
 
 # END GENERATED RULES
