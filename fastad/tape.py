@@ -290,7 +290,7 @@ class Tape:
         elif node in self._blocks:
             current = block_adjoints.get(node)
             if current is None:
-                block_adjoints[node] = np.array(contribution, dtype=np.float64)
+                block_adjoints[node] = _owned(contribution)
             else:
                 current += contribution
         else:
@@ -697,6 +697,20 @@ _PAIR = optable.BLOCK_BY_NAME["pair"].code
 def _is_array_like(value):
     # A 0-d array is a number (fa.var(np.array(3.0)) is a scalar leaf).
     return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
+
+
+def _owned(array):
+    """``array`` itself when it owns fresh writable float64 data (what the block
+    rules return), else a copy: an adjoint must never alias another array."""
+    if (
+        isinstance(array, np.ndarray)
+        and array.base is None
+        and array.dtype == np.float64
+        and array.flags.writeable
+        and array.flags.c_contiguous
+    ):
+        return array
+    return np.array(array, dtype=np.float64)
 
 
 def _block_handle(tape, node_id):
