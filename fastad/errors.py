@@ -35,6 +35,7 @@ class NonFiniteOrigin:
     slot: int = -1
     partial: float = float("nan")
     source: tuple | None = None  # (file, line) on debug tapes
+    block_rule: bool = False  # a block op's rule (no single local derivative)
 
     def describe(self):
         name = f"node {self.node} ({self.op}" + (f" '{self.label}')" if self.label else ")")
@@ -45,6 +46,11 @@ class NonFiniteOrigin:
             return f"{name} holds {self.value!r}: a non-finite leaf or constant"
         if self.phase == "forward":
             return f"{name} produced {self.value!r} from finite inputs ({inputs})"
+        if self.block_rule:
+            return (
+                f"{name} sent a non-finite gradient to operand {self.slot} from a finite "
+                f"upstream gradient (its inputs: {inputs})"
+            )
         return (
             f"{name} has local derivative {self.partial!r} with respect to operand "
             f"{self.slot} at inputs ({inputs}); times its finite adjoint it sent a "

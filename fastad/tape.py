@@ -249,19 +249,30 @@ class Tape:
         block = self._blocks.get(node_id)
         return block if block is not None else float(self._val[node_id])
 
-    def _sweep_blocks_backward(self, root, adjoints, block_adjoints):
+    def _sweep_blocks_backward(self, root, adjoints, block_adjoints, check=False):
         """Backward over a tape with blocks: compiled runs of scalar nodes, block rules between.
 
         ``adjoints`` (scalars) is seeded by the caller; ``block_adjoints``
-        collects the arrays. Decreasing id order throughout, as the scalar sweep.
+        collects the arrays. Decreasing id order throughout, as the scalar
+        sweep. With ``check``, returns ``(node, slot)`` of the first node (in
+        sweep order) that turned a finite adjoint into a non-finite
+        contribution, else None; the sweep still completes.
         """
         from fastad import blocks
 
+        found = None
+
+        def run(stop, start):
+            nonlocal found
+            origin = sweeps.backward_range(
+                self._opcode, self._in0, self._in1, self._val, adjoints, stop, start, check
+            )
+            if found is None and origin != sweeps.NO_ORIGIN:
+                found = (origin // 2, origin % 2)
+
         stop = root + 1
         for node in reversed([b for b in self._block_ops if b <= root]):
-            sweeps.backward_range(
-                self._opcode, self._in0, self._in1, self._val, adjoints, stop, node + 1
-            )
+            run(stop, node + 1)
             stop = node
             code = int(self._opcode[node])
             if code == _PAIR:
@@ -278,10 +289,16 @@ class Tape:
             a, b = self._operand_value(j), self._operand_value(k)
             out = self._blocks.get(node, self._val[node])
             da, db = blocks.vjp_rule(code, a, b, out, g, self._block_params.get(node), k < 0)
+            if check and found is None and np.isfinite(g).all():
+                for slot, contribution in enumerate((da, db)):
+                    if contribution is not None and not _all_finite(contribution):
+                        found = (node, slot)
+                        break
             self._add_adjoint(j, da, adjoints, block_adjoints)
             if k >= 0:
                 self._add_adjoint(k, db, adjoints, block_adjoints)
-        sweeps.backward_range(self._opcode, self._in0, self._in1, self._val, adjoints, stop, 0)
+        run(stop, 0)
+        return found
 
     def _add_adjoint(self, node, contribution, adjoints, block_adjoints):
         if self._opcode[node] == _PAIR:
@@ -431,12 +448,13 @@ class Tape:
         if root in self._blocks:
             raise TypeError("backward needs a scalar output; reduce the block first")
         if check:
-            self._require_scalar_tape("checked mode (check=True)")
             origin = self.first_nonfinite(root)
             if origin is not None:
                 raise NonFiniteError(origin)
         if self._block_ops:
-            self._backward_with_blocks(root, accumulate)
+            found = self._backward_with_blocks(root, accumulate, check)
+            if found is not None:
+                raise NonFiniteError(self._backward_origin(*found))
             return
         if accumulate:
             adjoints = np.zeros(root + 1, VALUE_DTYPE)
@@ -448,11 +466,11 @@ class Tape:
         if check and found != sweeps.NO_ORIGIN:
             raise NonFiniteError(self._backward_origin(found // 2, found % 2))
 
-    def _backward_with_blocks(self, root, accumulate):
+    def _backward_with_blocks(self, root, accumulate, check=False):
         adjoints = np.zeros(self._n, VALUE_DTYPE)
         adjoints[root] = 1.0
         block_adjoints = {}
-        self._sweep_blocks_backward(root, adjoints, block_adjoints)
+        found = self._sweep_blocks_backward(root, adjoints, block_adjoints, check)
         if accumulate:
             self._grad[: self._n] += adjoints
             for node, gradient in block_adjoints.items():
@@ -463,6 +481,7 @@ class Tape:
         else:
             self._grad[: self._n] = adjoints
             self._block_grads = block_adjoints
+        return found
 
     def gradient(self, root, wrt):
         """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched.
@@ -530,6 +549,12 @@ class Tape:
         self._sync()
         stop = self._n if root is None else self._root_id(root) + 1
         bad = ~np.isfinite(self._val[:stop])
+        for node in self._blocks:
+            if node < stop:
+                bad[node] = not np.isfinite(self._blocks[node]).all()
+        for node in self._block_ops:  # a pair is as bad as what it bundles
+            if node < stop and self._opcode[node] == _PAIR:
+                bad[node] = bad[self._in0[node]] or bad[self._in1[node]]
         if root is not None and bad.any():
             relevant = np.zeros(stop, np.bool_)
             sweeps.mark_ancestors(self._in0, self._in1, stop - 1, relevant)
@@ -545,13 +570,33 @@ class Tape:
             op=optable.ALL[self._opcode[node]].name,
             label=self._labels.get(node),
             inputs=self._operand_values(node),
-            value=float(self._val[node]),
+            value=self._first_value(node),
             source=self.source(node),
         )
 
+    def _first_value(self, node):
+        """A node's value, or for a block its first non-finite element."""
+        block = self._blocks.get(node)
+        if block is None:
+            return float(self._val[node])
+        flat = block.ravel()
+        bad = np.flatnonzero(~np.isfinite(flat))
+        return float(flat[bad[0]]) if bad.size else float(flat[0])
+
     def _operand_values(self, node):
         operands = (self._in0[node], self._in1[node])
-        return tuple(float(self._val[j]) for j in operands if j >= 0)
+        return tuple(self._describe_value(int(j)) for j in operands if j >= 0)
+
+    def _describe_value(self, node):
+        block = self._blocks.get(node)
+        if block is not None:
+            return _ArraySummary(block)
+        if self._opcode[node] == _PAIR:
+            return (
+                self._describe_value(int(self._in0[node])),
+                self._describe_value(int(self._in1[node])),
+            )
+        return float(self._val[node])
 
     def local_partials(self, nodes):
         """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes.
@@ -577,8 +622,13 @@ class Tape:
             inputs=self._operand_values(node),
             value=float(self._val[node]),
             slot=slot,
-            partial=float(self.local_partials([node])[0, slot]),
+            partial=(
+                float("nan")
+                if node in self._block_ops
+                else float(self.local_partials([node])[0, slot])
+            ),
             source=self.source(node),
+            block_rule=node in self._block_ops,
         )
 
     # -- printing --------------------------------------------------------------
@@ -692,6 +742,22 @@ class Tape:
 
 
 _PAIR = optable.BLOCK_BY_NAME["pair"].code
+
+
+class _ArraySummary:
+    """How a block operand appears in a non-finite report: shape and finiteness."""
+
+    def __init__(self, array):
+        self.shape, self.nonfinite = array.shape, int(np.count_nonzero(~np.isfinite(array)))
+
+    def __repr__(self):
+        return f"array of shape {self.shape}" + (
+            f" with {self.nonfinite} non-finite" if self.nonfinite else ""
+        )
+
+
+def _all_finite(value):
+    return bool(np.isfinite(value).all())
 
 
 def _is_array_like(value):

@@ -738,23 +738,35 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
     """Accumulate the adjoints of ``root`` into ``grad[:root + 1]``.
 
     Seeds ``grad[root] += 1`` and applies each node's local rule in
-    decreasing id order, adding (never assigning) the contribution of every
-    edge, so a node used twice (``d * d``) or on several paths gets the sum.
-    The caller zeroes ``grad`` first unless it means to accumulate.
+    decreasing id order (``backward_range``). The caller zeroes ``grad``
+    first unless it means to accumulate. Returns what ``backward_range``
+    returns.
+    """
+    grad[root] += 1.0
+    return backward_range(opcode, in0, in1, val, grad, root + 1, 0, check)
+
+
+@kernel
+def backward_range(opcode, in0, in1, val, grad, stop, start, check):
+    """The backward sweep's body over nodes ``stop - 1`` down to ``start``, no seed.
+
+    Adds (never assigns) the contribution of every edge, so a node used
+    twice (``d * d``) or on several paths gets the sum.
 
     Exact zeros are strong: a node whose adjoint is exactly zero sends
     nothing, and neither does an edge whose local partial is exactly zero.
-    So nodes that do not reach ``root`` contribute nothing, and a zero never
+    So nodes that do not reach the root contribute nothing, and a zero never
     meets an infinite factor to make ``0 * inf = nan`` (the side of
     ``fa.where`` not taken cannot poison the gradient).
 
     With ``check`` set, returns ``2 * node + slot`` for the first node (in
     sweep order) whose finite adjoint times its local partial for operand
     ``slot`` is not finite, or ``NO_ORIGIN``; the sweep still completes.
+    Tapes with blocks alternate this over runs of scalar nodes with the
+    block nodes' rules, in decreasing id order.
     """
     origin = NO_ORIGIN
-    grad[root] += 1.0
-    for i in range(root, -1, -1):
+    for i in range(stop - 1, start - 1, -1):
         g = grad[i]
         j = in0[i]
         if g == 0.0 or j < 0:
@@ -1092,24 +1104,3 @@ def map_vjp(op, a, b, out, g, da, db):
         d0, d1 = local_partials(op, a[t], b[t], out[t])
         da[t] = strong_product(d0, g[t])
         db[t] = strong_product(d1, g[t])
-
-
-@kernel
-def backward_range(opcode, in0, in1, val, grad, stop, start):
-    """The backward sweep's body over nodes ``stop - 1`` down to ``start``, no seed.
-
-    Tapes with blocks alternate this over runs of scalar nodes with the
-    block nodes' rules, in decreasing id order.
-    """
-    for i in range(stop - 1, start - 1, -1):
-        g = grad[i]
-        j = in0[i]
-        if g == 0.0 or j < 0:
-            continue
-        k = in1[i]
-        b = val[k] if k >= 0 else 0.0
-        d0, d1 = local_partials(opcode[i], val[j], b, val[i])
-        if d0 != 0.0:
-            grad[j] += d0 * g
-        if k >= 0 and d1 != 0.0:
-            grad[k] += d1 * g
