@@ -545,6 +545,97 @@ def vjp_rule(code, a, b, out, g, params, unary):
     return _elementwise_vjp(code, a, b, out, g, params, unary)
 
 
+# -- forward mode: Jacobian-vector products ----------------------------------------------------
+# Each rule maps operand tangents (None: exactly zero) to the output tangent;
+# all are linear in the tangents, and use the same values as the VJPs.
+def _zero_if_none(tangent, like):
+    return np.zeros(np.shape(like)) if tangent is None else tangent
+
+
+def _elementwise_jvp(code, a, b, out, ta, tb, params, unary):
+    shape = np.shape(out)
+    ones = np.ones(shape)
+    d0, d1 = _elementwise_vjp(
+        code,
+        np.broadcast_to(a, shape),
+        None if unary else np.broadcast_to(b, shape),
+        out,
+        ones,
+        params,
+        unary,
+    )
+    total = np.zeros(shape)
+    for partial, tangent in ((d0, ta), (d1, tb)):
+        if tangent is not None and partial is not None:
+            t = np.broadcast_to(tangent, shape)
+            # strong zeros, as in the sweeps: 0 * inf contributes 0
+            total += np.where((partial != 0.0) & (t != 0.0), partial * t, 0.0)
+    return total if shape else float(total)
+
+
+def _matmul_jvp(a, b, out, ta, tb, params):
+    total = np.zeros(np.shape(out))
+    if ta is not None:
+        total = total + np.matmul(ta, b)
+    if tb is not None:
+        total = total + np.matmul(a, tb)
+    return float(total) if np.ndim(total) == 0 else total
+
+
+def _linear_jvp(relu):
+    def jvp(X, pair, out, tX, tpair, params):
+        W, b = pair
+        tW, tb = tpair if tpair is not None else (None, None)
+        total = np.zeros(np.shape(out))
+        if tX is not None:
+            total += tX @ W
+        if tW is not None:
+            total += X @ tW
+        if tb is not None:
+            total += tb
+        return np.where(out > 0.0, total, 0.0) if relu else total
+
+    return jvp
+
+
+def _mse_jvp(Y, T, out, tY, tT, params):
+    difference = _zero_if_none(tY, Y) - _zero_if_none(tT, T)
+    return float(2.0 * np.mean((Y - T) * difference))
+
+
+def _reduce_jvp(code):
+    reduce = np.sum if code == SUM else np.mean
+
+    def jvp(a, b, out, ta, tb, axis):
+        value = reduce(ta, axis=axis)
+        return float(value) if axis is None else value
+
+    return jvp
+
+
+JVP_RULES = {
+    MATMUL: _matmul_jvp,
+    SUM: _reduce_jvp(SUM),
+    MEAN: _reduce_jvp(MEAN),
+    RESHAPE: lambda a, b, out, ta, tb, shape: np.reshape(ta, shape),
+    TRANSPOSE: lambda a, b, out, ta, tb, p: np.ascontiguousarray(np.transpose(ta)),
+    INDEX: lambda a, b, out, ta, tb, key: _index_value(np.asarray(ta), key),
+    LINEAR: _linear_jvp(relu=False),
+    LINEAR_RELU: _linear_jvp(relu=True),
+    MSE_LOSS: _mse_jvp,
+}
+"""Block opcode -> jvp(a, b, out, ta, tb, params): the output tangent."""
+
+
+def jvp_rule(code, a, b, out, ta, tb, params, unary):
+    """The tangent of a block-op node's output from its operands' tangents."""
+    if code in JVP_RULES:
+        if code in (SUM, MEAN, RESHAPE, TRANSPOSE, INDEX):
+            ta = _zero_if_none(ta, a)
+        return JVP_RULES[code](a, b, out, ta, tb, params)
+    return _elementwise_jvp(code, a, b, out, ta, tb, params, unary)
+
+
 # -- the scalar-node path: the same computation as individual nodes -------------------------
 def scalar_nodes(values, name=None, tape=None):
     """An object array of scalar leaves, one per element of ``values``.

@@ -71,6 +71,7 @@ def jvp(output, wrt, direction):
     ``sum_i d output / d wrt[i] * direction[i]``, computed by one tangent
     sweep without touching ``.grad``; the forward-mode twin of
     :func:`grad`, so ``fa.jvp(z, xs, v) == fa.grad(z, xs) @ v`` to rounding.
+    For a block in ``wrt`` its direction is an array of the block's shape.
     """
     _require_node(output, "fa.jvp output")
     nodes = [wrt] if isinstance(wrt, Var) else list(wrt)
@@ -78,7 +79,10 @@ def jvp(output, wrt, direction):
         _require_node(node, "fa.jvp wrt")
         if node._tape is not output._tape:
             raise ValueError(f"{node!r} is on another tape than {output!r}")
-    direction = np.atleast_1d(np.asarray(direction, dtype=np.float64))
+    if any(isinstance(node, Block) for node in nodes):
+        direction = [direction] if isinstance(wrt, Block) else list(direction)
+    else:
+        direction = np.atleast_1d(np.asarray(direction, dtype=np.float64))
     return output._tape.tangent(output, [node._id for node in nodes], direction)
 
 

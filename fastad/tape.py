@@ -520,7 +520,8 @@ class Tape:
         as ``backward``.
         """
         root = self._root_id(root)
-        self._require_scalar_tape("forward mode (tangent, fa.jvp)")
+        if self._block_ops:
+            return self._tangent_with_blocks(root, list(wrt), list(direction))
         wrt = np.asarray(wrt, dtype=np.intp)
         direction = np.asarray(direction, dtype=VALUE_DTYPE)
         if direction.shape != wrt.shape:
@@ -531,7 +532,74 @@ class Tape:
         np.add.at(tangents, wrt[inside], direction[inside])  # a node listed twice adds
         seeded[wrt[inside]] = True
         sweeps.tangent_sweep(
-            self._opcode, self._in0, self._in1, self._val, tangents, seeded, root + 1
+            self._opcode, self._in0, self._in1, self._val, tangents, seeded, 0, root + 1
+        )
+        return float(tangents[root])
+
+    def _tangent_with_blocks(self, root, wrt, direction):
+        """Forward mode over a tape with blocks: compiled scalar runs, block JVP rules between.
+
+        ``direction`` holds a float for each scalar node of ``wrt`` and an
+        array shaped like the block for each block node.
+        """
+        from fastad import blocks
+
+        if len(direction) != len(wrt):
+            raise ValueError(f"{len(direction)} directions for {len(wrt)} nodes")
+        tangents = np.zeros(root + 1, VALUE_DTYPE)
+        block_tangents = {}
+        seeded = np.zeros(root + 1, np.bool_)
+        for node, d in zip(wrt, direction, strict=True):
+            node = int(node)
+            if node > root:
+                continue
+            seeded[node] = True
+            if node in self._blocks:
+                d = np.asarray(d, dtype=VALUE_DTYPE)
+                if d.shape != self._blocks[node].shape:
+                    raise ValueError(
+                        f"direction for node {node} has shape {d.shape}, the block has "
+                        f"{self._blocks[node].shape}"
+                    )
+                block_tangents[node] = block_tangents.get(node, 0.0) + d
+            else:
+                tangents[node] += float(d)
+
+        def tangent_of(node):
+            if node < 0:
+                return None
+            if self._opcode[node] == _PAIR:
+                parts = (tangent_of(int(self._in0[node])), tangent_of(int(self._in1[node])))
+                return None if parts[0] is None and parts[1] is None else parts
+            if node in self._blocks:
+                return block_tangents.get(node)
+            value = float(tangents[node])
+            return value if value != 0.0 else None
+
+        start = 0
+        for node in self._block_ops:
+            if node > root:
+                break
+            sweeps.tangent_sweep(
+                self._opcode, self._in0, self._in1, self._val, tangents, seeded, start, node
+            )
+            start = node + 1
+            code = int(self._opcode[node])
+            if seeded[node] or code == _PAIR:
+                continue
+            j, k = int(self._in0[node]), int(self._in1[node])
+            ta, tb = tangent_of(j), tangent_of(k)
+            if ta is None and tb is None:
+                continue  # strong zero: nothing moves this node
+            out = self._blocks.get(node, self._val[node])
+            a, b = self._operand_value(j), self._operand_value(k)
+            tangent = blocks.jvp_rule(code, a, b, out, ta, tb, self._block_params.get(node), k < 0)
+            if node in self._blocks:
+                block_tangents[node] = np.asarray(tangent, dtype=VALUE_DTYPE)
+            else:
+                tangents[node] = float(tangent)
+        sweeps.tangent_sweep(
+            self._opcode, self._in0, self._in1, self._val, tangents, seeded, start, root + 1
         )
         return float(tangents[root])
 

@@ -1061,7 +1061,7 @@ def sweep_points_parallel(
 
 
 @kernel
-def tangent_sweep(opcode, in0, in1, val, tangent, seeded, stop):
+def tangent_sweep(opcode, in0, in1, val, tangent, seeded, start, stop):
     """Forward mode on a tape: ``tangent[i] = d0 * tangent[in0] + d1 * tangent[in1]``.
 
     The caller sets the tangents of the nodes it perturbs (the direction),
@@ -1069,8 +1069,9 @@ def tangent_sweep(opcode, in0, in1, val, tangent, seeded, stop):
     tangent (it is held as an independent variable, like ``fa.grad``'s
     ``wrt``). Nodes ``0:stop`` are swept in increasing id order with the
     same ``local_partials`` the backward sweep uses, and the same strong zeros.
+    Tapes with blocks run it over the runs of scalar nodes (``start:stop``).
     """
-    for i in range(stop):
+    for i in range(start, stop):
         j = in0[i]
         if j < 0 or seeded[i]:
             continue
