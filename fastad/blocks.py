@@ -255,11 +255,8 @@ def as_operand(tape, x, what="operand"):
 
 def value_of(tape, node_id):
     """A node's value: its array for blocks, a float for scalars."""
-    block = tape._blocks.get(node_id)
-    if block is not None:
-        return block
     tape._sync()  # a scalar operand may still be in the recording stage
-    return float(tape._val[node_id])
+    return tape._operand_value(node_id)
 
 
 def _shape(tape, node):
