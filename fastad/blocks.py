@@ -30,6 +30,7 @@ MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].co
 RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
 PAIR, LINEAR, LINEAR_RELU = _BLOCK["pair"].code, _BLOCK["linear"].code, _BLOCK["linear_relu"].code
 MSE_LOSS = _BLOCK["mse_loss"].code
+UNREACHED = sweeps.UNREACHED
 
 
 class Block(Node):
@@ -416,7 +417,7 @@ def index(x, key):
 
 
 def _index_vjp(a, b, out, g, key):
-    gradient = np.zeros(a.shape)
+    gradient = np.full(a.shape, UNREACHED)  # elements not picked: nothing reached them
     np.add.at(gradient, key, g)
     return gradient, None
 
@@ -543,31 +544,27 @@ def vjp_rule(code, a, b, out, g, params, unary):
 
 
 # -- forward mode: Jacobian-vector products ----------------------------------------------------
-# Each rule maps operand tangents (None: exactly zero) to the output tangent;
-# all are linear in the tangents, and use the same values as the VJPs.
-def _zero_if_none(tangent, like):
-    return np.zeros(np.shape(like)) if tangent is None else tangent
+# Each rule maps operand tangents (None: nothing reached the operand) to the
+# output tangent; all are linear in the tangents, and use the same values as
+# the VJPs. Elements nothing reached hold UNREACHED (-0.0), as in the sweeps.
+def _unreached_if_none(tangent, like):
+    return np.full(np.shape(like), UNREACHED) if tangent is None else tangent
 
 
 def _elementwise_jvp(code, a, b, out, ta, tb, params, unary):
     shape = np.shape(out)
-    ones = np.ones(shape)
-    d0, d1 = _elementwise_vjp(
-        code,
-        np.broadcast_to(a, shape),
-        None if unary else np.broadcast_to(b, shape),
-        out,
-        ones,
-        params,
-        unary,
-    )
-    total = np.zeros(shape)
-    for partial, tangent in ((d0, ta), (d1, tb)):
-        if tangent is not None and partial is not None:
-            t = np.broadcast_to(tangent, shape)
-            # strong zeros, as in the sweeps: 0 * inf contributes 0
-            total += np.where((partial != 0.0) & (t != 0.0), partial * t, 0.0)
-    return total if shape else float(total)
+
+    def flat(x):
+        return np.ascontiguousarray(np.broadcast_to(x, shape), dtype=np.float64).ravel()
+
+    a_full = flat(a)
+    b_full = a_full if unary else flat(b)
+    ta_full = flat(UNREACHED if ta is None else ta)
+    tb_full = ta_full if unary else flat(UNREACHED if tb is None else tb)
+    tangent = np.empty(a_full.size)
+    sweeps.map_jvp(code, a_full, b_full, flat(out), ta_full, tb_full, tangent)
+    tangent = tangent.reshape(shape)
+    return tangent if shape else float(tangent)
 
 
 def _matmul_jvp(a, b, out, ta, tb, params):
@@ -590,13 +587,14 @@ def _linear_jvp(relu):
             total += X @ tW
         if tb is not None:
             total += tb
-        return np.where(out > 0.0, total, 0.0) if relu else total
+        # relu'(x <= 0) = 0 is an exact zero: a strong one, as fa.relu's.
+        return np.where(out > 0.0, total, UNREACHED) if relu else total
 
     return jvp
 
 
 def _mse_jvp(Y, T, out, tY, tT, params):
-    difference = _zero_if_none(tY, Y) - _zero_if_none(tT, T)
+    difference = _unreached_if_none(tY, Y) - _unreached_if_none(tT, T)
     return float(2.0 * np.mean((Y - T) * difference))
 
 
@@ -628,7 +626,7 @@ def jvp_rule(code, a, b, out, ta, tb, params, unary):
     """The tangent of a block-op node's output from its operands' tangents."""
     if code in JVP_RULES:
         if code in (SUM, MEAN, RESHAPE, TRANSPOSE, INDEX):
-            ta = _zero_if_none(ta, a)
+            ta = _unreached_if_none(ta, a)
         return JVP_RULES[code](a, b, out, ta, tb, params)
     return _elementwise_jvp(code, a, b, out, ta, tb, params, unary)
 

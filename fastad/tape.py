@@ -14,6 +14,7 @@ thread, otherwise the thread's default tape (``fa.current_tape()``).
 
 import json
 import math
+import numbers
 import os
 import sys
 import threading
@@ -22,7 +23,7 @@ import numpy as np
 
 from fastad.errors import NonFiniteError, NonFiniteOrigin
 from fastad.kernels import optable, sweeps
-from fastad.node import Var, check_live, is_number
+from fastad.node import Node, Var, check_live, is_number
 
 OPCODE_DTYPE = np.uint8
 INDEX_DTYPE = np.int32
@@ -34,6 +35,11 @@ _INITIAL_CAPACITY = 64
 # NumPy scalar writes; the list is moved into the arrays in bulk before any
 # sweep or read, and at least every _STAGE_ROWS nodes to bound its memory.
 _STAGE_MASK = (1 << 14) - 1
+# Adjoint and tangent buffers start at UNREACHED (-0.0), the sweeps' mark of
+# a node no contribution reached (see kernels/sweeps.py); every result handed
+# out has 0.0 added, which turns it into an ordinary +0.0.
+UNREACHED = sweeps.UNREACHED
+_reached = sweeps.reached
 
 
 class Tape:
@@ -150,7 +156,8 @@ class Tape:
 
     def source(self, node_id):
         """``(file, line)`` of the user code that recorded the node (debug tapes), or None."""
-        return self._sources.get(int(node_id)) if self._sources is not None else None
+        node_id = self.node_id(node_id)
+        return self._sources.get(node_id) if self._sources is not None else None
 
     def _sync(self):
         """Move the staged rows into the arrays (growing them by doubling)."""
@@ -236,7 +243,7 @@ class Tape:
         gradient = self._block_grads.get(node_id)
         if gradient is None:
             return np.zeros(self._blocks[node_id].shape)
-        return gradient.copy()
+        return gradient + 0.0  # a copy, with no -0.0 (UNREACHED) elements
 
     def _operand_value(self, node_id):
         if node_id < 0:
@@ -283,7 +290,7 @@ class Tape:
                     continue  # strong zero: nothing reached this block
             else:
                 g = float(adjoints[node])
-                if g == 0.0:
+                if not _reached(g):
                     continue
             j, k = int(self._in0[node]), int(self._in1[node])
             a, b = self._operand_value(j), self._operand_value(k)
@@ -352,22 +359,17 @@ class Tape:
 
     def node(self, node_id):
         """A ``Var`` handle for an existing node id (e.g. on a loaded tape)."""
-        self._sync()
-        node_id = int(node_id)
-        if not 0 <= node_id < self._n:
-            raise IndexError(f"node id {node_id} out of range for a tape of {self._n} nodes")
+        node_id = self.node_id(node_id)
         return Var(self, node_id, float(self._val[node_id]))
 
     # -- the arrays ------------------------------------------------------------
     def adjoint(self, node_id):
         """The adjoint of one node (what ``Var.grad`` returns)."""
-        self._sync()
-        return float(self._grad[node_id])
+        return float(self._grad[self.node_id(node_id)])
 
     def op_name(self, node_id):
         """The op-table name of one node."""
-        self._sync()
-        return optable.ALL[self._opcode[node_id]].name
+        return optable.ALL[self._opcode[self.node_id(node_id)]].name
 
     def _view(self, name):
         self._sync()
@@ -406,17 +408,34 @@ class Tape:
         return self
 
     # -- sweeps ----------------------------------------------------------------
-    def _root_id(self, root):
+    def node_id(self, node, what="node id"):
+        """The id of ``node`` (a live handle of this tape, or an id), validated.
+
+        Ids are integers (Python or NumPy; not bool or float: ``1.5`` is not
+        silently node 1) in ``[0, len(tape))``: ``-1`` does not wrap around
+        to the last node. Raises ``TypeError`` or ``IndexError`` naming
+        ``what`` and the value; a handle of another tape raises
+        ``ValueError``, a stale one :class:`fastad.StaleNodeError`.
+        """
         self._sync()
-        if isinstance(root, Var):
-            if root._tape is not self:
-                raise ValueError(f"{root!r} was not recorded on this tape")
-            check_live(root)
-            return root._id
-        root = int(root)
-        if not 0 <= root < self._n:
-            raise IndexError(f"node id {root} out of range for a tape of {self._n} nodes")
-        return root
+        if isinstance(node, Node):
+            if node._tape is not self:
+                raise ValueError(f"{what}: {node!r} was not recorded on this tape")
+            check_live(node)
+            return node._id
+        if isinstance(node, (bool, np.bool_)) or not isinstance(
+            node, (numbers.Integral, np.integer)
+        ):
+            raise TypeError(
+                f"{what} must be an integer, got {type(node).__name__} {node!r}"
+            )
+        node = int(node)
+        if not 0 <= node < self._n:
+            raise IndexError(
+                f"{what} {node} is out of range for a tape of {self._n} nodes "
+                f"(ids are 0..{self._n - 1}; negative ids do not wrap around)"
+            )
+        return node
 
     def _sweep_into(self, root, adjoints, check):
         return sweeps.backward_sweep(
@@ -444,7 +463,7 @@ class Tape:
         With ``accumulate`` d root / d node is added to the existing
         adjoints instead; nothing is ever "sometimes zeroed".
         """
-        root = self._root_id(root)
+        root = self.node_id(root)
         if root in self._blocks:
             raise TypeError("backward needs a scalar output; reduce the block first")
         if check:
@@ -457,20 +476,22 @@ class Tape:
                 raise NonFiniteError(self._backward_origin(*found))
             return
         if accumulate:
-            adjoints = np.zeros(root + 1, VALUE_DTYPE)
+            adjoints = np.full(root + 1, UNREACHED)
             found = self._sweep_into(root, adjoints, check)
             self._grad[: root + 1] += adjoints
         else:
-            self._grad[: self._n] = 0.0
+            self._grad[: self._n] = UNREACHED
             found = self._sweep_into(root, self._grad, check)
+            self._grad[: self._n] += 0.0
         if check and found != sweeps.NO_ORIGIN:
             raise NonFiniteError(self._backward_origin(found // 2, found % 2))
 
     def _backward_with_blocks(self, root, accumulate, check=False):
-        adjoints = np.zeros(self._n, VALUE_DTYPE)
+        adjoints = np.full(self._n, UNREACHED)
         adjoints[root] = 1.0
         block_adjoints = {}
         found = self._sweep_blocks_backward(root, adjoints, block_adjoints, check)
+        adjoints += 0.0
         if accumulate:
             self._grad[: self._n] += adjoints
             for node, gradient in block_adjoints.items():
@@ -489,21 +510,21 @@ class Tape:
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
-        root = self._root_id(root)
-        adjoints = np.zeros(self._n, VALUE_DTYPE)
-        wrt = [int(i) for i in wrt]
+        root = self.node_id(root)
+        wrt = [self.node_id(i, "wrt") for i in wrt]
+        adjoints = np.full(self._n, UNREACHED)
         if not self._block_ops:
             self._sweep_into(root, adjoints, False)
-            return adjoints[np.asarray(wrt, dtype=np.intp)]
+            return adjoints[np.asarray(wrt, dtype=np.intp)] + 0.0
         adjoints[root] = 1.0
         block_adjoints = {}
         self._sweep_blocks_backward(root, adjoints, block_adjoints)
         if not any(i in self._blocks for i in wrt):
-            return adjoints[np.asarray(wrt, dtype=np.intp)]
+            return adjoints[np.asarray(wrt, dtype=np.intp)] + 0.0
         return [
-            block_adjoints.get(i, np.zeros(self._blocks[i].shape))
+            (block_adjoints[i] + 0.0 if i in block_adjoints else np.zeros(self._blocks[i].shape))
             if i in self._blocks
-            else float(adjoints[i])
+            else float(adjoints[i]) + 0.0
             for i in wrt
         ]
 
@@ -519,22 +540,24 @@ class Tape:
         computed by the compiled tangent sweep from the same local partials
         as ``backward``.
         """
-        root = self._root_id(root)
+        root = self.node_id(root)
+        wrt = [self.node_id(i, "wrt") for i in wrt]
         if self._block_ops:
-            return self._tangent_with_blocks(root, list(wrt), list(direction))
+            return self._tangent_with_blocks(root, wrt, list(direction))
         wrt = np.asarray(wrt, dtype=np.intp)
         direction = np.asarray(direction, dtype=VALUE_DTYPE)
         if direction.shape != wrt.shape:
             raise ValueError(f"direction shape {direction.shape} != wrt shape {wrt.shape}")
-        tangents = np.zeros(root + 1, VALUE_DTYPE)
+        tangents = np.full(root + 1, UNREACHED)
         seeded = np.zeros(root + 1, np.bool_)
         inside = wrt <= root
-        np.add.at(tangents, wrt[inside], direction[inside])  # a node listed twice adds
+        moved = inside & (direction != 0.0)  # a zero direction is a strong zero
+        np.add.at(tangents, wrt[moved], direction[moved])  # a node listed twice adds
         seeded[wrt[inside]] = True
         sweeps.tangent_sweep(
             self._opcode, self._in0, self._in1, self._val, tangents, seeded, 0, root + 1
         )
-        return float(tangents[root])
+        return float(tangents[root]) + 0.0
 
     def _tangent_with_blocks(self, root, wrt, direction):
         """Forward mode over a tape with blocks: compiled scalar runs, block JVP rules between.
@@ -546,11 +569,10 @@ class Tape:
 
         if len(direction) != len(wrt):
             raise ValueError(f"{len(direction)} directions for {len(wrt)} nodes")
-        tangents = np.zeros(root + 1, VALUE_DTYPE)
+        tangents = np.full(root + 1, UNREACHED)
         block_tangents = {}
         seeded = np.zeros(root + 1, np.bool_)
         for node, d in zip(wrt, direction, strict=True):
-            node = int(node)
             if node > root:
                 continue
             seeded[node] = True
@@ -561,8 +583,9 @@ class Tape:
                         f"direction for node {node} has shape {d.shape}, the block has "
                         f"{self._blocks[node].shape}"
                     )
-                block_tangents[node] = block_tangents.get(node, 0.0) + d
-            else:
+                d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
+                block_tangents[node] = block_tangents.get(node, UNREACHED) + d
+            elif float(d) != 0.0:
                 tangents[node] += float(d)
 
         def tangent_of(node):
@@ -574,7 +597,7 @@ class Tape:
             if node in self._blocks:
                 return block_tangents.get(node)
             value = float(tangents[node])
-            return value if value != 0.0 else None
+            return value if _reached(value) else None
 
         start = 0
         for node in self._block_ops:
@@ -601,7 +624,7 @@ class Tape:
         sweeps.tangent_sweep(
             self._opcode, self._in0, self._in1, self._val, tangents, seeded, start, root + 1
         )
-        return float(tangents[root])
+        return float(tangents[root]) + 0.0
 
     # -- finding where nan/inf came from ---------------------------------------
     def first_nonfinite(self, root=None):
@@ -615,7 +638,7 @@ class Tape:
         points at where it was *made*.
         """
         self._sync()
-        stop = self._n if root is None else self._root_id(root) + 1
+        stop = self._n if root is None else self.node_id(root) + 1
         bad = ~np.isfinite(self._val[:stop])
         for node in self._blocks:
             if node < stop:
@@ -673,10 +696,9 @@ class Tape:
         fewer operands. This is the edge label of a drawing: the number a
         node's adjoint is multiplied by on its way to each operand.
         """
-        self._sync()
-        nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= self._n):
-            raise IndexError(f"node ids must lie in [0, {self._n}), got {nodes.tolist()}")
+        nodes = np.array(
+            [self.node_id(i) for i in np.asarray(nodes).reshape(-1).tolist()], np.int64
+        )
         partials = np.zeros((nodes.size, 2), VALUE_DTYPE)
         sweeps.evaluate_partials(self._opcode, self._in0, self._in1, self._val, nodes, partials)
         return partials
@@ -711,7 +733,7 @@ class Tape:
         """
         self._sync()
         if around is not None:
-            around = self._root_id(around)
+            around = self.node_id(around)
             start, stop = max(around - context, 0), around + context + 1
         stop = self._n if stop is None else min(stop, self._n)
         ids = list(range(max(start, 0), stop))
@@ -774,11 +796,20 @@ class Tape:
         n = opcode.size
         tape._opcode[:n], tape._in0[:n], tape._in1[:n], tape._val[:n] = opcode, in0, in1, val
         tape._n = n
-        for node_id, label in (labels or {}).items():
-            node_id = int(node_id)
-            if not 0 <= node_id < n:
-                raise ValueError(f"label {label!r} names node {node_id}, outside 0..{n - 1}")
-            tape._labels[node_id] = str(label)
+        if not isinstance(labels or {}, dict):
+            raise TypeError(
+                f"labels must be a dict {{node id: label}}, got {type(labels).__name__}"
+            )
+        for key, label in (labels or {}).items():
+            # Keys are ids, or their decimal text (JSON object keys are strings).
+            node_id = int(key) if isinstance(key, str) and key.isdecimal() else key
+            try:
+                node_id = tape.node_id(node_id, "label key")
+            except (TypeError, IndexError) as error:
+                raise ValueError(f"label {label!r}: {error}") from None
+            if not isinstance(label, str):
+                raise TypeError(f"label of node {node_id} must be a str, got {label!r}")
+            tape._labels[node_id] = label
         tape.forward()
         return tape
 

@@ -93,9 +93,12 @@ def pow_partial_base(a, b):
 
 
 def pow_partial_exponent(a, b, out):
-    # d a**b / d b = a**b * log(a); at a == 0 with b > 0 the function is
-    # constant 0 in b, where the formula would give 0 * -inf = nan.
-    return 0.0 if (a == 0.0 and b > 0.0) else out * log(a)
+    # d a**b / d b = a**b * log(a). At a == 0 with b > 0 the function is
+    # constant 0 in b, where the formula would give 0 * -inf = nan; at
+    # a == 0, b == 0 it would give 1 * -inf. Both are 0, as in PyTorch, JAX
+    # and autograd (0**b is 0 for b > 0 and 1 at b = 0: no finite slope
+    # from the right, and b < 0 is inf).
+    return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a)
 
 
 HELPERS = (

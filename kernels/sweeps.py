@@ -15,7 +15,7 @@ The block between the GENERATED markers is produced from ``optable.py``;
 everything else in this file is written by hand.
 """
 
-from math import cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
+from math import copysign, cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
 
 import numpy as np
 from numba import prange
@@ -24,6 +24,38 @@ from .jit import kernel
 from .optable import CONST
 
 NO_ORIGIN = -1
+
+# Which adjoints and tangents are strong zeros. A node that no contribution
+# has reached holds -0.0, the identity of +: every sweep starts its adjoint or
+# tangent buffer at UNREACHED. A contribution that arrives is never -0.0
+# (``contribution`` turns a zero product into +0.0), and in round-to-nearest
+# no sum of terms that are not all -0.0 is -0.0, so a reached node never
+# looks unreached again, even when its contributions cancel (1 + -1 = +0.0).
+# A node that nothing reached sends nothing, whatever its local partial; a
+# node that was reached sends partial * adjoint, so a cancelled adjoint
+# meeting an infinite partial gives nan, as the unmerged graph and forward
+# mode do. The front end adds 0.0 to every result it hands out, so users
+# never see -0.0 for an unreached node.
+UNREACHED = -0.0
+
+
+@kernel
+def reached(x):
+    """False only for ``UNREACHED`` (-0.0): an adjoint or tangent nothing arrived at."""
+    return x != 0.0 or copysign(1.0, x) > 0.0
+
+
+@kernel
+def contribution(partial, incoming):
+    """What one edge sends: ``partial * incoming``, with strong zeros.
+
+    ``UNREACHED`` (adds nothing, reaches nothing) when the local partial is
+    exactly zero or nothing reached the sending node; otherwise the product,
+    with a zero product made +0.0 so that it marks its target reached.
+    """
+    if partial == 0.0 or not reached(incoming):
+        return UNREACHED
+    return partial * incoming + 0.0
 
 
 # BEGIN GENERATED RULES: made from kernels/optable.py by
@@ -88,9 +120,12 @@ def pow_partial_base(a, b):
 
 @kernel
 def pow_partial_exponent(a, b, out):
-    # d a**b / d b = a**b * log(a); at a == 0 with b > 0 the function is
-    # constant 0 in b, where the formula would give 0 * -inf = nan.
-    return 0.0 if (a == 0.0 and b > 0.0) else out * log(a)
+    # d a**b / d b = a**b * log(a). At a == 0 with b > 0 the function is
+    # constant 0 in b, where the formula would give 0 * -inf = nan; at
+    # a == 0, b == 0 it would give 1 * -inf. Both are 0, as in PyTorch, JAX
+    # and autograd (0**b is 0 for b > 0 and 1 at b = 0: no finite slope
+    # from the right, and b < 0 is inf).
+    return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a)
 
 
 @kernel
@@ -738,9 +773,8 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
     """Accumulate the adjoints of ``root`` into ``grad[:root + 1]``.
 
     Seeds ``grad[root] += 1`` and applies each node's local rule in
-    decreasing id order (``backward_range``). The caller zeroes ``grad``
-    first unless it means to accumulate. Returns what ``backward_range``
-    returns.
+    decreasing id order (``backward_range``). The caller fills ``grad``
+    with ``UNREACHED`` first. Returns what ``backward_range`` returns.
     """
     grad[root] += 1.0
     return backward_range(opcode, in0, in1, val, grad, root + 1, 0, check)
@@ -753,11 +787,12 @@ def backward_range(opcode, in0, in1, val, grad, stop, start, check):
     Adds (never assigns) the contribution of every edge, so a node used
     twice (``d * d``) or on several paths gets the sum.
 
-    Exact zeros are strong: a node whose adjoint is exactly zero sends
-    nothing, and neither does an edge whose local partial is exactly zero.
-    So nodes that do not reach the root contribute nothing, and a zero never
-    meets an infinite factor to make ``0 * inf = nan`` (the side of
-    ``fa.where`` not taken cannot poison the gradient).
+    Exact zeros are strong (``contribution``): a node that nothing reached
+    (its adjoint is still ``UNREACHED``) sends nothing, and neither does an
+    edge whose local partial is exactly zero. So nodes that do not reach the
+    root contribute nothing, and the side of ``fa.where`` not taken cannot
+    poison the gradient with ``0 * inf = nan``. The caller fills ``grad``
+    with ``UNREACHED`` first unless it means to accumulate.
 
     With ``check`` set, returns ``2 * node + slot`` for the first node (in
     sweep order) whose finite adjoint times its local partial for operand
@@ -769,15 +804,14 @@ def backward_range(opcode, in0, in1, val, grad, stop, start, check):
     for i in range(stop - 1, start - 1, -1):
         g = grad[i]
         j = in0[i]
-        if g == 0.0 or j < 0:
+        if j < 0 or not reached(g):
             continue
         k = in1[i]
         b = val[k] if k >= 0 else 0.0
         d0, d1 = local_partials(opcode[i], val[j], b, val[i])
-        if d0 != 0.0:
-            grad[j] += d0 * g
-        if k >= 0 and d1 != 0.0:
-            grad[k] += d1 * g
+        grad[j] += contribution(d0, g)
+        if k >= 0:
+            grad[k] += contribution(d1, g)
         # A constant's adjoint reaches nothing (x ** 3 at x < 0 has a nan
         # partial for its exponent), so only other operands are checked.
         if check and origin == NO_ORIGIN and isfinite(g):
@@ -814,13 +848,14 @@ def value_and_grad(opcode, in0, in1, val, grad, inputs, point, root):
     """Replay the tape at a new point: value of ``root`` and its gradient.
 
     Writes ``point`` into the leaves ``inputs``, re-runs the forward sweep
-    up to ``root``, zeroes the adjoints and runs the backward sweep. The
-    gradient with respect to the leaves is left in ``grad[inputs]``.
+    up to ``root``, resets the adjoints and runs the backward sweep. The
+    gradient with respect to the leaves is left in ``grad[inputs]`` (where
+    a leaf that does not reach the root holds ``UNREACHED``, -0.0).
     """
     for t in range(inputs.size):
         val[inputs[t]] = point[t]
     forward_sweep(opcode, in0, in1, val, 0, root + 1)
-    grad[: root + 1] = 0.0
+    grad[: root + 1] = UNREACHED
     backward_sweep(opcode, in0, in1, val, grad, root, False)
     return val[root]
 
@@ -876,12 +911,6 @@ def unpack(program):
 
 
 @kernel
-def strong_product(partial, incoming):
-    # Exact zeros are strong (see backward_sweep): zero times inf is zero here.
-    return partial * incoming if (partial != 0.0 and incoming != 0.0) else 0.0
-
-
-@kernel
 def pull(target, partial, incoming, count):
     """``target += partial * incoming`` over lanes, with strong zeros: one edge's VJP.
 
@@ -889,7 +918,7 @@ def pull(target, partial, incoming, count):
     in one loop over 2-D indices (measured 40.6 -> 33.8 ns/point on example 2).
     """
     for lane in range(count):
-        target[lane] += strong_product(partial[lane], incoming[lane])
+        target[lane] += contribution(partial[lane], incoming[lane])
 
 
 @kernel
@@ -932,11 +961,15 @@ def sweep_block(program, work, points, directions, values, derivatives, status, 
         for lane in range(count):
             values[start + lane, r] = val[row, lane]
     if mode == VJP or mode == GRAD:
-        adj[:, :count] = 0.0
+        adj[:, :count] = UNREACHED
         for r in range(m):
             row = io[k + r]
             for lane in range(count):
-                adj[row, lane] += 1.0 if mode == GRAD else directions[start + lane, r]
+                # A zero cotangent is a strong zero: the Jacobian's row r is
+                # never touched by the other outputs' paths.
+                seed = 1.0 if mode == GRAD else directions[start + lane, r]
+                if seed != 0.0:
+                    adj[row, lane] += seed
         for i in range(n - 1, -1, -1):
             j = in0[i]
             if j < 0:
@@ -948,26 +981,28 @@ def sweep_block(program, work, points, directions, values, derivatives, status, 
         for t in range(k):
             row = io[t]
             for lane in range(count):
-                derivatives[start + lane, t] = adj[row, lane]
+                derivatives[start + lane, t] = adj[row, lane] + 0.0  # no -0.0 out
     elif mode == JVP:
-        adj[:, :count] = 0.0
+        adj[:, :count] = UNREACHED
         for t in range(k):
             row = io[t]
             for lane in range(count):
-                adj[row, lane] = directions[start + lane, t]
+                seed = directions[start + lane, t]
+                if seed != 0.0:  # a zero tangent is a strong zero, as in VJP
+                    adj[row, lane] = seed
         for i in range(n):
             j = in0[i]
             if j < 0:
                 continue
             c = in1[i]
             for lane in range(count):
-                adj[i, lane] = strong_product(d0[i, lane], adj[j, lane]) + strong_product(
+                adj[i, lane] = contribution(d0[i, lane], adj[j, lane]) + contribution(
                     d1[i, lane], adj[c, lane]
                 )
         for r in range(m):
             row = io[k + r]
             for lane in range(count):
-                derivatives[start + lane, r] = adj[row, lane]
+                derivatives[start + lane, r] = adj[row, lane] + 0.0
 
 
 @kernel
@@ -1020,19 +1055,19 @@ def sweep_point(program, work, point, gradient, mode):
             break
     root = io[k]
     if mode == GRAD:
-        adj[:] = 0.0
+        adj[:] = UNREACHED
         adj[root] = 1.0
         for i in range(n - 1, -1, -1):
             gi = adj[i]
             j = in0[i]
-            if gi == 0.0 or j < 0:
+            if j < 0 or not reached(gi):
                 continue
-            adj[j] += strong_product(d0[i], gi)
+            adj[j] += contribution(d0[i], gi)
             c = in1[i]
             if c != n:
-                adj[c] += strong_product(d1[i], gi)
+                adj[c] += contribution(d1[i], gi)
         for t in range(k):
-            gradient[t] = adj[io[t]]
+            gradient[t] = adj[io[t]] + 0.0
     return val[root], failed
 
 
@@ -1064,11 +1099,12 @@ def sweep_points_parallel(
 def tangent_sweep(opcode, in0, in1, val, tangent, seeded, start, stop):
     """Forward mode on a tape: ``tangent[i] = d0 * tangent[in0] + d1 * tangent[in1]``.
 
-    The caller sets the tangents of the nodes it perturbs (the direction),
-    marks them in ``seeded`` and zeroes the rest; a seeded node keeps its
-    tangent (it is held as an independent variable, like ``fa.grad``'s
-    ``wrt``). Nodes ``0:stop`` are swept in increasing id order with the
-    same ``local_partials`` the backward sweep uses, and the same strong zeros.
+    The caller sets the tangents of the nodes it perturbs (the direction;
+    a zero direction stays ``UNREACHED``), marks them in ``seeded`` and
+    fills the rest with ``UNREACHED``; a seeded node keeps its tangent (it
+    is held as an independent variable, like ``fa.grad``'s ``wrt``). Nodes
+    ``0:stop`` are swept in increasing id order with the same
+    ``local_partials`` the backward sweep uses, and the same strong zeros.
     Tapes with blocks run it over the runs of scalar nodes (``start:stop``).
     """
     for i in range(start, stop):
@@ -1078,9 +1114,9 @@ def tangent_sweep(opcode, in0, in1, val, tangent, seeded, start, stop):
         k = in1[i]
         b = val[k] if k >= 0 else 0.0
         d0, d1 = local_partials(opcode[i], val[j], b, val[i])
-        t = strong_product(d0, tangent[j])
+        t = contribution(d0, tangent[j])
         if k >= 0:
-            t += strong_product(d1, tangent[k])
+            t += contribution(d1, tangent[k])
         tangent[i] = t
 
 
@@ -1100,8 +1136,25 @@ def map_forward(op, a, b, out):
 
 @kernel
 def map_vjp(op, a, b, out, g, da, db):
-    """Per element: ``da = d0 * g``, ``db = d1 * g`` with the scalar rule's partials."""
+    """Per element: ``da = d0 * g``, ``db = d1 * g`` by the scalar rule's partials.
+
+    With the scalar sweeps' strong zeros (``contribution``): an element of
+    ``g`` that nothing reached gives ``UNREACHED`` elements.
+    """
     for t in range(out.size):
         d0, d1 = local_partials(op, a[t], b[t], out[t])
-        da[t] = strong_product(d0, g[t])
-        db[t] = strong_product(d1, g[t])
+        da[t] = contribution(d0, g[t])
+        db[t] = contribution(d1, g[t])
+
+
+@kernel
+def map_jvp(op, a, b, out, ta, tb, tangent):
+    """Per element: ``tangent = d0 * ta + d1 * tb`` by the scalar rule's partials.
+
+    The forward-mode twin of ``map_vjp``, with the same strong zeros: an
+    element whose operand tangents are both ``UNREACHED`` (or meet exactly
+    zero partials) stays ``UNREACHED``.
+    """
+    for t in range(out.size):
+        d0, d1 = local_partials(op, a[t], b[t], out[t])
+        tangent[t] = contribution(d0, ta[t]) + contribution(d1, tb[t])

@@ -100,3 +100,82 @@ def test_vjp_accepts_a_one_element_cotangent_for_a_scalar_output():
     value, pulled = f.vjp(np.array([2.0, 3.0]), np.array([2.0]))
     assert value == 6.0 and pulled.tolist() == [6.0, 4.0]
     assert math.isfinite(value)
+
+
+# -- issue 10: wrong or inconsistent answers ------------------------------------------------
+def test_pow_exponent_derivative_at_zero_base_and_zero_exponent_is_zero():
+    # d(a**b)/db = a**b * log(a) is 1 * -inf at a = b = 0; PyTorch, JAX and
+    # autograd give 0 (0**b is 0 for b > 0 and 1 at b = 0).
+    with fa.Tape():
+        a, b = fa.var(0.0), fa.var(0.0)
+        (a**b).backward()
+        assert (a.grad, b.grad) == (0.0, 0.0)
+    with fa.Tape():
+        b = fa.var(0.0)
+        (0.0**b).backward()
+        assert b.grad == 0.0
+    f = fa.compile(lambda a, b: a**b)
+    assert f.grad(np.array([0.0, 0.0])).tolist() == [0.0, 0.0]
+    assert f.jvp(np.array([0.0, 0.0]), np.array([1.0, 1.0]))[1] == 0.0
+    with fa.Tape():
+        base, exponent = fa.var(np.array([0.0, 2.0])), fa.var(np.array([0.0, 0.0]))
+        (base**exponent).sum().backward()
+        assert exponent.grad.tolist() == [0.0, math.log(2.0)]
+    # Away from the corner the rule is unchanged: d/db at a = 2, b = 3 is 8 log 2.
+    assert f.grad(np.array([2.0, 3.0]))[1] == pytest.approx(8.0 * math.log(2.0))
+
+
+def test_merged_common_subexpressions_give_the_unmerged_gradient():
+    # exp(800) = inf, so exp(x) - exp(x) is nan and so is its derivative
+    # inf - inf. Merging the two exp nodes (CSE) cancels their adjoints to an
+    # exact 0 first; that zero was reached, so it is not a strong zero.
+    point = np.array([800.0])
+    merged = fa.compile(lambda x: fa.exp(x) - fa.exp(x))
+    unmerged = fa.compile(lambda x: fa.exp(x) - fa.exp(x), optimize=False)
+    assert math.isnan(merged.grad(point)[0]) and math.isnan(unmerged.grad(point)[0])
+    assert merged.optimization.common == 1  # traced at the first call
+    assert math.isnan(merged.vjp(point, 1.0)[1][0])
+    assert math.isnan(merged.jvp(point, np.array([1.0]))[1])
+    with fa.Tape():
+        x = fa.var(800.0)
+        e = fa.exp(x)
+        z = e - e  # merged by hand: forward and reverse mode must still agree
+        assert math.isnan(fa.grad(z, x)) and math.isnan(fa.jvp(z, [x], [1.0]))
+    # Where everything is finite the merged function is exact: d/dx = 0.
+    assert merged.grad(np.array([1.0]))[0] == 0.0
+
+
+def test_cancelled_tangent_meeting_an_infinite_partial_gives_nan_both_ways():
+    # t = x - x has tangent 1 - 1 = 0 by cancellation, not because nothing
+    # moves it; log'(0) = inf, so forward and reverse mode both give nan.
+    f = fa.compile(lambda x: fa.log(x - x), optimize=False)
+    point = np.array([2.0])
+    assert math.isnan(f.grad(point)[0])
+    assert math.isnan(f.jvp(point, np.array([1.0]))[1])
+    with fa.Tape():
+        x = fa.var(2.0)
+        y = fa.log(x - x)
+        assert math.isnan(fa.grad(y, x)) and math.isnan(fa.jvp(y, [x], [1.0]))
+
+
+def test_nodes_nothing_reached_report_plus_zero():
+    # The sweeps mark unreached adjoints with -0.0 internally; users see +0.0.
+    def positive_zero(value):
+        return value == 0.0 and math.copysign(1.0, value) == 1.0
+
+    with fa.Tape() as tape:
+        x, unused = fa.var(2.0), fa.var(5.0)
+        y = fa.exp(x)
+        y.backward()
+        assert positive_zero(unused.grad) and positive_zero(fa.grad(y, [x, unused])[1])
+        assert all(positive_zero(g) for g in tape.grad[[1]])
+        assert positive_zero(fa.jvp(y, [unused], [1.0]))
+    f = fa.compile(lambda x, unused: fa.exp(x), example=np.array([1.0, 2.0]))
+    for gradient in (f.grad(np.array([1.0, 2.0])), f.grad(np.array([[1.0, 2.0]] * 5))[0]):
+        assert positive_zero(gradient[1])
+    assert positive_zero(f.jvp(np.array([1.0, 2.0]), np.array([0.0, 1.0]))[1])
+    with fa.Tape():
+        X = fa.var(np.array([1.0, 2.0, 3.0]))
+        X[0].backward()
+        assert [math.copysign(1.0, g) for g in X.grad] == [1.0, 1.0, 1.0]
+        assert X.grad.tolist() == [1.0, 0.0, 0.0]
