@@ -1,4 +1,4 @@
-"""The one place where fastad's Numba options are set.
+"""The one place where fastad's Numba options are set, and where its cache lives.
 
 Every compiled function in ``fastad.kernels`` is decorated with :func:`kernel`.
 The options and why:
@@ -13,17 +13,42 @@ The options and why:
 - ``fastmath=False``: results must match eager evaluation and NumPy to the
   last bit; reassociation would break that and ``nnan``/``ninf`` would break
   IEEE propagation.
-- ``cache=True``: compiled code is written next to the source so a warm
-  import does not recompile. Numba keys the cache on the *defining file's*
-  timestamp and size only, so every kernel and every helper it calls live in
+- ``cache=True``: compiled code is saved so a warm import does not
+  recompile. It goes to a per-user cache folder (:func:`cache_directory`),
+  never next to the source: files written into ``site-packages`` belong to no
+  installed package, so pip leaves them behind on uninstall, and the
+  leftover ``site-packages/fastad/`` folder (no ``__init__.py``) then hides a
+  later editable install as an empty namespace package. Numba keys each
+  entry on the *defining file* (its size and timestamp before Numba 0.64,
+  its content hash since), so every kernel and every helper it calls live in
   one module (``sweeps.py``); a change anywhere in that file, including the
   generated rules, invalidates all of it, and a package upgrade rewrites the
-  file and so can never hit a stale entry.
+  file and so can never hit a stale entry. The folder is also keyed by the
+  source folder's absolute path, so two installs never share entries.
 - ``nogil=True``: compiled calls release the GIL so Python threads can run
   kernels concurrently.
+
+Only the dispatchers made here use fastad's cache folder: each gets its own
+:class:`numba.core.caching.FunctionCache` subclass whose one locator points
+there, instead of a change to Numba's global locator list, so other
+libraries' ``cache=True`` functions are untouched. ``NUMBA_CACHE_DIR`` does
+not move fastad's cache; ``FASTAD_CACHE_DIR`` does. (Numba's own
+``NUMBA_CACHE_LOCATOR_CLASSES`` override, where a Numba version has it,
+still takes precedence, as it does for every Numba function.)
 """
 
+import functools
+import inspect
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numba
 from numba import njit
+from numba.core import caching
+from numba.core.dispatcher import Dispatcher
 
 JIT_OPTIONS = dict(
     cache=True,
@@ -33,15 +58,256 @@ JIT_OPTIONS = dict(
     nogil=True,
 )
 
+CACHE_DIR_VARIABLE = "FASTAD_CACHE_DIR"
+
 
 def kernel(function=None, **overrides):
     """Compile ``function`` with fastad's Numba options.
 
     Use bare (``@kernel``) or with overrides for a single kernel that needs
     something different (``@kernel(parallel=True)``); overrides are the
-    exception and should say why at the call site.
+    exception and should say why at the call site. With ``cache=True`` (the
+    default) the compiled code is cached under :func:`cache_directory`.
     """
     options = {**JIT_OPTIONS, **overrides}
+    cached = options.pop("cache")
+
+    def compile_with_options(python_function):
+        # Built with Numba's cache off, then given fastad's cache: the same
+        # thing ``Dispatcher.enable_caching`` does with Numba's default one.
+        dispatcher = njit(cache=False, **options)(python_function)
+        if cached and isinstance(dispatcher, Dispatcher):  # not NUMBA_DISABLE_JIT
+            _attach_cache(dispatcher)
+        return dispatcher
+
     if function is None:
-        return lambda f: njit(**options)(f)
-    return njit(**options)(function)
+        return compile_with_options
+    return compile_with_options(function)
+
+
+def default_cache_directory():
+    """The configured root of fastad's per-user cache; nothing is created.
+
+    ``$FASTAD_CACHE_DIR`` if set (a relative path is taken from the current
+    directory), else the platform's user cache folder plus ``fastad``:
+    ``$XDG_CACHE_HOME/fastad`` or ``~/.cache/fastad`` on Linux,
+    ``~/Library/Caches/fastad`` on macOS, ``%LOCALAPPDATA%\\fastad`` on
+    Windows.
+
+    Returns
+    -------
+    pathlib.Path
+        An absolute path; it may not exist (see :func:`cache_directory`).
+    """
+    configured = os.environ.get(CACHE_DIR_VARIABLE, "")
+    if configured:
+        return Path(configured).expanduser().absolute()
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "")
+        base = Path(local) if local else Path.home() / "AppData" / "Local"
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        # The XDG spec says a relative XDG_CACHE_HOME is invalid and ignored.
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base.absolute() / "fastad"
+
+
+def cache_directory():
+    """The root folder fastad writes its caches to in this process, or None.
+
+    The first of these that can be created and written:
+    :func:`default_cache_directory` (``$FASTAD_CACHE_DIR`` or the user cache
+    folder), then a per-user folder under :func:`tempfile.gettempdir`
+    (``fastad-<uid>``, private to the user). Compiled kernels live in its
+    ``numba/`` subfolder. If neither works, returns None after one
+    ``RuntimeWarning``: kernels then compile afresh every run. The answer is
+    computed once per configured root.
+
+    Examples
+    --------
+    >>> from fastad.kernels.jit import cache_directory
+    >>> cache_directory()  # doctest: +SKIP
+    PosixPath('/home/ada/.cache/fastad')
+    """
+    explicit = bool(os.environ.get(CACHE_DIR_VARIABLE, ""))
+    try:
+        configured = default_cache_directory()
+    except RuntimeError as error:  # Path.home() with no HOME and no user entry
+        return _usable_root(None, explicit, f"no home folder: {error}")
+    return _usable_root(configured, explicit, None)
+
+
+@functools.cache
+def _usable_root(configured, explicit, configured_problem):
+    """Resolve the cache root once per configured root (see cache_directory)."""
+    if configured is not None:
+        configured_problem = _writable_folder_problem(configured)
+        if configured_problem is None:
+            return configured
+    name = CACHE_DIR_VARIABLE if explicit else "the user cache folder"
+    tried = f"{name} {configured or ''}".rstrip() + f" ({configured_problem})"
+    fallback = _temp_root()
+    fallback_problem = _writable_folder_problem(fallback, private=True)
+    if fallback_problem is None:
+        if explicit:
+            # The user asked for this folder; using another one silently
+            # would hide the mistake.
+            warnings.warn(
+                f"fastad: cannot use {tried}; caching compiled kernels in {fallback} "
+                f"instead. Set {CACHE_DIR_VARIABLE} to a writable folder.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return fallback
+    _warn_uncached(f"no writable cache folder: {tried}; {fallback} ({fallback_problem})")
+    return None
+
+
+def _temp_root():
+    """Per-user fallback root under the temporary folder."""
+    if hasattr(os, "getuid"):
+        user = str(os.getuid())
+    else:
+        user = os.environ.get("USERNAME") or os.environ.get("USER") or "user"
+    return Path(tempfile.gettempdir()).absolute() / f"fastad-{user}"
+
+
+def _writable_folder_problem(folder, private=False):
+    """None if ``folder`` exists (created if need be) and takes a new file, else why not.
+
+    ``private``: the folder lies in a place every user can write (the
+    temporary folder), so on POSIX it must be owned by this user and closed
+    to others. Numba's cache files are pickles and loading them runs code, so
+    a folder another user could write into must never be read.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
+        if private and hasattr(os, "getuid"):
+            status = folder.stat()
+            if status.st_uid != os.getuid():
+                return f"owned by another user (uid {status.st_uid})"
+            if status.st_mode & 0o022:
+                return f"writable by other users (mode {oct(status.st_mode & 0o777)})"
+        # As Numba's own check: a directory can exist and still refuse files.
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        return f"{type(error).__name__}: {error.strerror or error}"
+    return None
+
+
+@functools.cache
+def _numba_cache_folder(source_folder, root):
+    """Folder for the Numba cache files of kernels defined in ``source_folder``."""
+    # The same key Numba's own user-wide locators use: the folder's name plus
+    # a hash of its absolute path, so two installs never collide.
+    subpath = _LOCATOR_BASE.get_suitable_cache_subpath(os.path.join(source_folder, "x.py"))
+    folder = root / "numba" / subpath
+    problem = _writable_folder_problem(folder)
+    if problem is not None:
+        _warn_uncached(f"cannot write {folder} ({problem})")
+        return None
+    return folder
+
+
+def _kernel_cache_folder(source_file):
+    root = cache_directory()
+    if root is None:
+        return None
+    return _numba_cache_folder(os.path.dirname(os.path.abspath(source_file)), root)
+
+
+_warned_uncached = False
+
+
+def _warn_uncached(reason):
+    """The one warning for 'kernels are compiled without a cache' (per process)."""
+    global _warned_uncached
+    if _warned_uncached:
+        return
+    _warned_uncached = True
+    warnings.warn(
+        f"fastad: {reason}. Compiled kernels are not cached and will recompile on every "
+        f"run (seconds at each start). Set {CACHE_DIR_VARIABLE} to a writable folder.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _numba_class(*names):
+    """A class of ``numba.core.caching`` under the first name this Numba version has.
+
+    Numba 0.59 to 0.6x name some of them with a leading underscore.
+    """
+    for name in names:
+        found = getattr(caching, name, None)
+        if found is not None:
+            return found
+    return None
+
+
+_LOCATOR_BASE = _numba_class("_CacheLocator", "CacheLocator")
+_SOURCE_FILE_BACKED = _numba_class("_SourceFileBackedLocatorMixin", "SourceFileBackedLocatorMixin")
+_RESULT_CACHE_IMPL = _numba_class("CompileResultCacheImpl", "_CompileResultCacheImpl")
+_FUNCTION_CACHE = _numba_class("FunctionCache", "_FunctionCache")
+_NUMBA_CACHE_API = None not in (
+    _LOCATOR_BASE,
+    _SOURCE_FILE_BACKED,
+    _RESULT_CACHE_IMPL,
+    _FUNCTION_CACHE,
+)
+
+
+if _NUMBA_CACHE_API:
+
+    class KernelCacheLocator(_SOURCE_FILE_BACKED, _LOCATOR_BASE):
+        """Numba cache locator: fastad's kernels cache under ``cache_directory()/numba``.
+
+        Source stamp and disambiguator come from Numba's source-file-backed
+        mixin, exactly as for Numba's own locators; only the folder differs.
+        """
+
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = str(_kernel_cache_folder(py_file))
+
+        def get_cache_path(self):
+            return self._cache_path
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            # None (no locator) for a source file that is not on disk (a zip
+            # import) or when no cache folder is writable.
+            if not os.path.exists(py_file) or _kernel_cache_folder(py_file) is None:
+                return None
+            return cls(py_func, py_file)
+
+    class _KernelCacheImpl(_RESULT_CACHE_IMPL):
+        _locator_classes = [KernelCacheLocator]
+
+    class KernelCache(_FUNCTION_CACHE):
+        """Numba's function cache with :class:`KernelCacheLocator` as its only locator."""
+
+        _impl_class = _KernelCacheImpl
+
+
+def _attach_cache(dispatcher):
+    """Give ``dispatcher`` fastad's cache, or leave it uncached with the one warning."""
+    if not _NUMBA_CACHE_API:
+        _warn_uncached(
+            f"Numba {numba.__version__} lacks the caching classes fastad uses "
+            "(numba.core.caching.FunctionCache and its locators); please report this"
+        )
+        return
+    source_file = inspect.getfile(dispatcher.py_func)
+    if not os.path.exists(source_file):
+        _warn_uncached(f"the kernels' source file {source_file} is not on disk")
+        return
+    if _kernel_cache_folder(source_file) is None:
+        return  # the one warning has been given
+    try:
+        dispatcher._cache = KernelCache(dispatcher.py_func)
+    except (OSError, RuntimeError) as error:
+        _warn_uncached(f"cannot cache {dispatcher.py_func.__qualname__} ({error})")
