@@ -5,6 +5,18 @@ structure-of-arrays tape; Numba-compiled sweeps compute values and
 gradients. See README.md and docs/design.md.
 """
 
+# The kernels first: a checkout's fastad/ found ahead of a non-editable
+# install has no kernels inside, and the bare ModuleNotFoundError would not
+# say why (see fastad/_install_check.py).
+try:
+    import fastad.kernels as _kernels  # noqa: F401
+except ModuleNotFoundError as _error:
+    if _error.name != "fastad.kernels":
+        raise
+    from fastad._install_check import kernels_missing_error
+
+    raise kernels_missing_error(__path__, _error) from _error
+
 from fastad.blocks import Block, linear, linear_relu, mse_loss, scalar_nodes
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError

@@ -3,6 +3,14 @@
 import argparse
 import sys
 
+import fastad
+from fastad._install_check import require_regular_package
+
+# A folder named fastad without __init__.py ahead of an editable install is
+# imported as an empty namespace package, and this module still loads (through
+# the editable finder): say so before anything fails obscurely.
+require_regular_package(fastad)
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m fastad", description=__doc__)
