@@ -246,10 +246,10 @@ def as_operand(tape, x, what="operand"):
 
     if isinstance(x, (Var, Block)):
         return x
+    if is_number(x):  # Python and NumPy reals, 0-d arrays included
+        return tape.constant(x)
     if _is_array(x):
         return tape.block_constant(x)
-    if is_number(x) and not isinstance(x, complex):
-        return tape.constant(x)
     shape = f" of shape {np.shape(x)} and dtype {x.dtype}" if hasattr(x, "dtype") else ""
     raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
 
@@ -372,6 +372,13 @@ def _matmul_vjp(a, b, out, g, params):
 def _reduce(code, x, axis):
     value = _array(x)
     if axis is not None:
+        if isinstance(axis, (bool, np.bool_)) or not isinstance(
+            axis, (numbers.Integral, np.integer)
+        ):
+            raise TypeError(
+                f"axis must be an integer or None, got {type(axis).__name__} {axis!r} "
+                f"(for {x!r} of shape {value.shape})"
+            )
         axis = int(axis)
         if not -value.ndim <= axis < value.ndim:
             raise ValueError(f"axis {axis} is out of range for {x!r} of shape {value.shape}")

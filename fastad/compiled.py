@@ -20,6 +20,7 @@ import threading
 import numba
 import numpy as np
 
+from fastad import npz
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
 from fastad.node import Var, is_number
@@ -187,6 +188,7 @@ class CompiledFunction:
                 guards[:, 1],
             ]
         ).astype(np.int32)
+        tape.freeze(f"the compiled function {getattr(self._function, '__name__', 'function')!r}")
         self._tape = tape
         self._template = np.append(tape.val, 0.0)
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
@@ -479,9 +481,10 @@ class BlockFunction:
             self._output = result
         else:
             self._output = _output_node(tape, result, 0)
+        self._name = getattr(function, "__name__", "function")
+        tape.freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
         self._shapes = [np.shape(v) for v in values]
-        self._name = getattr(function, "__name__", "function")
         self.optimization = None
 
     @property
@@ -580,9 +583,7 @@ def load(path):
     The tape is validated like :meth:`fastad.Tape.from_arrays`, and input,
     output and guard ids are checked, before any kernel sees them.
     """
-    with np.load(path, allow_pickle=False) as data:
-        state = {key: data[key] for key in data.files}
-    return _from_state(state, source=str(path))
+    return _from_state(npz.read_npz(path, "compiled function"), source=str(path))
 
 
 def _from_state(state, source="pickle"):
@@ -590,14 +591,17 @@ def _from_state(state, source="pickle"):
     missing -= set(state)
     if missing:
         raise ValueError(f"{source}: not a fastad compiled function, missing {sorted(missing)}")
-    if str(state["format"]) != _COMPILED_FORMAT:
-        raise ValueError(
-            f"{source}: format {str(state['format'])!r}, expected {_COMPILED_FORMAT!r}"
+    state = {key: np.asarray(value) for key, value in state.items()}
+    found = npz.text_field(state, "format", source)
+    if found != _COMPILED_FORMAT:
+        raise ValueError(f"{source}: format {found!r}, expected {_COMPILED_FORMAT!r}")
+    meta = _metadata(npz.text_field(state, "meta", source), source)
+    try:
+        tape = Tape.from_arrays(
+            state["opcode"], state["in0"], state["in1"], state["val"], meta["labels"]
         )
-    meta = json.loads(str(state["meta"]))
-    tape = Tape.from_arrays(
-        state["opcode"], state["in0"], state["in1"], state["val"], meta.get("labels")
-    )
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: {error}") from None
     n = len(tape)
     inputs = _ids(state["inputs"], n, "inputs", source)
     outputs = _ids(state["outputs"], n, "outputs", source)
@@ -612,11 +616,14 @@ def _from_state(state, source="pickle"):
         raise ValueError(f"{source}: inputs must be distinct leaf nodes")
     if inputs.size == 0 or outputs.size == 0:
         raise ValueError(f"{source}: a compiled function needs at least one input and output")
-    if bool(meta.get("scalar_output", True)) and outputs.size != 1:
+    if meta["scalar_output"] and outputs.size != 1:
         raise ValueError(f"{source}: a scalar-output function must have exactly one output")
+    names = meta["input_names"] or [f"x{i}" for i in range(inputs.size)]
+    if len(names) != inputs.size:
+        raise ValueError(f"{source}: {len(names)} input names for {inputs.size} inputs")
     compiled = object.__new__(CompiledFunction)
-    compiled._function = _Unavailable(meta.get("name", "function"))
-    compiled._input_names = list(meta.get("input_names", [f"x{i}" for i in range(inputs.size)]))
+    compiled._function = _Unavailable(meta["name"])
+    compiled._input_names = names
     compiled._num_inputs = inputs.size
     compiled._point_shape = (inputs.size,)
     compiled._lock = threading.Lock()
@@ -624,8 +631,33 @@ def _from_state(state, source="pickle"):
     compiled._traced = False
     compiled._optimize = False
     compiled.optimization = None
-    compiled._install(tape, inputs, outputs, guards, bool(meta.get("scalar_output", True)))
+    compiled._install(tape, inputs, outputs, guards, meta["scalar_output"])
     return compiled
+
+
+_METADATA_TYPES = {
+    # key: (type, default when absent, description for errors)
+    "scalar_output": (bool, True, "true or false"),
+    "input_names": (list, [], "a list of strings"),
+    "labels": (dict, {}, "an object of node id: label"),
+    "name": (str, "function", "a string"),
+}
+
+
+def _metadata(text, source):
+    """The JSON metadata of a saved compiled function, every field type-checked."""
+    meta = npz.json_object(text, f"{source}: metadata")
+    checked = {}
+    for key, (kind, default, description) in _METADATA_TYPES.items():
+        value = meta.get(key, default)
+        if not isinstance(value, kind):
+            raise ValueError(
+                f"{source}: metadata field {key!r} must be {description}, got {value!r}"
+            )
+        checked[key] = value
+    if not all(isinstance(name, str) for name in checked["input_names"]):
+        raise ValueError(f"{source}: metadata input_names must be strings")
+    return checked
 
 
 class _Unavailable:

@@ -29,9 +29,7 @@ def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
     if root is None:
         ids = np.arange(n)
     else:
-        root_id = int(getattr(root, "id", root))
-        if not 0 <= root_id < n:
-            raise IndexError(f"node id {root_id} out of range for a tape of {n} nodes")
+        root_id = tape.node_id(root, "root")
         mark = np.zeros(n, np.bool_)
         sweeps.mark_ancestors(tape.in0, tape.in1, root_id, mark)
         ids = np.flatnonzero(mark)

@@ -6,6 +6,7 @@ arithmetic operator records one node on the tape and computes its value at
 once, micrograd style; there is no separate graph-building step.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -22,8 +23,13 @@ EQ, NE = _op["eq"].code, _op["ne"].code
 
 
 def is_number(x):
-    """True for real Python/NumPy scalars that may appear beside a node."""
-    return type(x) is float or type(x) is int or isinstance(x, numbers.Real)
+    """True for real Python/NumPy scalars (0-d arrays too) that may appear beside a node."""
+    return (
+        type(x) is float
+        or type(x) is int
+        or isinstance(x, numbers.Real)
+        or (isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "biuf")
+    )
 
 
 def check_live(node):
@@ -169,8 +175,16 @@ class Var(Node):
 
     Create leaves with :func:`fastad.var`; arithmetic between nodes and
     Python numbers records new nodes. Comparisons (``<``, ``<=``, ``==``...)
-    compare values and return ``bool``, so ordinary Python control flow
-    works; ``hash`` is identity-based, as for PyTorch tensors.
+    record a node worth 1.0 or 0.0 with a zero derivative; its ``bool()`` is
+    the Python truth, so ``if x > 0:`` works, and :func:`fastad.where` takes
+    it as a condition. ``hash`` is identity-based, as for PyTorch tensors.
+
+    ``float(x)``, ``int(x)``, ``round(x)``, ``math.floor(x)`` and format
+    specs (``f"{x:.3f}"``) give plain numbers computed from the value: they
+    carry no gradient (``math.exp(x)`` is a float, use ``fa.exp``). While
+    ``fa.compile`` traces a function they raise :class:`fastad.TraceError`
+    instead, and ``repr``/``str`` do not show the value, since any number
+    taken out of the tape would be frozen into every replay.
 
     Examples
     --------
@@ -235,6 +249,38 @@ class Var(Node):
             _escape(self, "float()")
         return self._value
 
+    def __int__(self):
+        if self._tape._guards is not None:
+            _escape(self, "int()")
+        return int(self._value)
+
+    def __round__(self, ndigits=None):
+        if self._tape._guards is not None:
+            _escape(self, "round()")
+        return round(self._value, ndigits)
+
+    def __trunc__(self):
+        if self._tape._guards is not None:
+            _escape(self, "math.trunc()")
+        return math.trunc(self._value)
+
+    def __floor__(self):
+        if self._tape._guards is not None:
+            _escape(self, "math.floor()")
+        return math.floor(self._value)
+
+    def __ceil__(self):
+        if self._tape._guards is not None:
+            _escape(self, "math.ceil()")
+        return math.ceil(self._value)
+
+    def __format__(self, spec):
+        if not spec:
+            return str(self)
+        if self._tape._guards is not None:
+            _escape(self, f"format spec {spec!r}")
+        return format(self._value, spec)
+
     def __bool__(self):
         # `if x > 0:` lands here. While fa.compile traces, the outcome is
         # recorded as a guard that every replay re-checks.
@@ -245,11 +291,14 @@ class Var(Node):
         return truth
 
     def __repr__(self):
+        # Never raises: error messages use it. While tracing it shows no
+        # value, so str(x) cannot smuggle the traced number into the replay.
+        value = "traced" if self._tape._guards is not None else repr(self._value)
         if self._generation != self._tape._generation:
-            return f"Var({self._value!r}, id={self._id}, stale)"
+            return f"Var({value}, id={self._id}, stale)"
         label = self._tape._labels.get(self._id)
         named = f", name={label!r}" if label else ""
-        return f"Var({self._value!r}{named}, id={self._id})"
+        return f"Var({value}{named}, id={self._id})"
 
     def __hash__(self):
         return id(self)

@@ -90,13 +90,20 @@ def optimize(tape, outputs, keep=()):
     """
     from fastad.tape import Tape  # the optimiser builds tapes; tape.py does not need it
 
+    if not isinstance(tape, Tape):
+        raise TypeError(f"fa.optimize needs a fastad.Tape, got {type(tape).__name__}")
+    if tape.has_blocks:
+        raise ValueError(
+            "fa.optimize rewrites scalar tapes; this tape holds block (array) nodes, which it "
+            "cannot rewrite yet. Use the tape as it is (fa.compile does not optimise functions "
+            "of arrays either)."
+        )
     opcode, in0, in1, val = tape.opcode, tape.in0, tape.in1, tape.val
     n = opcode.size
-    roots = [int(getattr(node, "id", node)) for node in (*outputs, *keep)]
+    roots = [tape.node_id(node, "output") for node in outputs]
+    roots += [tape.node_id(node, "kept node") for node in keep]
     alive = np.zeros(n, np.bool_)
     for root in roots:
-        if not 0 <= root < n:
-            raise IndexError(f"node id {root} out of range for a tape of {n} nodes")
         if not alive[root]:
             sweeps.mark_ancestors(in0, in1, root, alive)
     alive |= opcode == optable.INPUT

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from fastad import npz
 from fastad.errors import NonFiniteError, NonFiniteOrigin
 from fastad.kernels import optable, sweeps
 from fastad.node import Node, Var, check_live, is_number
@@ -66,6 +67,7 @@ class Tape:
         # (node id, truth) of every bool() taken of a node while tracing for
         # fa.compile; None on ordinary tapes.
         self._guards = [] if trace else None
+        self._owner = None  # what a frozen tape belongs to (see freeze)
         self._opcode = np.zeros(capacity, OPCODE_DTYPE)
         self._in0 = np.zeros(capacity, INDEX_DTYPE)
         self._in1 = np.zeros(capacity, INDEX_DTYPE)
@@ -117,6 +119,8 @@ class Tape:
         :class:`fastad.StaleNodeError` instead of silently naming whatever
         node now has its id.
         """
+        if self._owner is not None:
+            self._refuse("reset")
         self._sync()
         self._grad[: self._n] = 0.0
         self._n = 0
@@ -148,6 +152,37 @@ class Tape:
         if n & _STAGE_MASK == _STAGE_MASK:
             self._sync()
         return Var(self, n, value)
+
+    def freeze(self, owner):
+        """Make the recording final: no more nodes, no reset.
+
+        ``fa.compile`` freezes the tape it keeps (``f.tape``), which users may
+        read, print, draw and replay but not change under the compiled
+        function: a reset or a new node would leave it answering, or saving,
+        something other than what it traced. ``owner`` names it in errors.
+        """
+        self._sync()
+        self._owner = owner
+        self.append = self._refuse_append
+
+    @property
+    def has_blocks(self):
+        """True when the tape holds block (array) nodes."""
+        return bool(self._blocks)
+
+    @property
+    def frozen(self):
+        """True for a tape kept by a compiled function (see :meth:`freeze`)."""
+        return self._owner is not None
+
+    def _refuse_append(self, code, in0, in1, value):
+        self._refuse("record new nodes on")
+
+    def _refuse(self, action):
+        raise ValueError(
+            f"cannot {action} this tape: it belongs to {self._owner}, which replays it as "
+            "traced. Record on a new fa.Tape(), or compile the function again."
+        )
 
     def _append_with_source(self, code, in0, in1, value):
         node = Tape.append(self, code, in0, in1, value)
@@ -426,9 +461,7 @@ class Tape:
         if isinstance(node, (bool, np.bool_)) or not isinstance(
             node, (numbers.Integral, np.integer)
         ):
-            raise TypeError(
-                f"{what} must be an integer, got {type(node).__name__} {node!r}"
-            )
+            raise TypeError(f"{what} must be an integer, got {type(node).__name__} {node!r}")
         node = int(node)
         if not 0 <= node < self._n:
             raise IndexError(
@@ -630,8 +663,9 @@ class Tape:
     def first_nonfinite(self, root=None):
         """The first node whose value is ``nan``/``inf`` while its inputs are finite.
 
-        Only nodes that ``root`` depends on are considered (all nodes when
-        ``root`` is None). Returns a :class:`fastad.NonFiniteOrigin`, or
+        Only nodes whose values ``root``'s value depends on are considered
+        (all nodes when ``root`` is None): the side of ``fa.where`` not taken
+        is not, since the select never reads it. Returns a :class:`fastad.NonFiniteOrigin`, or
         None when every such value is finite. A leaf or constant holding
         ``nan``/``inf`` is its own origin. ``jax_debug_nans`` and
         ``detect_anomaly`` point at where a ``nan`` is first *noticed*; this
@@ -648,7 +682,11 @@ class Tape:
                 bad[node] = bad[self._in0[node]] or bad[self._in1[node]]
         if root is not None and bad.any():
             relevant = np.zeros(stop, np.bool_)
-            sweeps.mark_ancestors(self._in0, self._in1, stop - 1, relevant)
+            is_block = np.zeros(stop, np.bool_)
+            is_block[[node for node in self._block_ops if node < stop]] = True
+            sweeps.mark_value_ancestors(
+                self._opcode, self._in0, self._in1, self._val, is_block, stop - 1, relevant
+            )
             bad &= relevant
         if not bad.any():
             return None
@@ -829,15 +867,20 @@ class Tape:
     @classmethod
     def load(cls, path):
         """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
-        with np.load(path, allow_pickle=False) as data:
-            missing = {"format", "opcode", "in0", "in1", "val"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
-            found = str(data["format"])
-            if found != SAVE_FORMAT:
-                raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
-            labels = json.loads(str(data["labels"])) if "labels" in data.files else {}
+        data = npz.read_npz(path, "tape")
+        missing = {"format", "opcode", "in0", "in1", "val"} - set(data)
+        if missing:
+            raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
+        found = npz.text_field(data, "format", str(path))
+        if found != SAVE_FORMAT:
+            raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
+        labels = {}
+        if "labels" in data:
+            labels = npz.json_object(npz.text_field(data, "labels", str(path)), f"{path}: labels")
+        try:
             return cls.from_arrays(data["opcode"], data["in0"], data["in1"], data["val"], labels)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error}") from None
 
 
 _PAIR = optable.BLOCK_BY_NAME["pair"].code

@@ -21,7 +21,9 @@ import numpy as np
 from numba import prange
 
 from .jit import kernel
-from .optable import CONST
+from .optable import BY_NAME, CONST
+
+PICK, PICK_NOT = BY_NAME["pick"].code, BY_NAME["pick_not"].code
 
 NO_ORIGIN = -1
 
@@ -873,6 +875,33 @@ def mark_ancestors(in0, in1, root, mark):
         k = in1[i]
         if k >= 0:
             mark[k] = True
+
+
+@kernel
+def mark_value_ancestors(opcode, in0, in1, val, is_block, root, mark):
+    """Set ``mark[i]`` for ``root`` and every node its *value* depends on.
+
+    As ``mark_ancestors``, except that the side of ``fa.where`` not taken is
+    left out: ``pick(c, x)`` with ``c == 0`` (and ``pick_not(c, x)`` with
+    ``c != 0``) does not read ``x``'s value at all. Checked mode uses this, so
+    a ``nan`` on the untaken side (``sqrt(x)`` at ``x < 0``) is no alarm.
+    ``is_block`` marks block nodes, whose ``val`` holds no condition.
+    """
+    mark[root] = True
+    for i in range(root, -1, -1):
+        if not mark[i]:
+            continue
+        j = in0[i]
+        if j >= 0:
+            mark[j] = True
+        k = in1[i]
+        if k >= 0:
+            op = opcode[i]
+            untaken = not is_block[i] and (
+                (op == PICK and val[j] == 0.0) or (op == PICK_NOT and val[j] != 0.0)
+            )
+            if not untaken:
+                mark[k] = True
 
 
 # -- Compiled functions: replay in lanes ------------------------------------------

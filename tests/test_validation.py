@@ -183,3 +183,223 @@ def test_nonfinite_leaf_is_its_own_origin():
         y = x * 2.0
         with pytest.raises(fa.NonFiniteError, match="node 0 \\(input 'x'\\) holds nan"):
             y.backward(check=True)
+
+
+# -- issue 10: ids, files, traces and everyday conversions ------------------------------------
+def test_node_ids_are_validated_everywhere_a_user_passes_one():
+    with fa.Tape() as tape:
+        x = fa.var(2.0)
+        r = x * x
+        r.backward()
+    calls = {
+        "gradient": lambda i: tape.gradient(r, [i]),
+        "tangent": lambda i: tape.tangent(r, [i], [1.0]),
+        "adjoint": tape.adjoint,
+        "backward": tape.backward,
+        "op_name": tape.op_name,
+        "node": tape.node,
+        "source": tape.source,
+        "local_partials": lambda i: tape.local_partials([i]),
+        "table": lambda i: tape.table(around=i),
+        "to_dot": lambda i: tape.to_dot(root=i),
+        "first_nonfinite": tape.first_nonfinite,
+        "optimize": lambda i: fa.optimize(tape, [i]),
+    }
+    for name, call in calls.items():
+        for bad in (-1, 2, 50):  # -1 must not wrap around to the last node
+            with pytest.raises(IndexError, match=f"{bad} is out of range"):
+                call(bad)
+        for bad in (1.5, 1.0, True, "1"):  # 1.5 must not silently name node 1
+            with pytest.raises(TypeError, match="must be an integer"):
+                call(bad)
+        assert call(np.int64(1)) is not None or name in ("backward", "source", "first_nonfinite")
+
+
+def test_reduction_axis_must_be_an_integer():
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        for bad in (1.5, "1", True):
+            with pytest.raises(TypeError, match="axis must be an integer"):
+                X.sum(axis=bad)
+        assert X.mean(axis=np.int64(1)).shape == (2,)
+
+
+@pytest.mark.parametrize("key", [1.7, "1.5", "x", -1, 2, True])
+def test_label_keys_must_name_existing_nodes(key):
+    opcode, in0, in1 = np.array([INPUT, INPUT]), np.array([-1, -1]), np.array([-1, -1])
+    val = np.array([1.0, 2.0])
+    with pytest.raises(ValueError, match="label 'x'"):
+        fa.Tape.from_arrays(opcode, in0, in1, val, labels={key: "x"})
+    tape = fa.Tape.from_arrays(opcode, in0, in1, val, labels={"1": "y", 0: "x"})
+    assert tape.labels == {0: "x", 1: "y"}
+
+
+def test_traced_values_cannot_escape_through_conversions():
+    for convert in (int, round, math.floor, math.ceil, math.trunc, lambda x: f"{x:.3f}"):
+        with pytest.raises(fa.TraceError):
+            fa.compile(lambda x: x * convert(x)).grad(np.array([2.0]))  # noqa: B023
+    # str()/repr() show no value while tracing, so float(str(x)) cannot freeze it.
+    shown = []
+    fa.compile(lambda x: shown.append(str(x)) or x * x)(np.array([2.0]))
+    assert "2.0" not in shown[0] and "traced" in shown[0]
+
+
+def test_conversions_outside_a_trace_give_plain_numbers():
+    # A number taken out of the tape is a constant: no gradient flows through
+    # math.exp(x) (documented; use fa.exp), unlike fa.exp(x).
+    with fa.Tape():
+        x = fa.var(2.6)
+        assert (int(x), round(x), round(x, 1), math.floor(x), math.ceil(x)) == (2, 3, 2.6, 2, 3)
+        assert f"{x:.2f}" == "2.60" and str(x) == repr(x) == "Var(2.6, id=0)"
+        plain = math.exp(x)
+        assert type(plain) is float and plain == math.exp(2.6)
+        y = x * plain  # plain is a constant node: d/dx = e**2.6, not 2 * ...
+        y.backward()
+        assert x.grad == math.exp(2.6)
+
+
+def test_float32_and_integer_inputs_are_computed_in_float64():
+    # Documented: eager tapes hold float64; a float32 input is converted
+    # exactly (every float32 is a float64), results and gradients are float64.
+    value = np.float32(0.1)
+    with fa.Tape():
+        x = fa.var(value)
+        X = fa.var(np.array([0.1, 0.2], dtype=np.float32))
+        y = x * 3
+        Y = (X * 3).sum()
+        y.backward()
+        assert type(x.value) is float and x.value == float(value) != 0.1
+        assert X.value.dtype == np.float64 and X.value.tolist() == [
+            float(np.float32(0.1)),
+            float(np.float32(0.2)),
+        ]
+        assert y.value == float(value) * 3 and x.grad == 3.0
+        Y.backward()
+        assert X.grad.dtype == np.float64
+
+
+def test_zero_dimensional_arrays_are_numbers():
+    with fa.Tape():
+        x = fa.var(2.0)
+        X = fa.var(np.array([1.0, 2.0]))
+        assert (x * np.array(2.0)).value == 4.0
+        assert (np.float64(3.0) - x).value == 1.0
+        assert (X * np.array(3.0)).value.tolist() == [3.0, 6.0]
+        assert fa.where(np.array(1.0), x, 0.0).value == 2.0
+    assert fa.exp(np.array(0.0)) == 1.0
+
+
+def test_compiled_functions_keep_their_tapes_intact(tmp_path):
+    f = fa.compile(lambda x, y: x * y + fa.sin(x), example=np.array([1.0, 2.0]))
+    expected = f.value_and_grad(np.array([0.5, 3.0]))
+    with pytest.raises(ValueError, match="cannot reset this tape"):
+        f.tape.reset()
+    with pytest.raises(ValueError, match="cannot record new nodes"):
+        with f.tape:
+            fa.var(1.0)
+    f.save(tmp_path / "f.npz")  # the tape it saves is still the traced one
+    loaded = fa.load(tmp_path / "f.npz")
+    assert loaded.value_and_grad(np.array([0.5, 3.0]))[0] == expected[0]
+    g = fa.compile(lambda X: (X * X).sum(), example=(np.ones(3),))
+    with pytest.raises(ValueError, match="cannot reset this tape"):
+        g.tape.reset()
+    assert g.value_and_grad((np.array([1.0, 2.0, 3.0]),))[0] == 14.0
+
+
+def test_optimize_refuses_block_tapes_clearly():
+    with fa.Tape() as tape:
+        X = fa.var(np.ones(3))
+        L = (X * X).sum()
+    with pytest.raises(ValueError, match="block"):
+        fa.optimize(tape, [L])
+    with pytest.raises(TypeError, match="needs a fastad.Tape"):
+        fa.optimize("tape", [0])
+
+
+def test_checked_backward_ignores_the_untaken_side_of_where():
+    with fa.Tape():
+        x = fa.var(-1.0)
+        y = fa.where(x > 0, fa.sqrt(x), 0.0)
+        y.backward(check=True)  # sqrt(-1) = nan is never read
+        assert (y.value, x.grad) == (0.0, 0.0)
+    with fa.Tape():
+        x = fa.var(-1.0)
+        y = fa.where(x > 0, 0.0, fa.sqrt(x))  # now the nan is taken
+        with pytest.raises(fa.NonFiniteError, match="sqrt"):
+            y.backward(check=True)
+
+
+# -- damaged files ------------------------------------------------------------------------------
+def saved_files(tmp_path):
+    with fa.Tape() as tape:
+        x = fa.var(0.5, name="x")
+        fa.tanh(x * x)
+    tape.save(tmp_path / "tape.npz")
+    fa.compile(lambda x, y: x * y, example=[1.0, 2.0]).save(tmp_path / "f.npz")
+    return {tmp_path / "tape.npz": fa.Tape.load, tmp_path / "f.npz": fa.load}
+
+
+def test_damaged_files_raise_value_errors_naming_the_file(tmp_path):
+    rng = np.random.default_rng(10)
+    for path, load in saved_files(tmp_path).items():
+        good = path.read_bytes()
+        damaged = tmp_path / "damaged.npz"
+        trials = [good[:cut] for cut in (0, 10, 100, len(good) // 2, len(good) - 1)]
+        for _ in range(60):  # flip random bytes
+            data = bytearray(good)
+            for position in rng.integers(0, len(data), size=rng.integers(1, 4)):
+                data[position] ^= int(rng.integers(1, 256))
+            trials.append(bytes(data))
+        trials.append(b"not a zip file at all")
+        for data in trials:
+            damaged.write_bytes(data)
+            try:
+                load(damaged)
+            except ValueError as error:
+                assert str(damaged) in str(error)
+            # a flip inside a value or label may still load a valid file: fine
+
+
+def test_a_header_claiming_huge_arrays_is_refused_before_allocating(tmp_path):
+    import zipfile
+
+    for path, load in saved_files(tmp_path).items():
+        with zipfile.ZipFile(path) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        header = members["val.npy"]
+        shape_at = header.index(b"'shape': (") + len(b"'shape': (")
+        end = header.index(b")", shape_at)
+        members["val.npy"] = header[:shape_at] + b"1000000000000," + header[end:]
+        with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+        with pytest.raises(ValueError, match="claims 1000000000000 elements"):
+            load(tmp_path / "huge.npz")
+
+
+def test_files_with_objects_or_wrong_metadata_types_are_refused(tmp_path):
+    path = tmp_path / "f.npz"
+    fa.compile(lambda x, y: x * y, example=[1.0, 2.0]).save(path)
+    state = dict(np.load(path))
+    np.savez(path, **(state | {"val": np.array([object()] * 3, dtype=object)}))
+    with pytest.raises(ValueError, match="Python objects"):
+        fa.load(path)
+    for meta, message in [
+        ("[1, 2]", "must be a JSON object"),
+        ("{not json", "not valid JSON"),
+        ('{"labels": [1]}', "'labels' must be an object"),
+        ('{"scalar_output": "yes"}', "'scalar_output' must be true or false"),
+        ('{"input_names": "xy"}', "'input_names' must be a list"),
+        ('{"input_names": ["x"]}', "1 input names for 2 inputs"),
+        ('{"name": 3}', "'name' must be a string"),
+    ]:
+        np.savez(path, **(state | {"meta": np.array(meta)}))
+        with pytest.raises(ValueError, match=message):
+            fa.load(path)
+    tape_path = tmp_path / "tape.npz"
+    np.savez(tape_path, **{k: state[k] for k in ("opcode", "in0", "in1", "val")},
+             format=np.array("fastad-tape-1"), labels=np.array("[3]"))  # fmt: skip
+    with pytest.raises(ValueError, match="labels must be a JSON object"):
+        fa.Tape.load(tape_path)
+    with pytest.raises(FileNotFoundError):
+        fa.load(tmp_path / "missing.npz")

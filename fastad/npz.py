@@ -1,0 +1,114 @@
+"""Reading fastad's ``.npz`` files without trusting them.
+
+Tapes and compiled functions are saved as NumPy ``.npz`` archives (a zip of
+``.npy`` members, no pickle inside). A file can be truncated, corrupted, not
+written by fastad at all, or crafted: ``np.load`` then fails with whatever
+the zip or NumPy layer raises (``BadZipFile``, ``EOFError``, an "encrypted"
+``RuntimeError``...) or, for a member whose header claims 10^12 elements,
+tries to allocate terabytes before it notices the data is missing.
+:func:`read_npz` checks every member's header against the bytes the member
+really holds before reading it, and turns every failure into one
+``ValueError`` naming the file, the member and what to do.
+"""
+
+import json
+import math
+import os
+import zipfile
+import zlib
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+_FIX = "it may be truncated, corrupted or not written by fastad; save it again"
+# What the zip and .npy layers raise for damaged data (zlib.error: a broken
+# compressed stream; OSError: a seek past the end; RuntimeError: encryption).
+_DAMAGED = (
+    ValueError,
+    EOFError,
+    OSError,
+    RuntimeError,
+    NotImplementedError,
+    OverflowError,
+    TypeError,
+    KeyError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+# Errors that already name the file and say what is wrong with the path.
+_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def read_npz(path: "str | os.PathLike[str]", kind: str) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` file ``path``, by name, validated first.
+
+    ``kind`` names what the file should hold ("tape", "compiled function")
+    in error messages. A missing file raises ``FileNotFoundError`` (and other
+    operating-system errors pass through: they already name the file); every
+    problem with the contents raises ``ValueError``.
+    """
+    try:
+        archive = zipfile.ZipFile(path)
+    except _PATH_ERRORS:
+        raise
+    except _DAMAGED as error:
+        raise ValueError(
+            f"{path}: not a fastad {kind} file (not a readable .npz archive: {error}); {_FIX}"
+        ) from None
+    arrays = {}
+    with archive:
+        for info in archive.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            arrays[name] = _read_member(archive, info, f"{path}: member {info.filename!r}")
+    return arrays
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
+    if info.flag_bits & 0x1:
+        raise ValueError(f"{where} is encrypted; fastad never writes encrypted files")
+    try:
+        with archive.open(info) as member:
+            shape, dtype, header_bytes = _header(member)
+        if dtype.hasobject:
+            raise ValueError("holds Python objects (pickled data), which fastad never writes")
+        count = math.prod(shape)
+        if count * dtype.itemsize > info.file_size - header_bytes:
+            raise ValueError(
+                f"its header claims {count} elements of {dtype} ({count * dtype.itemsize} bytes) "
+                f"but it holds {max(info.file_size - header_bytes, 0)} bytes of data"
+            )
+        with archive.open(info) as member:
+            return npy_format.read_array(member, allow_pickle=False)
+    except _DAMAGED as error:
+        raise ValueError(f"{where} cannot be read: {error}; {_FIX}") from None
+
+
+def _header(member) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and header length of an ``.npy`` stream, read without its data."""
+    version = npy_format.read_magic(member)
+    if version == (1, 0):
+        shape, _, dtype = npy_format.read_array_header_1_0(member)
+    elif version in ((2, 0), (3, 0)):
+        shape, _, dtype = npy_format.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"unknown .npy format version {version}")
+    return tuple(shape), np.dtype(dtype), member.tell()
+
+
+def text_field(arrays: dict[str, np.ndarray], name: str, where: str) -> str:
+    """The string stored as the 0-d array ``arrays[name]``."""
+    value = arrays[name]
+    if value.ndim != 0 or value.dtype.kind != "U":
+        raise ValueError(f"{where}: {name!r} must be a text field, got {value.dtype} {value.shape}")
+    return str(value)
+
+
+def json_object(text: str, where: str) -> dict:
+    """``text`` parsed as a JSON object (a dict), or a ``ValueError`` naming ``where``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where} is not valid JSON ({error}); {_FIX}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(value).__name__}; {_FIX}")
+    return value
