@@ -122,12 +122,3 @@ def test_example_2_table_in_article_form(example_2):
     assert lines[7].split() == ["6", "*", "0.6000", "#0,", "#1"]
     assert lines[11].split() == ["10", "sigmoid", "0.6130", "#9"]
     assert lines[13].split() == ["12", "*", "0.1498", "#11,", "#11"]
-
-
-def test_demo_prints_both_examples():
-    printed = []
-    worst = demo.main(out=printed.append)
-    text = "\n".join(printed)
-    assert worst < 1e-8
-    assert "64.00000000" in text and "32.00000000" in text
-    assert "-0.22032911" in text and "0.77397165" in text
