@@ -221,7 +221,7 @@ def _kernel_cache_folder(source_file):
 _warned_uncached = False
 
 
-def _warn_uncached(reason):
+def _warn_uncached(reason, advice=f"Set {CACHE_DIR_VARIABLE} to a writable folder."):
     """The one warning for 'kernels are compiled without a cache' (per process)."""
     global _warned_uncached
     if _warned_uncached:
@@ -229,7 +229,7 @@ def _warn_uncached(reason):
     _warned_uncached = True
     warnings.warn(
         f"fastad: {reason}. Compiled kernels are not cached and will recompile on every "
-        f"run (seconds at each start). Set {CACHE_DIR_VARIABLE} to a writable folder.",
+        f"run (seconds at each start). {advice}",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -303,7 +303,11 @@ def _attach_cache(dispatcher):
         return
     source_file = inspect.getfile(dispatcher.py_func)
     if not os.path.exists(source_file):
-        _warn_uncached(f"the kernels' source file {source_file} is not on disk")
+        _warn_uncached(
+            f"the kernels' source file {source_file} is not on disk (imported from a zip "
+            "archive?), and Numba caches only kernels whose source is a file",
+            "Install fastad as files (pip install) to have them cached.",
+        )
         return
     if _kernel_cache_folder(source_file) is None:
         return  # the one warning has been given

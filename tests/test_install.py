@@ -175,6 +175,32 @@ def test_no_writable_folder_compiles_without_cache_and_warns_once(tmp_path):
     assert numba_files(KERNELS_FOLDER) == before
 
 
+def test_kernels_imported_from_a_zip_run_uncached_with_one_warning(tmp_path):
+    # Numba caches only kernels whose source is a file; from a zip archive
+    # every kernel would find no cache, and the user hears it once, not per kernel.
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "fastad", site / "fastad", ignore=ignore)
+    shutil.copytree(REPO / "kernels", site / "fastad" / "kernels", ignore=ignore)
+    archive = shutil.make_archive(str(tmp_path / "fastad"), "zip", root_dir=site)
+    script = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in f.__module__]\n"
+        f"sys.path.insert(0, {archive!r})\n" + PROBE
+    )
+    cache_root = tmp_path / "cache"
+    result = run_python(["-c", script], tmp_path, clean_env(FASTAD_CACHE_DIR=cache_root))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["kernels_folder"] == str(Path(archive) / "fastad" / "kernels")
+    assert report["grad"] == pytest.approx(0.9092974268256817 + 2.0 * -0.4161468365471424)
+    assert set(report["cache_paths"].values()) == {None}
+    assert len(report["warnings"]) == 1, report["warnings"]
+    assert "is not on disk" in report["warnings"][0]
+    assert "recompile on every run" in report["warnings"][0]
+    assert numba_files(cache_root) == {}
+
+
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
 def test_temp_fallback_open_to_other_users_is_not_used(tmp_path):
     # Numba's cache files are pickles: loading ones another user could have
@@ -274,12 +300,12 @@ def test_namespace_shadow_is_a_clear_import_error_in_the_test_run(tmp_path):
 
 
 # Imports fastad the way a non-editable install is seen: the editable finder
-# removed, an installed copy (package with kernels inside) at the end of
-# sys.path, and the current directory first, as `python -c` puts it.
+# removed, an installed copy (package with kernels inside) on sys.path right
+# after the current directory, which `python -c` puts first.
 NON_EDITABLE_IMPORT = r"""
 import sys
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in f.__module__]
-sys.path.append(sys.argv[1])
+sys.path.insert(1, sys.argv[1])
 import fastad
 print(fastad.__file__, fastad.sin(0.0))
 """
