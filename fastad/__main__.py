@@ -1,7 +1,10 @@
 """Command line: ``python -m fastad demo``."""
 
+from __future__ import annotations
+
 import argparse
 import sys
+from collections.abc import Sequence
 
 import fastad
 from fastad._install_check import require_regular_package
@@ -12,7 +15,7 @@ from fastad._install_check import require_regular_package
 require_regular_package(fastad)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fastad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo_command = commands.add_parser(

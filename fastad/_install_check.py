@@ -21,12 +21,16 @@ attribute 'sin'`` or ``No module named 'fastad.kernels'``:
 This module imports nothing of fastad, so it loads in either situation.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable
+from types import ModuleType
 
 PACKAGE = "fastad"
 
 
-def require_regular_package(module):
+def require_regular_package(module: ModuleType) -> None:
     """Raise ImportError if ``module`` (``fastad``) is an empty namespace package.
 
     Parameters
@@ -53,7 +57,9 @@ def require_regular_package(module):
     )
 
 
-def kernels_missing_error(package_folders, error):
+def kernels_missing_error(
+    package_folders: Iterable[str], error: ModuleNotFoundError
+) -> ImportError:
     """The ImportError for a ``fastad`` found without its ``fastad.kernels``.
 
     Parameters

@@ -17,13 +17,33 @@ operand's own shape.
 ``RULES`` is the one registry of block rules: opcode -> (forward, vjp).
 """
 
+from __future__ import annotations
+
 import numbers
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeGuard, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from fastad.errors import StaleNodeError, TraceError
 from fastad.kernels import fused, optable, sweeps
 from fastad.node import Node, check_live
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber, RuleValue
+    from fastad.node import Var
+    from fastad.tape import Tape
+
+    BlockOperand: TypeAlias = "Block | Var | RealNumber | NumericArray"
+    """What combines with a ``Block`` elementwise (numbers and scalar nodes broadcast)."""
+    ArrayInput: TypeAlias = "Block | ArrayLike"
+    """An operand of the fused ops: a block node or array data."""
+
+# The signatures of the rules in RULES and JVP_RULES (see there).
+ForwardRule: TypeAlias = Callable[[Any, Any, Any], Any]
+VjpRule: TypeAlias = Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]
+JvpRule: TypeAlias = Callable[[Any, Any, Any, Any, Any, Any], Any]
 
 _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
@@ -57,7 +77,7 @@ class Block(Node):
 
     # -- what it is --------------------------------------------------------------
     @property
-    def value(self):
+    def value(self) -> FloatArray:
         """The array value (read-only).
 
         Not available while ``fa.compile`` traces a function: the array
@@ -72,26 +92,26 @@ class Block(Node):
         return self._tape._blocks[self._id]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         check_live(self)
         return self._tape._blocks[self._id].shape
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def size(self):
+    def size(self) -> int:
         check_live(self)
         return self._tape._blocks[self._id].size
 
     @property
-    def grad(self):
+    def grad(self) -> FloatArray:
         """d root / d block from the last ``backward`` (zeros before any), shaped like the value."""
         check_live(self)
         return self._tape.block_adjoint(self._id)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         # Never raises: error messages about stale nodes use it.
         if self._generation != self._tape._generation:
             return f"Block(id={self._id}, stale)"
@@ -99,133 +119,148 @@ class Block(Node):
         named = f", name={label!r}" if label else ""
         return f"Block(shape={self._tape._blocks[self._id].shape}{named}, id={self._id})"
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.shape[0]
 
-    def __bool__(self):
+    def __bool__(self) -> NoReturn:
         raise TypeError(f"the truth value of {self!r} is ambiguous: reduce it first")
 
-    def backward(self, *args, **kwargs):
+    def backward(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError(
             f"backward needs a scalar output, {self!r} is an array: reduce it first "
             "(e.g. X.sum()) or use a fused loss such as fa.mse_loss"
         )
 
     # -- elementwise operators ---------------------------------------------------------
-    def __add__(self, other):
+    def __add__(self, other: BlockOperand) -> Block:
         return elementwise(_code("add"), self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: BlockOperand) -> Block:
         return elementwise(_code("add"), other, self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: BlockOperand) -> Block:
         return elementwise(_code("sub"), self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: BlockOperand) -> Block:
         return elementwise(_code("sub"), other, self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: BlockOperand) -> Block:
         return elementwise(_code("mul"), self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: BlockOperand) -> Block:
         return elementwise(_code("mul"), other, self)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: BlockOperand) -> Block:
         return elementwise(_code("div"), self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: BlockOperand) -> Block:
         return elementwise(_code("div"), other, self)
 
-    def __pow__(self, exponent):
+    def __pow__(self, exponent: BlockOperand) -> Block:
         if isinstance(exponent, numbers.Real) and exponent == 2:
             return elementwise(_code("mul"), self, self)
         return elementwise(_code("pow"), self, exponent)
 
-    def __rpow__(self, base):
+    def __rpow__(self, base: BlockOperand) -> Block:
         return elementwise(_code("pow"), base, self)
 
-    def __neg__(self):
+    def __neg__(self) -> Block:
         return elementwise(_code("neg"), self)
 
-    def __pos__(self):
+    def __pos__(self) -> Block:
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> Block:
         return elementwise(_code("abs"), self)
 
     # Comparisons record blocks of 1.0/0.0 with zero derivatives, like scalar
-    # nodes' (usable as fa.where conditions); hashing stays by identity.
-    def __eq__(self, other):
+    # nodes' (usable as fa.where conditions); hashing stays by identity. Other
+    # operands raise TypeError, unlike object's ==, hence the ignored overrides.
+    def __eq__(self, other: BlockOperand) -> Block:  # type: ignore[override]
         return elementwise(_code("eq"), self, other)
 
-    def __ne__(self, other):
+    def __ne__(self, other: BlockOperand) -> Block:  # type: ignore[override]
         return elementwise(_code("ne"), self, other)
 
-    def __lt__(self, other):
+    def __lt__(self, other: BlockOperand) -> Block:
         return elementwise(_code("lt"), self, other)
 
-    def __le__(self, other):
+    def __le__(self, other: BlockOperand) -> Block:
         return elementwise(_code("le"), self, other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: BlockOperand) -> Block:
         return elementwise(_code("gt"), self, other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: BlockOperand) -> Block:
         return elementwise(_code("ge"), self, other)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return id(self)
 
     # -- structure -----------------------------------------------------------------------
-    def __matmul__(self, other):
+    def __matmul__(self, other: Block | NumericArray) -> Block | Var:
         return matmul(self, other)
 
-    def __rmatmul__(self, other):
+    def __rmatmul__(self, other: Block | NumericArray) -> Block | Var:
         return matmul(other, self)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Block | Var:
         return index(self, key)
 
-    def sum(self, axis=None):
+    @overload
+    def sum(self, axis: None = None) -> Var: ...
+    @overload
+    def sum(self, axis: int) -> Block | Var: ...
+    def sum(self, axis: int | None = None) -> Block | Var:
         """Sum of all elements (a scalar node) or along ``axis`` (a block)."""
         return _reduce(SUM, self, axis)
 
-    def mean(self, axis=None):
+    @overload
+    def mean(self, axis: None = None) -> Var: ...
+    @overload
+    def mean(self, axis: int) -> Block | Var: ...
+    def mean(self, axis: int | None = None) -> Block | Var:
         """Mean of all elements (a scalar node) or along ``axis`` (a block)."""
         return _reduce(MEAN, self, axis)
 
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    def reshape(self, *shape: int | Sequence[int]) -> Block:
+        wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         try:
-            new_shape = np.empty(self.shape, dtype=np.bool_).reshape(shape).shape
+            new_shape = np.empty(self.shape, dtype=np.bool_).reshape(wanted).shape
         except ValueError as error:
-            raise ValueError(f"cannot reshape {self!r} of shape {self.shape} to {shape}") from error
+            raise ValueError(
+                f"cannot reshape {self!r} of shape {self.shape} to {wanted}"
+            ) from error
         return _record(RESHAPE, self, None, np.reshape(_array(self), new_shape), new_shape)
 
-    def transpose(self):
+    def transpose(self) -> Block:
         return _record(TRANSPOSE, self, None, np.ascontiguousarray(_array(self).T), None)
 
     @property
-    def T(self):
+    def T(self) -> Block:
         return self.transpose()
 
 
-def _array(block):
+def _array(block: Block) -> FloatArray:
     """A block's array for recording (``.value`` refuses while tracing; rules may read it)."""
     check_live(block)
     return block._tape._blocks[block._id]
 
 
-def _code(name):
+def _code(name: str) -> int:
     return optable.BY_NAME[name].code
 
 
 # -- operands ----------------------------------------------------------------------------
-def _is_array(x):
+def _is_array(x: object) -> TypeGuard[NumericArray]:
     return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
 
 
-def _tape_of(*operands):
+@overload
+def _tape_of(first: Node, /, *others: object) -> Tape: ...
+@overload
+def _tape_of(*operands: object) -> Tape | None: ...
+def _tape_of(*operands: object) -> Tape | None:
     from fastad.node import Var
 
     tapes = {id(x._tape): x._tape for x in operands if isinstance(x, (Var, Block))}
@@ -240,7 +275,7 @@ def _tape_of(*operands):
     return next(iter(tapes.values()), None)
 
 
-def as_operand(tape, x, what="operand"):
+def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
     """A node for ``x``: nodes pass through, numbers and arrays become constants."""
     from fastad.node import Var, is_number
 
@@ -254,24 +289,36 @@ def as_operand(tape, x, what="operand"):
     raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
 
 
-def value_of(tape, node_id):
+def value_of(tape: Tape, node_id: int) -> RuleValue:
     """A node's value: its array for blocks, a float for scalars."""
     tape._sync()  # a scalar operand may still be in the recording stage
     return tape._operand_value(node_id)
 
 
-def _shape(tape, node):
+def _shape(tape: Tape, node: Node) -> tuple[int, ...]:
     return np.shape(value_of(tape, node._id))
 
 
-def _record(code, a, b, value, params):
+@overload
+def _record(code: int, a: Block, b: Node | None, value: NDArray[Any], params: object) -> Block: ...
+@overload
+def _record(
+    code: int, a: Block, b: Node | None, value: float | np.floating[Any], params: object
+) -> Var: ...
+def _record(
+    code: int,
+    a: Block,
+    b: Node | None,
+    value: NDArray[Any] | float | np.floating[Any],
+    params: object,
+) -> Block | Var:
     """Append a block-op node computing ``value`` (an array, or a scalar for reductions)."""
     tape = a.tape if b is None else _tape_of(a, b)
     return tape.append_block_op(code, a._id, -1 if b is None else b._id, value, params)
 
 
 # -- elementwise -------------------------------------------------------------------------
-def broadcast_shape(shape_a, shape_b):
+def broadcast_shape(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return np.broadcast_shapes(shape_a, shape_b)
     except ValueError:
@@ -281,7 +328,7 @@ def broadcast_shape(shape_a, shape_b):
         ) from None
 
 
-def _map(code, a, b, shape):
+def _map(code: int, a: ArrayLike, b: ArrayLike, shape: tuple[int, ...]) -> FloatArray:
     out = np.empty(shape)
     a_full = np.ascontiguousarray(np.broadcast_to(a, shape), dtype=np.float64).ravel()
     b_full = np.ascontiguousarray(np.broadcast_to(b, shape), dtype=np.float64).ravel()
@@ -289,7 +336,15 @@ def _map(code, a, b, shape):
     return out
 
 
-def elementwise(code, x, y=None):
+@overload
+def elementwise(code: int, x: Block, y: object = None) -> Block: ...
+@overload
+def elementwise(code: int, x: object, y: Block | Var) -> Block: ...
+@overload
+def elementwise(code: int, x: Var, y: object) -> Block: ...
+@overload
+def elementwise(code: int, x: object, y: object = None) -> Block | FloatArray | float: ...
+def elementwise(code: int, x: Any, y: Any = None) -> Block | FloatArray | float:
     """Record (or compute) scalar op ``code`` elementwise, with NumPy broadcasting.
 
     Without any node among the operands the result is a plain array (or float).
@@ -309,7 +364,7 @@ def elementwise(code, x, y=None):
     return tape.append_block_op(code, x._id, -1 if unary else y._id, value, None)
 
 
-def unbroadcast(gradient, shape):
+def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | float:
     """Sum ``gradient`` back to ``shape``: the one place that undoes broadcasting."""
     gradient = np.asarray(gradient)
     if gradient.shape == tuple(shape):
@@ -323,23 +378,37 @@ def unbroadcast(gradient, shape):
     return gradient if shape else float(gradient)
 
 
-def _elementwise_forward(code, a, b, params):
+def _elementwise_forward(code: int, a: RuleValue, b: RuleValue, params: object) -> FloatArray:
     return _map(code, a, b, broadcast_shape(np.shape(a), np.shape(b)))
 
 
-def _elementwise_vjp(code, a, b, out, g, params, unary):
+def _elementwise_vjp(
+    code: int,
+    a: RuleValue,
+    b: RuleValue,
+    out: RuleValue,
+    g: RuleValue,
+    params: object,
+    unary: bool,
+) -> tuple[FloatArray | float, FloatArray | float | None]:
     shape = np.shape(out)
     a_full = np.ascontiguousarray(np.broadcast_to(a, shape), dtype=np.float64).ravel()
     b_full = a_full if unary else np.ascontiguousarray(np.broadcast_to(b, shape)).ravel()
     g_full = np.ascontiguousarray(np.broadcast_to(g, shape), dtype=np.float64).ravel()
     da, db = np.empty(a_full.size), np.empty(a_full.size)
     sweeps.map_vjp(code, a_full, b_full, np.ascontiguousarray(out).ravel(), g_full, da, db)
-    da = unbroadcast(da.reshape(shape), np.shape(a))
-    return da, (None if unary else unbroadcast(db.reshape(shape), np.shape(b)))
+    da_operand = unbroadcast(da.reshape(shape), np.shape(a))
+    return da_operand, (None if unary else unbroadcast(db.reshape(shape), np.shape(b)))
 
 
 # -- matrix products, reductions, shapes, indexing ----------------------------------------
-def matmul(x, y):
+@overload
+def matmul(x: Block, y: Block | NumericArray) -> Block | Var: ...
+@overload
+def matmul(x: Block | NumericArray, y: Block) -> Block | Var: ...
+@overload
+def matmul(x: ArrayLike, y: ArrayLike) -> Any: ...
+def matmul(x: Any, y: Any) -> Any:
     """``x @ y`` for 1-D and 2-D operands; a scalar node for two vectors."""
     tape = _tape_of(x, y)
     if tape is None:
@@ -354,12 +423,14 @@ def matmul(x, y):
     return tape.append_block_op(MATMUL, x._id, y._id, _matmul_forward(a, b, None), None)
 
 
-def _matmul_forward(a, b, params):
+def _matmul_forward(a: FloatArray, b: FloatArray, params: None) -> FloatArray | float:
     out = np.matmul(a, b)
     return float(out) if np.ndim(out) == 0 else out
 
 
-def _matmul_vjp(a, b, out, g, params):
+def _matmul_vjp(
+    a: FloatArray, b: FloatArray, out: RuleValue, g: RuleValue, params: None
+) -> tuple[FloatArray, FloatArray]:
     if a.ndim == 2 and b.ndim == 2:
         return g @ b.T, a.T @ g
     if a.ndim == 2:  # (m, k) @ (k,) -> (m,)
@@ -369,7 +440,7 @@ def _matmul_vjp(a, b, out, g, params):
     return g * b, g * a  # (k,) @ (k,) -> scalar
 
 
-def _reduce(code, x, axis):
+def _reduce(code: int, x: Block, axis: object) -> Var | Block:
     value = _array(x)
     if axis is not None:
         if isinstance(axis, (bool, np.bool_)) or not isinstance(
@@ -388,18 +459,20 @@ def _reduce(code, x, axis):
     return _record(code, x, None, float(out) if axis is None else out, axis)
 
 
-def _reduce_forward(code):
+def _reduce_forward(code: int) -> ForwardRule:
     reduce = np.sum if code == SUM else np.mean
 
-    def forward(a, b, axis):
+    def forward(a: FloatArray, b: None, axis: int | None) -> RuleValue:
         out = reduce(a, axis=axis)
         return float(out) if axis is None else out
 
     return forward
 
 
-def _reduce_vjp(code):
-    def vjp(a, b, out, g, axis):
+def _reduce_vjp(code: int) -> VjpRule:
+    def vjp(
+        a: FloatArray, b: None, out: RuleValue, g: RuleValue, axis: int | None
+    ) -> tuple[FloatArray, None]:
         count = a.size if axis is None else a.shape[axis]
         scale = 1.0 if code == SUM else 1.0 / count
         g = np.asarray(g) * scale
@@ -410,7 +483,7 @@ def _reduce_vjp(code):
     return vjp
 
 
-def index(x, key):
+def index(x: Block, key: Any) -> Var | Block:
     """``x[key]``: a scalar node for a single element, a block otherwise."""
     value = _array(x)
     try:
@@ -423,14 +496,16 @@ def index(x, key):
     return _record(INDEX, x, None, np.array(out), key)
 
 
-def _index_vjp(a, b, out, g, key):
+def _index_vjp(
+    a: FloatArray, b: None, out: RuleValue, g: RuleValue, key: Any
+) -> tuple[FloatArray, None]:
     gradient = np.full(a.shape, UNREACHED)  # elements not picked: nothing reached them
     np.add.at(gradient, key, g)
     return gradient, None
 
 
 # -- fused ops ------------------------------------------------------------------------------
-def _check_linear(X, W, b, name):
+def _check_linear(X: ArrayLike, W: ArrayLike, b: ArrayLike, name: str) -> None:
     if np.ndim(X) != 2 or np.ndim(W) != 2 or np.ndim(b) != 1:
         raise ValueError(
             f"{name} needs X (B, n), W (n, h), b (h,); got shapes {np.shape(X)}, "
@@ -442,25 +517,48 @@ def _check_linear(X, W, b, name):
         )
 
 
-def _fused_linear(code, name, forward, X, W, b):
+def _fused_linear(
+    code: int,
+    name: str,
+    forward: Callable[[FloatArray, FloatArray, FloatArray], FloatArray],
+    X: Any,
+    W: Any,
+    b: Any,
+) -> Block | FloatArray:
     tape = _tape_of(X, W, b)
     if tape is None:
-        arrays = [np.ascontiguousarray(v, dtype=np.float64) for v in (X, W, b)]
-        _check_linear(*arrays, name)
-        return forward(*arrays)
+        X, W, b = (np.ascontiguousarray(v, dtype=np.float64) for v in (X, W, b))
+        _check_linear(X, W, b, name)
+        return forward(X, W, b)
     X, W, b = (as_operand(tape, v, f"{name} operand") for v in (X, W, b))
-    values = [value_of(tape, v._id) for v in (X, W, b)]
-    _check_linear(*values, name)
+    x_value, w_value, b_value = (value_of(tape, v._id) for v in (X, W, b))
+    _check_linear(x_value, w_value, b_value, name)
     pair = tape.append_block_op(PAIR, W._id, b._id, None, None)
-    return tape.append_block_op(code, X._id, pair._id, forward(*values), None)
+    return tape.append_block_op(code, X._id, pair._id, forward(x_value, w_value, b_value), None)
 
 
-def linear(X, W, b):
+@overload
+def linear(X: ArrayInput, W: Block, b: ArrayInput) -> Block: ...
+@overload
+def linear(X: Block, W: ArrayInput, b: ArrayInput) -> Block: ...
+@overload
+def linear(X: ArrayInput, W: ArrayInput, b: Block) -> Block: ...
+@overload
+def linear(X: ArrayLike, W: ArrayLike, b: ArrayLike) -> FloatArray: ...
+def linear(X: ArrayInput, W: ArrayInput, b: ArrayInput) -> Block | FloatArray:
     """``X @ W + b`` as one fused node (see ``kernels/fused.py`` for the backward rule)."""
     return _fused_linear(LINEAR, "linear", fused.linear_forward, X, W, b)
 
 
-def linear_relu(X, W, b):
+@overload
+def linear_relu(X: ArrayInput, W: Block, b: ArrayInput) -> Block: ...
+@overload
+def linear_relu(X: Block, W: ArrayInput, b: ArrayInput) -> Block: ...
+@overload
+def linear_relu(X: ArrayInput, W: ArrayInput, b: Block) -> Block: ...
+@overload
+def linear_relu(X: ArrayLike, W: ArrayLike, b: ArrayLike) -> FloatArray: ...
+def linear_relu(X: ArrayInput, W: ArrayInput, b: ArrayInput) -> Block | FloatArray:
     """``relu(X @ W + b)`` as one fused node; ``relu'(0) = 0``.
 
     The same as ``fa.relu(X @ W + b)`` recorded as three block nodes (and
@@ -470,7 +568,13 @@ def linear_relu(X, W, b):
     return _fused_linear(LINEAR_RELU, "linear_relu", fused.linear_relu_forward, X, W, b)
 
 
-def mse_loss(Y, T):
+@overload
+def mse_loss(Y: Block, T: ArrayInput) -> Var: ...
+@overload
+def mse_loss(Y: ArrayInput, T: Block) -> Var: ...
+@overload
+def mse_loss(Y: ArrayLike, T: ArrayLike) -> float: ...
+def mse_loss(Y: Any, T: Any) -> Var | float:
     """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
     tape = _tape_of(Y, T)
     if tape is None:
@@ -483,38 +587,46 @@ def mse_loss(Y, T):
     return tape.append_block_op(MSE_LOSS, Y._id, T._id, float(fused.mse_loss_forward(a, b)), None)
 
 
-def _check_same_shape(a, b):
+def _check_same_shape(a: ArrayLike, b: ArrayLike) -> None:
     if np.shape(a) != np.shape(b) or np.ndim(a) == 0:
         raise ValueError(
             f"mse_loss needs two arrays of one shape, got {np.shape(a)} and {np.shape(b)}"
         )
 
 
-def _linear_forward(kernel):
-    def forward(X, pair, params):
+def _linear_forward(
+    kernel: Callable[[FloatArray, FloatArray, FloatArray], FloatArray],
+) -> ForwardRule:
+    def forward(X: FloatArray, pair: tuple[FloatArray, FloatArray], params: None) -> FloatArray:
         W, b = pair
         return kernel(X, W, b)
 
     return forward
 
 
-def _linear_vjp(X, pair, out, G, params):
+def _linear_vjp(
+    X: FloatArray, pair: tuple[FloatArray, FloatArray], out: FloatArray, G: FloatArray, params: None
+) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
     W, _ = pair
     dX, dW, db = fused.linear_backward(X, W, np.ascontiguousarray(G))
     return dX, (dW, db)
 
 
-def _linear_relu_vjp(X, pair, out, G, params):
+def _linear_relu_vjp(
+    X: FloatArray, pair: tuple[FloatArray, FloatArray], out: FloatArray, G: FloatArray, params: None
+) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
     W, _ = pair
     dX, dW, db = fused.linear_relu_backward(X, W, out, np.ascontiguousarray(G))
     return dX, (dW, db)
 
 
-def _mse_vjp(Y, T, out, g, params):
+def _mse_vjp(
+    Y: FloatArray, T: FloatArray, out: float, g: float, params: None
+) -> tuple[FloatArray, FloatArray]:
     return fused.mse_loss_backward(Y, T, float(g))
 
 
-RULES = {
+RULES: dict[int, tuple[ForwardRule, VjpRule]] = {
     MATMUL: (_matmul_forward, _matmul_vjp),
     SUM: (_reduce_forward(SUM), _reduce_vjp(SUM)),
     MEAN: (_reduce_forward(MEAN), _reduce_vjp(MEAN)),
@@ -531,19 +643,27 @@ RULES = {
 """Block opcode -> (forward(a, b, params), vjp(a, b, out, g, params) -> (da, db))."""
 
 
-def _index_value(a, key):
+def _index_value(a: FloatArray, key: Any) -> float | FloatArray:
     out = a[key]
     return float(out) if np.ndim(out) == 0 else np.array(out)
 
 
-def forward_rule(code, a, b, params):
+def forward_rule(code: int, a: RuleValue, b: RuleValue, params: object) -> RuleValue:
     """The value of a block-op node from its operands' values."""
     if code in RULES:
         return RULES[code][0](a, b, params)
     return _elementwise_forward(code, a, a if b is None else b, params)
 
 
-def vjp_rule(code, a, b, out, g, params, unary):
+def vjp_rule(
+    code: int,
+    a: RuleValue,
+    b: RuleValue,
+    out: RuleValue,
+    g: RuleValue,
+    params: object,
+    unary: bool,
+) -> tuple[RuleValue, RuleValue]:
     """Gradients for the operands of a block-op node, given its output gradient ``g``."""
     if code in RULES:
         return RULES[code][1](a, b, out, g, params)
@@ -554,28 +674,39 @@ def vjp_rule(code, a, b, out, g, params, unary):
 # Each rule maps operand tangents (None: nothing reached the operand) to the
 # output tangent; all are linear in the tangents, and use the same values as
 # the VJPs. Elements nothing reached hold UNREACHED (-0.0), as in the sweeps.
-def _unreached_if_none(tangent, like):
+def _unreached_if_none(tangent: RuleValue, like: RuleValue) -> RuleValue:
     return np.full(np.shape(like), UNREACHED) if tangent is None else tangent
 
 
-def _elementwise_jvp(code, a, b, out, ta, tb, params, unary):
+def _elementwise_jvp(
+    code: int,
+    a: RuleValue,
+    b: RuleValue,
+    out: RuleValue,
+    ta: RuleValue,
+    tb: RuleValue,
+    params: object,
+    unary: bool,
+) -> FloatArray | float:
     shape = np.shape(out)
 
-    def flat(x):
+    def flat(x: ArrayLike) -> FloatArray:
         return np.ascontiguousarray(np.broadcast_to(x, shape), dtype=np.float64).ravel()
 
     a_full = flat(a)
     b_full = a_full if unary else flat(b)
     ta_full = flat(UNREACHED if ta is None else ta)
     tb_full = ta_full if unary else flat(UNREACHED if tb is None else tb)
-    tangent = np.empty(a_full.size)
+    tangent: FloatArray = np.empty(a_full.size)
     sweeps.map_jvp(code, a_full, b_full, flat(out), ta_full, tb_full, tangent)
     tangent = tangent.reshape(shape)
     return tangent if shape else float(tangent)
 
 
-def _matmul_jvp(a, b, out, ta, tb, params):
-    total = np.zeros(np.shape(out))
+def _matmul_jvp(
+    a: FloatArray, b: FloatArray, out: RuleValue, ta: RuleValue, tb: RuleValue, params: None
+) -> FloatArray | float:
+    total: FloatArray = np.zeros(np.shape(out))
     if ta is not None:
         total = total + np.matmul(ta, b)
     if tb is not None:
@@ -583,8 +714,15 @@ def _matmul_jvp(a, b, out, ta, tb, params):
     return float(total) if np.ndim(total) == 0 else total
 
 
-def _linear_jvp(relu):
-    def jvp(X, pair, out, tX, tpair, params):
+def _linear_jvp(relu: bool) -> JvpRule:
+    def jvp(
+        X: FloatArray,
+        pair: tuple[FloatArray, FloatArray],
+        out: FloatArray,
+        tX: RuleValue,
+        tpair: RuleValue,
+        params: None,
+    ) -> FloatArray:
         W, b = pair
         tW, tb = tpair if tpair is not None else (None, None)
         total = np.zeros(np.shape(out))
@@ -600,22 +738,26 @@ def _linear_jvp(relu):
     return jvp
 
 
-def _mse_jvp(Y, T, out, tY, tT, params):
+def _mse_jvp(
+    Y: FloatArray, T: FloatArray, out: float, tY: RuleValue, tT: RuleValue, params: None
+) -> float:
     difference = _unreached_if_none(tY, Y) - _unreached_if_none(tT, T)
     return float(2.0 * np.mean((Y - T) * difference))
 
 
-def _reduce_jvp(code):
+def _reduce_jvp(code: int) -> JvpRule:
     reduce = np.sum if code == SUM else np.mean
 
-    def jvp(a, b, out, ta, tb, axis):
+    def jvp(
+        a: FloatArray, b: None, out: RuleValue, ta: RuleValue, tb: None, axis: int | None
+    ) -> RuleValue:
         value = reduce(ta, axis=axis)
         return float(value) if axis is None else value
 
     return jvp
 
 
-JVP_RULES = {
+JVP_RULES: dict[int, JvpRule] = {
     MATMUL: _matmul_jvp,
     SUM: _reduce_jvp(SUM),
     MEAN: _reduce_jvp(MEAN),
@@ -629,7 +771,16 @@ JVP_RULES = {
 """Block opcode -> jvp(a, b, out, ta, tb, params): the output tangent."""
 
 
-def jvp_rule(code, a, b, out, ta, tb, params, unary):
+def jvp_rule(
+    code: int,
+    a: RuleValue,
+    b: RuleValue,
+    out: RuleValue,
+    ta: RuleValue,
+    tb: RuleValue,
+    params: object,
+    unary: bool,
+) -> RuleValue:
     """The tangent of a block-op node's output from its operands' tangents."""
     if code in JVP_RULES:
         if code in (SUM, MEAN, RESHAPE, TRANSPOSE, INDEX):
@@ -639,7 +790,9 @@ def jvp_rule(code, a, b, out, ta, tb, params, unary):
 
 
 # -- the scalar-node path: the same computation as individual nodes -------------------------
-def scalar_nodes(values, name=None, tape=None):
+def scalar_nodes(
+    values: ArrayLike, name: str | None = None, tape: Tape | None = None
+) -> ObjectArray:
     """An object array of scalar leaves, one per element of ``values``.
 
     The third way to record a block computation (after fused and unfused

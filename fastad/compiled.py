@@ -13,19 +13,33 @@ re-checks it. A point where the branch would go the other way raises
 the traced branch's result. ``fa.where`` is the branch-free alternative.
 """
 
+from __future__ import annotations
+
 import inspect
 import json
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast, overload
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from fastad import npz
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
 from fastad.node import Var, is_number
+from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
 from fastad.tape import Tape
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, IdArray, IndexArray, RealNumber, StrPath
+    from fastad.blocks import Block
+
+    Traceable = Callable[..., Any]
+    """The Python function ``fa.compile`` traces: scalar (or array) arguments, fastad nodes
+    while tracing, returning a node or number, or a tuple or list of them."""
 
 _VALUES, _VJP, _JVP = sweeps.VALUES, sweeps.VJP, sweeps.JVP
 _GRAD = sweeps.GRAD
@@ -46,7 +60,47 @@ _MAX_WORK_BYTES = 64 * 1024 * 1024
 _PARALLEL_MIN_POINTS = 4096
 
 
-def compile(function=None, *, num_inputs=None, example=None, optimize=True):  # noqa: A001
+# The kind of function follows from the example: arrays in it make a
+# BlockFunction (a sequence of numbers matches the first overload).
+@overload
+def compile(
+    function: Traceable,
+    *,
+    num_inputs: int | None = None,
+    example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
+    optimize: bool = True,
+) -> CompiledFunction: ...
+@overload
+def compile(
+    function: Traceable,
+    *,
+    num_inputs: int | None = None,
+    example: Sequence[ArrayLike],
+    optimize: bool = True,
+) -> BlockFunction: ...
+@overload
+def compile(
+    function: None = None,
+    *,
+    num_inputs: int | None = None,
+    example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
+    optimize: bool = True,
+) -> Callable[[Traceable], CompiledFunction]: ...
+@overload
+def compile(
+    function: None = None,
+    *,
+    num_inputs: int | None = None,
+    example: Sequence[ArrayLike],
+    optimize: bool = True,
+) -> Callable[[Traceable], BlockFunction]: ...
+def compile(  # noqa: A001
+    function: Traceable | None = None,
+    *,
+    num_inputs: int | None = None,
+    example: Any = None,
+    optimize: bool = True,
+) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
     Parameters
@@ -74,15 +128,14 @@ def compile(function=None, *, num_inputs=None, example=None, optimize=True):  # 
     >>> f.value_and_grad(np.array([2.0, 3.0]))
     (64.0, array([64., 32.]))
     """
-    options = dict(num_inputs=num_inputs, example=example, optimize=optimize)
     if function is None:
-        return lambda f: compile(f, **options)
+        return lambda f: compile(f, num_inputs=num_inputs, example=example, optimize=optimize)
     if _has_arrays(example):
         return BlockFunction(function, example)
-    return CompiledFunction(function, **options)
+    return CompiledFunction(function, num_inputs=num_inputs, example=example, optimize=optimize)
 
 
-def _lane_count(n):
+def _lane_count(n: int) -> int:
     """Points per block for a program of ``n`` nodes.
 
     As many as fit the per-core cache budget, but at least 32 (one lane per
@@ -95,7 +148,7 @@ def _lane_count(n):
     return int(min(_MAX_LANES, max(floor, lanes)))
 
 
-def _has_arrays(example):
+def _has_arrays(example: Any) -> TypeGuard[Sequence[ArrayLike]]:
     if example is None or isinstance(example, np.ndarray):
         return False
     try:
@@ -117,15 +170,21 @@ class CompiledFunction:
     at once, picklable and savable (:meth:`save`, :func:`fastad.load`).
     """
 
-    def __init__(self, function, num_inputs=None, example=None, optimize=True):
+    def __init__(
+        self,
+        function: Traceable,
+        num_inputs: int | None = None,
+        example: ArrayLike | None = None,
+        optimize: bool = True,
+    ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
         self._function = function
         self._input_names, self._num_inputs = _signature(function, num_inputs)
         self._point_shape = (self._num_inputs,)
-        self._scalar_output = None  # known once traced
+        self._scalar_output: bool | None = None  # known once traced
         self._optimize = optimize
-        self.optimization = None
+        self.optimization: OptimizationReport | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
         self._traced = False
@@ -136,7 +195,7 @@ class CompiledFunction:
             self._trace(point[0])
 
     # -- tracing -----------------------------------------------------------------
-    def _trace(self, point):
+    def _trace(self, point: FloatArray) -> None:
         with self._lock:
             if self._traced:
                 return
@@ -171,12 +230,19 @@ class CompiledFunction:
                 guards = np.column_stack([optimized.new_ids[guards[:, 0]], guards[:, 1]])
             self._install(tape, input_ids, output_ids, guards, scalar_output)
 
-    def _install(self, tape, inputs, outputs, guards, scalar_output):
+    def _install(
+        self,
+        tape: Tape,
+        inputs: IdArray,
+        outputs: IdArray,
+        guards: IdArray,
+        scalar_output: bool,
+    ) -> None:
         n = len(tape)
         in1 = np.append(tape.in1, -1)
         in1[:n][_ARITY[tape.opcode] == 1] = n  # unary ops read the scratch row
         header = [n, inputs.size, outputs.size, guards.shape[0]]
-        self._program = np.concatenate(
+        self._program: IndexArray = np.concatenate(
             [
                 header,
                 np.append(tape.opcode, 0),
@@ -199,27 +265,27 @@ class CompiledFunction:
 
     # -- what it is ------------------------------------------------------------------
     @property
-    def num_inputs(self):
+    def num_inputs(self) -> int:
         """``k``: the number of scalar inputs."""
         return self._num_inputs
 
     @property
-    def num_outputs(self):
+    def num_outputs(self) -> int | None:
         """``m``: the number of outputs (None before tracing)."""
         return self._m if self._traced else None
 
     @property
-    def tape(self):
+    def tape(self) -> Tape | None:
         """The traced tape (read it, print ``tape.table()``; None before tracing)."""
         return self._tape if self._traced else None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         name = getattr(self._function, "__name__", "function")
         state = f"{len(self._tape)} nodes, {self._g} guards" if self._traced else "not traced"
         return f"<fastad.CompiledFunction {name}: {self._num_inputs} inputs, {state}>"
 
     # -- evaluation ----------------------------------------------------------------
-    def __call__(self, points, threads=None):
+    def __call__(self, points: ArrayLike, threads: int | None = None) -> float | FloatArray:
         """Output value(s) at one point or a batch."""
         points, single = self._points(points)
         if single and self._scalar_output:
@@ -227,7 +293,9 @@ class CompiledFunction:
         values, _ = self._run(points, _VALUES, None, threads)
         return self._shape_values(values, single)
 
-    def value_and_grad(self, points, threads=None):
+    def value_and_grad(
+        self, points: ArrayLike, threads: int | None = None
+    ) -> tuple[float | FloatArray, FloatArray]:
         """``(value, gradient)``; needs a scalar output."""
         if (
             type(points) is np.ndarray
@@ -246,11 +314,13 @@ class CompiledFunction:
         values, gradients = self._run(points, _GRAD, None, threads)
         return values.reshape(-1), gradients
 
-    def grad(self, points, threads=None):
+    def grad(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
         """Gradient with respect to the inputs; needs a scalar output."""
         return self.value_and_grad(points, threads)[1]
 
-    def vjp(self, points, cotangents, threads=None):
+    def vjp(
+        self, points: ArrayLike, cotangents: ArrayLike, threads: int | None = None
+    ) -> tuple[float | FloatArray, FloatArray]:
         """``(value, u^T J)``: the outputs and the cotangent ``u`` pulled back to the inputs.
 
         ``u`` has the shape of the output: a float (or ``(N,)``) for a scalar
@@ -274,7 +344,9 @@ class CompiledFunction:
         pulled = pulled[0] if single else pulled
         return self._shape_values(values, single), pulled
 
-    def jvp(self, points, tangents, threads=None):
+    def jvp(
+        self, points: ArrayLike, tangents: ArrayLike, threads: int | None = None
+    ) -> tuple[float | FloatArray, float | FloatArray]:
         """``(value, J v)``: the outputs and their directional derivative along ``v``.
 
         ``v`` has the shape of the points.
@@ -290,7 +362,7 @@ class CompiledFunction:
         values, pushed = self._run(points, _JVP, np.ascontiguousarray(v), threads)
         return self._shape_values(values, single), self._shape_values(pushed, single)
 
-    def jacobian(self, points, threads=None):
+    def jacobian(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
         """``J``: shape ``(m, k)`` at one point, ``(N, m, k)`` for a batch.
 
         For a scalar output the gradient's shapes, ``(k,)`` and ``(N, k)``.
@@ -309,7 +381,7 @@ class CompiledFunction:
         return jac[0] if single else jac
 
     # -- machinery -----------------------------------------------------------------
-    def _points(self, points):
+    def _points(self, points: ArrayLike) -> tuple[FloatArray, bool]:
         """Validate and convert points: ``(array (N, k), single point?)``.
 
         Traces the function at the first point if it has not been traced.
@@ -338,31 +410,31 @@ class CompiledFunction:
             self._trace(array[0])
         return array, single
 
-    def _require_scalar(self, what):
+    def _require_scalar(self, what: str) -> None:
         if self._traced and not self._scalar_output:
             raise ValueError(
                 f"{what} needs a scalar output; this function has {self._m} outputs: "
                 "use jacobian, vjp or jvp"
             )
 
-    def _output_shape(self, single, n_points):
+    def _output_shape(self, single: bool, n_points: int) -> str:
         if self._scalar_output:
             return "a float" if single else f"({n_points},)"
         return f"({self._m},)" if single else f"({n_points}, {self._m})"
 
-    def _shape_values(self, values, single):
+    def _shape_values(self, values: FloatArray, single: bool) -> float | FloatArray:
         if self._scalar_output:
             return float(values[0, 0]) if single else values[:, 0].copy()
         return values[0].copy() if single else values
 
-    def _work(self):
+    def _work(self) -> FloatArray:
         # One work space per thread: concurrent calls never share buffers.
         work = getattr(self._local, "work", None)
         if work is None:
             work = self._local.work = sweeps.new_work(self._template, self._lanes)
         return work
 
-    def _point(self, point, mode, gradient):
+    def _point(self, point: FloatArray, mode: int, gradient: FloatArray) -> float:
         """One point of a scalar-output function (``sweeps.sweep_point``): the value."""
         try:
             work = self._local.point_work
@@ -375,7 +447,9 @@ class CompiledFunction:
             self._raise_branch_error(point.reshape(1, -1), np.array([failed]))
         return value
 
-    def _run(self, points, mode, directions, threads):
+    def _run(
+        self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int | None
+    ) -> tuple[FloatArray, FloatArray]:
         if not self._traced:
             raise ValueError("cannot evaluate an untraced function on an empty batch")
         n_points = points.shape[0]
@@ -397,7 +471,7 @@ class CompiledFunction:
             self._raise_branch_error(points, status)
         return values, derivatives
 
-    def _raise_branch_error(self, points, status):
+    def _raise_branch_error(self, points: FloatArray, status: IdArray) -> NoReturn:
         index = int(np.flatnonzero(status != sweeps.NO_FAILED_GUARD)[0])
         guard = int(status[index])
         node, truth = int(self._guards[guard, 0]), bool(self._guards[guard, 1])
@@ -411,7 +485,7 @@ class CompiledFunction:
         )
 
     # -- pickling and files ----------------------------------------------------------
-    def _state(self):
+    def _state(self) -> dict[str, Any]:
         if not self._traced:
             raise TypeError(
                 "this compiled function has not been traced yet: call it once or pass "
@@ -436,16 +510,16 @@ class CompiledFunction:
             ),
         }
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return self._state()
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
         self.__dict__.update(_from_state(state).__dict__)
 
-    def save(self, path):
+    def save(self, path: StrPath) -> None:
         """Write the traced function to a NumPy ``.npz`` file (no pickle inside)."""
-        state = self._state()
-        np.savez(path, **{key: np.asarray(value) for key, value in state.items()})
+        arrays: dict[str, Any] = {key: np.asarray(value) for key, value in self._state().items()}
+        np.savez(path, **arrays)
 
 
 class BlockFunction:
@@ -462,7 +536,7 @@ class BlockFunction:
     and saving (they raise).
     """
 
-    def __init__(self, function, example):
+    def __init__(self, function: Traceable, example: Sequence[ArrayLike]) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
         names = _argument_names(function, len(example))
@@ -470,13 +544,17 @@ class BlockFunction:
         self._lock = threading.Lock()
         tape = Tape(trace=True)
         with tape:
-            self._inputs = [tape.input(v, name) for v, name in zip(values, names, strict=True)]
+            self._inputs: list[Var | Block] = [
+                tape.input(v, name) for v, name in zip(values, names, strict=True)
+            ]
             result = function(*self._inputs)
-        tape._guards, self._guards = None, list(tape._guards)
+        guards, tape._guards = tape._guards, None
+        self._guards = list(guards or ())
         if isinstance(result, (tuple, list)):
             raise ValueError("a function of arrays returns one output (a scalar or an array)")
         from fastad.blocks import Block
 
+        self._output: Var | Block
         if isinstance(result, Block) and result.tape is tape:
             self._output = result
         else:
@@ -485,25 +563,27 @@ class BlockFunction:
         tape.freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
         self._shapes = [np.shape(v) for v in values]
-        self.optimization = None
+        self.optimization: OptimizationReport | None = None  # BlockFunction does not optimise
 
     @property
-    def tape(self):
+    def tape(self) -> Tape:
         """The traced tape; after a call it holds that call's values and gradients."""
         return self._tape
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<fastad.BlockFunction {self._name}: inputs {self._shapes}, {len(self._tape)} nodes>"
         )
 
-    def __call__(self, arguments):
+    def __call__(self, arguments: Iterable[ArrayLike]) -> float | FloatArray:
         """The output at new argument values."""
         with self._lock:
             self._replay(arguments)
             return self._output_value()
 
-    def value_and_grad(self, arguments):
+    def value_and_grad(
+        self, arguments: Iterable[ArrayLike]
+    ) -> tuple[float, list[float | FloatArray]]:
         """``(value, [gradient per argument])``; needs a scalar output."""
         from fastad.blocks import Block
 
@@ -513,18 +593,18 @@ class BlockFunction:
             self._replay(arguments)
             self._tape.backward(self._output)
             gradients = [node.grad for node in self._inputs]
-            return self._output_value(), gradients
+            return cast(float, self._output_value()), gradients  # a scalar output: a float
 
-    def grad(self, arguments):
+    def grad(self, arguments: Iterable[ArrayLike]) -> list[float | FloatArray]:
         """Gradients with respect to each argument; needs a scalar output."""
         return self.value_and_grad(arguments)[1]
 
-    def _output_value(self):
+    def _output_value(self) -> float | FloatArray:
         node = self._output.id
         block = self._tape._blocks.get(node)
         return block.copy() if block is not None else float(self._tape._val[node])
 
-    def _replay(self, arguments):
+    def _replay(self, arguments: Iterable[ArrayLike]) -> None:
         arguments = list(arguments)
         if len(arguments) != len(self._inputs):
             raise ValueError(f"expected {len(self._inputs)} arguments, got {len(arguments)}")
@@ -546,21 +626,21 @@ class BlockFunction:
             else:
                 tape._val[node.id] = value
         tape.forward()
-        for node, truth in self._guards:
-            if (tape._val[node] != 0.0) != truth:
+        for guard, truth in self._guards:
+            if (tape._val[guard] != 0.0) != truth:
                 raise BranchError(
-                    f"the traced function branches on `{_describe(tape, node)}`, which was "
+                    f"the traced function branches on `{_describe(tape, guard)}`, which was "
                     f"{truth} when traced and is {not truth} for these arguments; use fa.where"
                 )
 
-    def __getstate__(self):
+    def __getstate__(self) -> NoReturn:
         raise TypeError("functions of arrays cannot be pickled or saved yet")
 
-    def save(self, path):
+    def save(self, path: StrPath) -> NoReturn:
         raise TypeError("functions of arrays cannot be pickled or saved yet")
 
 
-def _argument_names(function, count):
+def _argument_names(function: Traceable, count: int) -> list[str]:
     try:
         names, found = _signature(function, None)
     except TypeError:
@@ -570,14 +650,14 @@ def _argument_names(function, count):
     return names
 
 
-def _block_argument(value, position):
+def _block_argument(value: ArrayLike, position: int) -> FloatArray | float:
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise TypeError(f"argument {position} must hold real numbers, got dtype {array.dtype}")
     return array.astype(np.float64) if array.ndim else float(array)
 
 
-def load(path):
+def load(path: StrPath) -> CompiledFunction:
     """Read a compiled function written by :meth:`CompiledFunction.save`.
 
     The tape is validated like :meth:`fastad.Tape.from_arrays`, and input,
@@ -586,7 +666,7 @@ def load(path):
     return _from_state(npz.read_npz(path, "compiled function"), source=str(path))
 
 
-def _from_state(state, source="pickle"):
+def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFunction:
     missing = {"format", "opcode", "in0", "in1", "val", "inputs", "outputs", "guards", "meta"}
     missing -= set(state)
     if missing:
@@ -635,7 +715,7 @@ def _from_state(state, source="pickle"):
     return compiled
 
 
-_METADATA_TYPES = {
+_METADATA_TYPES: dict[str, tuple[type, object, str]] = {
     # key: (type, default when absent, description for errors)
     "scalar_output": (bool, True, "true or false"),
     "input_names": (list, [], "a list of strings"),
@@ -644,10 +724,10 @@ _METADATA_TYPES = {
 }
 
 
-def _metadata(text, source):
+def _metadata(text: str, source: str) -> dict[str, Any]:
     """The JSON metadata of a saved compiled function, every field type-checked."""
     meta = npz.json_object(text, f"{source}: metadata")
-    checked = {}
+    checked: dict[str, Any] = {}
     for key, (kind, default, description) in _METADATA_TYPES.items():
         value = meta.get(key, default)
         if not isinstance(value, kind):
@@ -663,16 +743,16 @@ def _metadata(text, source):
 class _Unavailable:
     """Stands in for the Python function of a loaded compiled function."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.__name__ = name
 
-    def __call__(self, *args):
+    def __call__(self, *args: object) -> NoReturn:
         raise RuntimeError(
             f"{self.__name__} was loaded from a file: it can be replayed, not traced"
         )
 
 
-def _ids(ids, n, what, source):
+def _ids(ids: ArrayLike, n: int, what: str, source: str) -> IdArray:
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ValueError(f"{source}: {what} must be a one-dimensional integer array")
@@ -681,7 +761,7 @@ def _ids(ids, n, what, source):
     return ids.astype(np.int64)
 
 
-def _signature(function, num_inputs):
+def _signature(function: Traceable, num_inputs: int | None) -> tuple[list[str], int]:
     if num_inputs is not None:
         if not isinstance(num_inputs, int) or num_inputs < 1:
             raise ValueError(f"num_inputs must be a positive int, got {num_inputs!r}")
@@ -701,7 +781,7 @@ def _signature(function, num_inputs):
     return [p.name for p in parameters], len(parameters)
 
 
-def _output_node(tape, result, position):
+def _output_node(tape: Tape, result: Any, position: int) -> Var:
     if isinstance(result, Var):
         if result.tape is not tape:
             raise ValueError(f"output {position} is a node of another tape: {result!r}")
@@ -714,14 +794,14 @@ def _output_node(tape, result, position):
     )
 
 
-def _real_array(values, what):
+def _real_array(values: ArrayLike, what: str) -> FloatArray:
     array = np.asarray(values)
     if array.dtype.kind in "biuf":
         return array.astype(np.float64, copy=False)
     raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
 
 
-def _thread_count(threads):
+def _thread_count(threads: int | None) -> int:
     available = numba.get_num_threads()
     if threads is None:
         return available
@@ -730,7 +810,7 @@ def _thread_count(threads):
     return min(threads, available)
 
 
-def _describe(tape, node):
+def _describe(tape: Tape, node: int) -> str:
     op = optable.ALL[tape.opcode[node]]
     if op.name in ("lt", "le", "gt", "ge", "eq", "ne"):
         a, b = tape.in0[node], tape.in1[node]
@@ -738,7 +818,7 @@ def _describe(tape, node):
     return f"bool({_operand(tape, node)})"
 
 
-def _operand(tape, node):
+def _operand(tape: Tape, node: int) -> str:
     label = tape.labels.get(int(node))
     if label:
         return label

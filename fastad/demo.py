@@ -18,16 +18,29 @@ can plant a wrong one (``monkeypatch.setattr(demo, "example_1", wrong)``, or
 the ``model=`` argument of each ``show_*`` function) to see the demo fail.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
 import pathlib
 import time
 import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 
 import fastad as fa
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, StrPath
+
+    Output = Callable[[str], object]
+    """Where the demo prints its lines (``print``, or a list's ``append`` in tests)."""
+    Model = Callable[..., Any]
+    """A computation under check (``example_1`` ...), or a planted wrong one."""
 
 # -- tolerances, and why ----------------------------------------------------------------
 # Central differences with step h = 1e-6 (scaled by max(1, |x|)) are off by the
@@ -63,12 +76,12 @@ class Check:
     detail: str
     section: str = ""  # set by ``main``: which example the check belongs to
 
-    def line(self):
+    def line(self) -> str:
         """The printed line: ``ok`` or ``FAILED``, what was compared, and how well."""
         return f"  {'ok' if self.passed else 'FAILED':<6} {self.what}: {self.detail}"
 
 
-def relative_error(got, want):
+def relative_error(got: ArrayLike, want: ArrayLike) -> float:
     """``max |got - want|`` over all elements, relative to the larger of ``max |got|, max |want|``.
 
     0 when they are equal. For one number this is the articles' relative error
@@ -76,21 +89,21 @@ def relative_error(got, want):
     where it should not be (or the reverse) gives 1, not a division by zero.
     ``nan`` anywhere gives ``nan``, which fails every check.
     """
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    if np.array_equal(got, want):
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if np.array_equal(a, b):
         return 0.0
-    scale = max(float(np.max(np.abs(got))), float(np.max(np.abs(want))))
-    return float(np.max(np.abs(got - want)) / scale)
+    scale = max(float(np.max(np.abs(a))), float(np.max(np.abs(b))))
+    return float(np.max(np.abs(a - b)) / scale)
 
 
-def check_that(out, what, passed, detail):
+def check_that(out: Output, what: str, passed: object, detail: str) -> Check:
     """Print and return a check decided by ``passed``."""
     result = Check(what, bool(passed), detail)
     out(result.line())
     return result
 
 
-def check_error(out, what, error, tolerance):
+def check_error(out: Output, what: str, error: float, tolerance: float) -> Check:
     """Print and return a check that passes when ``error <= tolerance`` (``nan`` fails)."""
     passed = error <= tolerance
     return check_that(
@@ -98,14 +111,14 @@ def check_error(out, what, error, tolerance):
     )
 
 
-def check_close(out, what, got, want, tolerance):
+def check_close(out: Output, what: str, got: ArrayLike, want: ArrayLike, tolerance: float) -> Check:
     """Print and return a check that ``got`` equals ``want`` to ``tolerance`` (relative)."""
     if np.shape(got) != np.shape(want):
         return check_that(out, what, False, f"shape {np.shape(got)}, expected {np.shape(want)}")
     return check_error(out, what, relative_error(got, want), tolerance)
 
 
-def check_digits(out, what, got, want, decimals):
+def check_digits(out: Output, what: str, got: ArrayLike, want: ArrayLike, decimals: int) -> Check:
     """Print and return a check that ``got`` rounds to the article's ``decimals`` digits."""
     if np.shape(got) != np.shape(want):
         return check_that(out, what, False, f"shape {np.shape(got)}, expected {np.shape(want)}")
@@ -117,7 +130,7 @@ def check_digits(out, what, got, want, decimals):
     )
 
 
-def verdict(checks):
+def verdict(checks: Sequence[Check]) -> tuple[bool, str]:
     """``(passed, final line)`` for a list of checks."""
     failed = [check for check in checks if not check.passed]
     if failed:
@@ -126,70 +139,74 @@ def verdict(checks):
     return True, f"all {len(checks)} checks agree with their independent references"
 
 
-def flatten(arrays):
+def flatten(arrays: Iterable[ArrayLike]) -> FloatArray:
     """Several arrays as one flat vector, for one check over all of them."""
     return np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in arrays])
 
 
-def describe_ops(ops):
+def describe_ops(ops: Sequence[str]) -> str:
     """The nodes a computation recorded: their ops if few, else how many."""
     return ", ".join(ops) if len(ops) <= 4 else f"{len(ops):,} nodes"
 
 
-def header(out, title):
+def header(out: Output, title: str) -> None:
     """A section title and its underline."""
     out(title)
     out("-" * len(title))
 
 
-def as_list(array):
+def as_list(array: ArrayLike) -> object:
     """An array as nested Python lists: ``[4.0, 1.0, 2.0]``, the way the articles write it."""
     return np.asarray(array).tolist()
 
 
 # -- the computations under check ---------------------------------------------------------
-def example_1(x, y):
+def example_1(x: fa.Var, y: fa.Var) -> fa.Var:
     """z = (x*y + x)**2: x reaches z along two paths, so its adjoints must add."""
     return (x * y + x) ** 2
 
 
-def example_2(w1, x1, w2, x2, b, y):
+def example_2(w1: fa.Var, x1: fa.Var, w2: fa.Var, x2: fa.Var, b: fa.Var, y: fa.Var) -> fa.Var:
     """L = (sigmoid(w1*x1 + w2*x2 + b) - y)**2: one neuron, squared error."""
     return (fa.sigmoid(w1 * x1 + w2 * x2 + b) - y) ** 2
 
 
-def example_3(X, b):
+def example_3(X: fa.Block, b: fa.Block) -> fa.Block:
     """Y = X + b: b of shape (3,) is broadcast over the rows of X of shape (2, 3)."""
     return X + b
 
 
-def example_4(W, x):
+def example_4(W: fa.Block, x: fa.Block) -> fa.Block | fa.Var:
     """y = W @ x: one linear layer without bias."""
     return W @ x
 
 
-def example_5(w):
+def example_5(w: fa.Var) -> fa.Var:
     """L(w) = (w - 3)**2: the loss of the gradient-descent example."""
     return (w - 3.0) ** 2
 
 
-def example_6(X, W1, b1, W2, b2, T):
+def example_6(
+    X: fa.Block, W1: fa.Block, b1: fa.Block, W2: fa.Block, b2: fa.Block, T: FloatArray
+) -> fa.Var:
     """L = 0.5 * ||sigmoid(X @ W1 + b1) @ W2 + b2 - T||^2: a two-layer network."""
     H = fa.sigmoid(X @ W1 + b1)
     Z2 = H @ W2 + b2
     return 0.5 * ((Z2 - T) ** 2).sum()
 
 
-def fused_layer(X, W, b):
+def fused_layer(X: fa.Block, W: fa.Block, b: fa.Block) -> fa.Block:
     """relu(X @ W + b) as one fused node with a hand-derived backward rule."""
     return fa.linear_relu(X, W, b)
 
 
 # -- independent references ---------------------------------------------------------------
-def central_difference(function, point, index, step=1e-6):
+def central_difference(
+    function: Model, point: Sequence[float], index: int, step: float = 1e-6
+) -> float:
     """(f(p + h e_i) - f(p - h e_i)) / 2h, each side recorded on its own tape."""
 
-    def at(offset):
+    def at(offset: float) -> float:
         shifted = list(point)
         shifted[index] += offset
         with fa.Tape():
@@ -198,22 +215,24 @@ def central_difference(function, point, index, step=1e-6):
     return (at(step) - at(-step)) / (2.0 * step)
 
 
-def central_differences(loss, arrays, step=1e-6):
+def central_differences(
+    loss: Model, arrays: Iterable[ArrayLike], step: float = 1e-6
+) -> list[FloatArray]:
     """The gradient of ``loss(*arrays)`` (a scalar) by central differences, element by element.
 
     Every evaluation records ``loss`` on a fresh tape; the step of an element
     is ``step * max(1, |value|)`` so that large entries are not drowned in rounding.
     """
-    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    copies = [np.array(a, dtype=np.float64) for a in arrays]
 
-    def at(which, position, offset):
-        shifted = [a.copy() for a in arrays]
+    def at(which: int, position: tuple[int, ...], offset: float) -> float:
+        shifted = [a.copy() for a in copies]
         shifted[which][position] += offset
         with fa.Tape():
             return loss(*(fa.var(a) for a in shifted)).value
 
     gradients = []
-    for which, array in enumerate(arrays):
+    for which, array in enumerate(copies):
         gradient = np.empty_like(array)
         for position, value in np.ndenumerate(array):
             h = step * max(1.0, abs(value))
@@ -222,7 +241,7 @@ def central_differences(loss, arrays, step=1e-6):
     return gradients
 
 
-def example_2_numpy(P):
+def example_2_numpy(P: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Example 2's value and gradient at every row of ``P`` (N, 6), by hand in NumPy.
 
     The article's derivation: with s = sigmoid(z), r = s - y and
@@ -235,7 +254,9 @@ def example_2_numpy(P):
     return r * r, np.stack([dz * x1, dz * w1, dz * x2, dz * w2, dz, -2.0 * r], axis=1)
 
 
-def example_6_numpy(X, W1, b1, W2, b2, T):
+def example_6_numpy(
+    X: FloatArray, W1: FloatArray, b1: FloatArray, W2: FloatArray, b2: FloatArray, T: FloatArray
+) -> list[FloatArray]:
     """Example 6's gradients (dX, dW1, db1, dW2, db2) by hand: the article's table of VJPs."""
     H = 1.0 / (1.0 + np.exp(-(X @ W1 + b1)))
     dZ2 = H @ W2 + b2 - T  # dL/dZ2 = Z2 - T
@@ -243,7 +264,9 @@ def example_6_numpy(X, W1, b1, W2, b2, T):
     return [dZ1 @ W1.T, X.T @ dZ1, dZ1.sum(axis=0), H.T @ dZ2, dZ2.sum(axis=0)]
 
 
-def layer_numpy(X, W, b, upstream):
+def layer_numpy(
+    X: FloatArray, W: FloatArray, b: FloatArray, upstream: FloatArray
+) -> tuple[FloatArray, list[FloatArray]]:
     """relu(X @ W + b) and the gradients of sum(upstream * it) w.r.t. X, W, b, by hand."""
     Z = X @ W + b
     dZ = upstream * (Z > 0)  # relu'(0) = 0
@@ -251,7 +274,9 @@ def layer_numpy(X, W, b, upstream):
 
 
 # -- the sections ---------------------------------------------------------------------------
-def record_scalars(function, names, point):
+def record_scalars(
+    function: Model, names: Sequence[str], point: Iterable[float]
+) -> tuple[fa.Tape, list[fa.Var], fa.Var]:
     """Record ``function`` at ``point`` on a fresh tape and run backward: (tape, leaves, out)."""
     with fa.Tape() as tape:
         leaves = [fa.var(v, name=n) for n, v in zip(names, point, strict=True)]
@@ -260,9 +285,16 @@ def record_scalars(function, names, point):
     return tape, leaves, output
 
 
-def gradients_against_central_differences(out, function, names, point, leaves):
+def gradients_against_central_differences(
+    out: Output,
+    function: Model,
+    names: Sequence[str],
+    point: Sequence[float],
+    leaves: Sequence[fa.Var],
+) -> Check:
     """Print each gradient beside its central difference; return the check of the worst."""
-    analytic, numeric = [], []
+    analytic: list[float] = []
+    numeric: list[float] = []
     for i, (name, leaf) in enumerate(zip(names, leaves, strict=True)):
         difference = central_difference(function, point, i)
         analytic.append(leaf.grad)
@@ -278,7 +310,7 @@ def gradients_against_central_differences(out, function, names, point, leaves):
     )
 
 
-def contributions_to(tape, leaf):
+def contributions_to(tape: fa.Tape, leaf: fa.Var) -> list[tuple[int, float]]:
     """(consumer id, adjoint of consumer * local derivative) for every edge out of ``leaf``."""
     contributions = []
     consumers = np.flatnonzero((tape.in0 == leaf.id) | (tape.in1 == leaf.id))
@@ -290,7 +322,9 @@ def contributions_to(tape, leaf):
     return contributions
 
 
-def show_example_1(out=print, model=None, draw_to=None):
+def show_example_1(
+    out: Output = print, model: Model | None = None, draw_to: StrPath | None = None
+) -> list[Check]:
     """Example 1 teaches fan-out: a node used twice collects the sum of its edges.
 
     z = (x*y + x)^2 at x=2, y=3 gives z = 64, dz/dx = 64, dz/dy = 32; x gets
@@ -350,7 +384,9 @@ EXAMPLE_2_GRADIENTS = [
 ]
 
 
-def show_example_2(out=print, model=None, draw_to=None):
+def show_example_2(
+    out: Output = print, model: Model | None = None, draw_to: StrPath | None = None
+) -> list[Check]:
     """Example 2 teaches the node table and the chain rule through a sigmoid.
 
     One neuron with squared error: 13 nodes (6 leaves, 7 operations), the last
@@ -392,7 +428,7 @@ def show_example_2(out=print, model=None, draw_to=None):
     return checks
 
 
-def show_example_3(out=print, model=None):
+def show_example_3(out: Output = print, model: Model | None = None) -> list[Check]:
     """Example 3 teaches broadcasting: a copied operand sums its gradient back.
 
     b (3,) is copied onto both rows of X (2, 3) on the way forward, so on the
@@ -405,7 +441,7 @@ def show_example_3(out=print, model=None):
     b0 = np.array([1.0, 2.0, 3.0])
     upstream = np.array([[1.0, 0.0, 2.0], [3.0, 1.0, 0.0]])
 
-    def loss(X, b):  # L = sum(Y * dY), so the upstream gradient dL/dY is dY
+    def loss(X: fa.Block, b: fa.Block) -> fa.Var:  # L = sum(Y * dY): dL/dY is dY
         return (model(X, b) * upstream).sum()
 
     with fa.Tape():
@@ -439,7 +475,7 @@ def show_example_3(out=print, model=None):
     return checks
 
 
-def show_example_4(out=print, model=None):
+def show_example_4(out: Output = print, model: Model | None = None) -> list[Check]:
     """Example 4 teaches the two VJPs of one linear layer y = W x.
 
     With L = 0.5 ||y - t||^2 the upstream gradient is y - t, and the same
@@ -454,7 +490,7 @@ def show_example_4(out=print, model=None):
     x0 = np.array([1.0, 0.5])
     t = np.array([1.0, 1.0])
 
-    def loss(W, x):
+    def loss(W: fa.Block, x: fa.Block) -> fa.Var:
         r = model(W, x) - t
         return 0.5 * (r * r).sum()
 
@@ -490,7 +526,9 @@ def show_example_4(out=print, model=None):
     return checks
 
 
-def show_example_5(out=print, model=None, learning_rate=0.1):
+def show_example_5(
+    out: Output = print, model: Model | None = None, learning_rate: float = 0.1
+) -> list[Check]:
     """Example 5 teaches that backward only computes gradients; the step is separate.
 
     L(w) = (w - 3)^2 at w0 = 0: backward gives dL/dw = -6, and the optimiser
@@ -521,7 +559,12 @@ def show_example_5(out=print, model=None, learning_rate=0.1):
     return checks
 
 
-def show_example_6(out=print, model=None, sizes=(64, 512, 1024, 10), seed=6):
+def show_example_6(
+    out: Output = print,
+    model: Model | None = None,
+    sizes: tuple[int, int, int, int] = (64, 512, 1024, 10),
+    seed: int = 6,
+) -> list[Check]:
     """Example 6 teaches that backpropagation never builds a Jacobian.
 
     A two-layer network at the articles' size B=64, n=512, h=1024 (m=10
@@ -545,10 +588,10 @@ def show_example_6(out=print, model=None, sizes=(64, 512, 1024, 10), seed=6):
     }
     T = rng.normal(size=(B, m))
 
-    def loss(*arrays):
-        return model(*arrays, T)
+    def loss(X: fa.Block, W1: fa.Block, b1: fa.Block, W2: fa.Block, b2: fa.Block) -> fa.Var:
+        return model(X, W1, b1, W2, b2, T)
 
-    def step():
+    def step() -> tuple[fa.Tape, fa.Var, list[FloatArray]]:
         with fa.Tape() as tape:
             nodes = [fa.var(a, name=name) for name, a in parameters.items()]
             L = loss(*nodes)
@@ -568,7 +611,8 @@ def show_example_6(out=print, model=None, sizes=(64, 512, 1024, 10), seed=6):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    by_hand = example_6_numpy(*parameters.values(), T)
+    X, W1, b1, W2, b2 = parameters.values()
+    by_hand = example_6_numpy(X, W1, b1, W2, b2, T)
     out(f"  {'parameter':<10} {'shape':<13} {'gradient shape':<15} relative error vs NumPy by hand")
     for (name, value), gradient, reference in zip(
         parameters.items(), gradients, by_hand, strict=True
@@ -624,17 +668,24 @@ def show_example_6(out=print, model=None, sizes=(64, 512, 1024, 10), seed=6):
     return checks
 
 
-def directional_check(out, loss, arrays, gradients, rng, step=1e-4):
+def directional_check(
+    out: Output,
+    loss: Model,
+    arrays: Sequence[FloatArray],
+    gradients: Sequence[FloatArray],
+    rng: np.random.Generator,
+    step: float = 1e-4,
+) -> Check:
     """<gradient, v> against (L(p + h v) - L(p - h v)) / 2h along one random unit direction v.
 
     The first article's check for large models: one pair of evaluations tests
     every gradient entry at once (though it cannot say which one is wrong).
     """
-    directions = [rng.normal(size=np.shape(a)) for a in arrays]
-    norm = math.sqrt(sum(float(np.sum(v * v)) for v in directions))
-    directions = [v / norm for v in directions]
+    unnormalised = [rng.normal(size=np.shape(a)) for a in arrays]
+    norm = math.sqrt(sum(float(np.sum(v * v)) for v in unnormalised))
+    directions = [v / norm for v in unnormalised]
 
-    def at(offset):
+    def at(offset: float) -> float:
         with fa.Tape():
             shifted = [fa.var(a + offset * v) for a, v in zip(arrays, directions, strict=True)]
             return loss(*shifted).value
@@ -651,7 +702,13 @@ def directional_check(out, loss, arrays, gradients, rng, step=1e-4):
     )
 
 
-def show_compiled_batch(out=print, model=None, points=1_000_000, seed=2, repeats=3):
+def show_compiled_batch(
+    out: Output = print,
+    model: Model | None = None,
+    points: int = 1_000_000,
+    seed: int = 2,
+    repeats: int = 3,
+) -> list[Check]:
     """Trace example 2 once with ``fa.compile``, then value and gradient at a million points.
 
     The replay runs in compiled code with no Python per point or per node.
@@ -667,6 +724,7 @@ def show_compiled_batch(out=print, model=None, points=1_000_000, seed=2, repeats
     f = fa.compile(model)
     started = time.perf_counter()
     values, gradients = f.value_and_grad(P)
+    assert isinstance(values, np.ndarray)  # a batch of points: one value per point
     first = time.perf_counter() - started
     best = math.inf
     for _ in range(repeats):
@@ -709,7 +767,12 @@ def show_compiled_batch(out=print, model=None, points=1_000_000, seed=2, repeats
     return checks
 
 
-def show_layer_cross_check(out=print, model=None, sizes=(8, 16, 16), seed=3):
+def show_layer_cross_check(
+    out: Output = print,
+    model: Model | None = None,
+    sizes: tuple[int, int, int] = (8, 16, 16),
+    seed: int = 3,
+) -> list[Check]:
     """One linear+ReLU layer recorded three ways must give the same output and gradients.
 
     Fused (one node, hand-derived backward), unfused blocks (matmul, add, relu:
@@ -725,7 +788,7 @@ def show_layer_cross_check(out=print, model=None, sizes=(8, 16, 16), seed=3):
     X0, W0, b0 = rng.normal(size=(B, n)), rng.normal(size=(n, h)), rng.normal(size=h)
     upstream = rng.normal(size=(B, h))  # L = sum(upstream * layer): a non-trivial dL/dlayer
 
-    def record(way):
+    def record(way: str) -> tuple[list[str], Any, list[Any]]:
         """(ops the layer recorded, its output, [dX, dW, db]) for one way of recording it."""
         with fa.Tape() as tape:
             if way == "scalar nodes":
@@ -746,7 +809,7 @@ def show_layer_cross_check(out=print, model=None, sizes=(8, 16, 16), seed=3):
         return layer_ops, value, grads
 
     fused_ops, fused_value, fused_grads = record("fused")
-    ways = {
+    ways: dict[str, tuple[list[str] | None, Any, list[Any]]] = {
         "unfused blocks": record("unfused blocks"),
         "scalar nodes": record("scalar nodes"),
         "NumPy by hand": (None, *layer_numpy(X0, W0, b0, upstream)),
@@ -774,7 +837,7 @@ def show_layer_cross_check(out=print, model=None, sizes=(8, 16, 16), seed=3):
     return checks
 
 
-def draw(tape, stem, out=print):
+def draw(tape: fa.Tape, stem: StrPath, out: Output = print) -> None:
     """Write ``stem.dot`` and, if Graphviz is available, ``stem.svg``."""
     stem = pathlib.Path(stem)
     stem.with_suffix(".dot").write_text(tape.to_dot())
@@ -785,7 +848,7 @@ def draw(tape, stem, out=print):
         out(f"  drew {stem.with_suffix('.dot')}; no SVG: {missing}")
 
 
-def main(out=print, draw_dir=None):
+def main(out: Output = print, draw_dir: StrPath | None = None) -> list[Check]:
     """Run every section; return the list of ``Check`` results.
 
     ``draw_dir``: also write drawings of examples 1 and 2 there.
@@ -795,11 +858,11 @@ def main(out=print, draw_dir=None):
         folder = pathlib.Path(draw_dir)
         folder.mkdir(parents=True, exist_ok=True)
 
-    def drawing(stem):
+    def drawing(stem: str) -> pathlib.Path | None:
         return folder / stem if folder else None
 
     # The models are looked up here, at call time, so a planted one takes effect.
-    sections = {
+    sections: dict[str, Callable[[], list[Check]]] = {
         "Example 1": lambda: show_example_1(out, example_1, draw_to=drawing("example1")),
         "Example 2": lambda: show_example_2(out, example_2, draw_to=drawing("example2")),
         "Example 3": lambda: show_example_3(out, example_3),

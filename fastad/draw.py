@@ -6,16 +6,26 @@ derivative, so a reader can tell a node's total gradient (in the node) from
 one edge's contribution (edge label times the consumer's gradient).
 """
 
+from __future__ import annotations
+
 import pathlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fastad.kernels import optable, sweeps
 
+if TYPE_CHECKING:
+    from fastad._typing import StrPath
+    from fastad.node import NodeRef
+    from fastad.tape import Tape
+
 DEFAULT_MAX_NODES = 200
 
 
-def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
+def to_dot(
+    tape: Tape, root: NodeRef | None = None, max_nodes: int = DEFAULT_MAX_NODES, grad: bool = True
+) -> str:
     """Graphviz DOT source for ``tape`` (or the part ``root`` depends on).
 
     Nodes show the label or op, the value and (``grad=True``) the adjoint;
@@ -70,7 +80,13 @@ def to_dot(tape, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
     return "\n".join(lines) + "\n"
 
 
-def render(tape, path, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
+def render(
+    tape: Tape,
+    path: StrPath,
+    root: NodeRef | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+    grad: bool = True,
+) -> pathlib.Path:
     """Render the drawing to ``path``; the format follows the suffix (.svg, .png, .pdf).
 
     Needs the ``graphviz`` Python package (``pip install 'fastad[viz]'``) and
@@ -100,5 +116,5 @@ def render(tape, path, root=None, max_nodes=DEFAULT_MAX_NODES, grad=True):
     return path
 
 
-def _escape(text):
+def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,5 +1,7 @@
 """Exceptions raised by fastad."""
 
+from __future__ import annotations
+
 import os
 from dataclasses import dataclass
 
@@ -30,14 +32,14 @@ class NonFiniteOrigin:
     node: int
     op: str
     label: str | None
-    inputs: tuple
+    inputs: tuple[object, ...]
     value: float
     slot: int = -1
     partial: float = float("nan")
-    source: tuple | None = None  # (file, line) on debug tapes
+    source: tuple[str, int] | None = None  # (file, line) on debug tapes
     block_rule: bool = False  # a block op's rule (no single local derivative)
 
-    def describe(self):
+    def describe(self) -> str:
         name = f"node {self.node} ({self.op}" + (f" '{self.label}')" if self.label else ")")
         if self.source is not None:
             name += f" at {os.path.basename(self.source[0])}:{self.source[1]}"
@@ -61,6 +63,6 @@ class NonFiniteOrigin:
 class NonFiniteError(FloatingPointError):
     """A checked computation produced ``nan`` or ``inf``; ``.origin`` says where."""
 
-    def __init__(self, origin):
+    def __init__(self, origin: NonFiniteOrigin) -> None:
         self.origin = origin
         super().__init__(origin.describe())

@@ -5,7 +5,13 @@ Each function accepts a ``Var`` (and records a node) or a plain real number
 ``fa.log(0.0) == -inf``, no exception).
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fastad import blocks, rules
 from fastad.blocks import Block
@@ -13,13 +19,31 @@ from fastad.kernels import optable
 from fastad.node import Var, check_live, is_number, record, record_unary
 from fastad.tape import current_tape
 
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber
+    from fastad.tape import Tape
 
-def var(value, name=None, tape=None):
+
+@overload
+def var(value: RealNumber, name: str | None = None, tape: Tape | None = None) -> Var: ...
+@overload
+def var(
+    value: NumericArray | list[Any] | tuple[Any, ...],
+    name: str | None = None,
+    tape: Tape | None = None,
+) -> Block: ...
+def var(
+    value: RealNumber | NumericArray | list[Any] | tuple[Any, ...],
+    name: str | None = None,
+    tape: Tape | None = None,
+) -> Var | Block:
     """Record a leaf (independent variable) holding ``value``.
 
     Parameters
     ----------
-    value : real number
+    value : real number, or array_like of real numbers
+        A number gives a scalar leaf (``Var``, a 0-d array counts as a
+        number); an array, list or tuple a block leaf (``Block``).
     name : str, optional
         Label shown in tables and drawings.
     tape : fastad.Tape, optional
@@ -36,7 +60,19 @@ def var(value, name=None, tape=None):
     return (tape if tape is not None else current_tape()).input(value, name)
 
 
-def grad(output, wrt):
+@overload
+def grad(output: Var, wrt: Var) -> float: ...
+@overload
+def grad(output: Var, wrt: Block) -> FloatArray: ...
+@overload
+def grad(output: Var, wrt: Iterable[Var]) -> FloatArray: ...
+@overload
+def grad(output: Var, wrt: Iterable[Block]) -> list[FloatArray]: ...
+@overload
+def grad(output: Var, wrt: Iterable[Var | Block]) -> FloatArray | list[float | FloatArray]: ...
+def grad(
+    output: Var, wrt: Var | Block | Iterable[Var | Block]
+) -> float | FloatArray | list[FloatArray] | list[float | FloatArray]:
     """Gradient of ``output`` with respect to ``wrt`` without touching ``.grad``.
 
     Parameters
@@ -54,7 +90,7 @@ def grad(output, wrt):
     """
     _require_node(output, "fa.grad output", blocks_allowed=False)
     single = isinstance(wrt, (Var, Block))
-    nodes = [wrt] if single else list(wrt)
+    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
     for node in nodes:
         _require_node(node, "fa.grad wrt")
         if node._tape is not output._tape:
@@ -65,7 +101,7 @@ def grad(output, wrt):
     return gradients
 
 
-def jvp(output, wrt, direction):
+def jvp(output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike) -> float:
     """Directional derivative of ``output`` along ``direction`` (forward mode).
 
     ``sum_i d output / d wrt[i] * direction[i]``, computed by one tangent
@@ -73,20 +109,22 @@ def jvp(output, wrt, direction):
     :func:`grad`, so ``fa.jvp(z, xs, v) == fa.grad(z, xs) @ v`` to rounding.
     For a block in ``wrt`` its direction is an array of the block's shape.
     """
-    _require_node(output, "fa.jvp output")
-    nodes = [wrt] if isinstance(wrt, Var) else list(wrt)
+    _require_node(output, "fa.jvp output", blocks_allowed=False)
+    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
     for node in nodes:
         _require_node(node, "fa.jvp wrt")
         if node._tape is not output._tape:
             raise ValueError(f"{node!r} is on another tape than {output!r}")
+    along: Iterable[ArrayLike]
     if any(isinstance(node, Block) for node in nodes):
-        direction = [direction] if isinstance(wrt, Block) else list(direction)
+        # One direction per node: a sequence, or the array of a single block.
+        along = [direction] if isinstance(wrt, Block) else list(cast(Iterable[Any], direction))
     else:
-        direction = np.atleast_1d(np.asarray(direction, dtype=np.float64))
-    return output._tape.tangent(output, [node._id for node in nodes], direction)
+        along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
+    return output._tape.tangent(output, [node._id for node in nodes], along)
 
 
-def _require_node(x, what, blocks_allowed=True):
+def _require_node(x: object, what: str, blocks_allowed: bool = True) -> None:
     kinds = (Var, Block) if blocks_allowed else Var
     if not isinstance(x, kinds):
         wanted = "a fastad Var or Block" if blocks_allowed else "a scalar fastad Var"
@@ -94,7 +132,7 @@ def _require_node(x, what, blocks_allowed=True):
     check_live(x)
 
 
-def _plain_number_result(name, code, operands):
+def _plain_number_result(name: str, code: int, operands: tuple[Any, ...]) -> float:
     for x in operands:
         if not is_number(x):
             shape = f" of shape {np.shape(x)}" if hasattr(x, "shape") else ""
@@ -104,7 +142,9 @@ def _plain_number_result(name, code, operands):
     return rules.value(code, *(float(x) for x in operands))
 
 
-def _arrays_or_blocks(name, code, operands):
+def _arrays_or_blocks(
+    name: str, code: int, operands: tuple[Any, ...]
+) -> Block | FloatArray | ObjectArray | float | None:
     """Blocks and numeric arrays: a block node (or plain array); object arrays: per element."""
     if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
         function = _FUNCTIONS[name]
@@ -114,14 +154,71 @@ def _arrays_or_blocks(name, code, operands):
     return None
 
 
-def _numeric_array(x):
+def _numeric_array(x: object) -> bool:
     return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
 
 
-def _unary(name, doc):
+class UnaryFunction(Protocol):
+    """The type of ``fa.exp``, ``fa.log`` and the other one-operand functions.
+
+    A node gives a node (``Var`` or ``Block``), a number a float, a real
+    array an array (a 0-d array a float), an object array of nodes an object
+    array of nodes.
+    """
+
+    __name__: str
+
+    @overload
+    def __call__(self, x: Var) -> Var: ...
+    @overload
+    def __call__(self, x: Block) -> Block: ...
+    @overload
+    def __call__(self, x: RealNumber) -> float: ...
+    @overload
+    def __call__(self, x: ObjectArray) -> ObjectArray: ...
+    @overload
+    def __call__(self, x: NumericArray) -> FloatArray: ...
+
+
+class BinaryFunction(Protocol):
+    """The type of ``fa.maximum`` and ``fa.minimum``.
+
+    With a scalar node among the operands (and no block or array) the result
+    is a ``Var``; with a block, or a scalar node and an array, a ``Block``;
+    numbers give a float, arrays and numbers an array; an object array of
+    nodes an object array of nodes.
+    """
+
+    __name__: str
+
+    @overload
+    def __call__(self, x: Var, y: Var | RealNumber) -> Var: ...
+    @overload
+    def __call__(self, x: RealNumber, y: Var) -> Var: ...
+    @overload
+    def __call__(self, x: Block, y: Block | Var | RealNumber | NumericArray) -> Block: ...
+    @overload
+    def __call__(self, x: Var | RealNumber | NumericArray, y: Block) -> Block: ...
+    @overload
+    def __call__(self, x: Var, y: NumericArray) -> Block: ...
+    @overload
+    def __call__(self, x: NumericArray, y: Var) -> Block: ...
+    @overload
+    def __call__(self, x: RealNumber, y: RealNumber) -> float: ...
+    @overload
+    def __call__(self, x: NumericArray, y: NumericArray | RealNumber) -> FloatArray: ...
+    @overload
+    def __call__(self, x: RealNumber, y: NumericArray) -> FloatArray: ...
+    @overload
+    def __call__(self, x: ObjectArray, y: object) -> ObjectArray: ...
+    @overload
+    def __call__(self, x: object, y: ObjectArray) -> ObjectArray: ...
+
+
+def _unary(name: str, doc: str) -> UnaryFunction:
     code = optable.BY_NAME[name].code
 
-    def function(x):
+    def function(x: object) -> Var | Block | FloatArray | ObjectArray | float:
         if type(x) is Var:
             return record_unary(code, x)
         result = _arrays_or_blocks(name, code, (x,))
@@ -132,19 +229,20 @@ def _unary(name, doc):
     function.__name__ = function.__qualname__ = name
     function.__doc__ = doc
     _FUNCTIONS[name] = function
-    return function
+    # Its overloads (UnaryFunction) say which operand gives which result.
+    return cast(UnaryFunction, function)
 
 
-def _binary(name, doc):
+def _binary(name: str, doc: str) -> BinaryFunction:
     code = optable.BY_NAME[name].code
 
-    def function(x, y):
+    def function(x: object, y: object) -> Var | Block | FloatArray | ObjectArray | float:
         if type(x) is Var or type(y) is Var:
-            result = record(code, x, y)
-            if result is NotImplemented:
+            recorded = record(code, x, y)
+            if recorded is NotImplemented:
                 kinds = f"{type(x).__name__}, {type(y).__name__}"
                 raise TypeError(f"fa.{name} does not accept ({kinds}): use nodes or real numbers")
-            return result
+            return recorded
         result = _arrays_or_blocks(name, code, (x, y))
         if result is not None:
             return result
@@ -153,10 +251,10 @@ def _binary(name, doc):
     function.__name__ = function.__qualname__ = name
     function.__doc__ = doc
     _FUNCTIONS[name] = function
-    return function
+    return cast(BinaryFunction, function)
 
 
-_FUNCTIONS = {}
+_FUNCTIONS: dict[str, Callable[..., object]] = {}
 
 exp = _unary("exp", "e**x. Derivative: the saved output.")
 log = _unary("log", "Natural logarithm; log(0) = -inf, log(x < 0) = nan.")
@@ -182,7 +280,15 @@ minimum = _binary(
 _PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code
 
 
-def where(condition, x, y):
+@overload
+def where(condition: Var, x: Var | RealNumber, y: Var | RealNumber) -> Var: ...
+@overload
+def where(condition: RealNumber, x: Var, y: Var | RealNumber) -> Var: ...
+@overload
+def where(condition: RealNumber, x: RealNumber, y: Var) -> Var: ...
+@overload
+def where(condition: RealNumber, x: RealNumber, y: RealNumber) -> float: ...
+def where(condition: Var | RealNumber, x: Var | RealNumber, y: Var | RealNumber) -> Var | float:
     """``x`` where ``condition`` is nonzero, else ``y``: a branch-free select.
 
     ``condition`` is usually a comparison node (``x > 0`` records one worth
@@ -215,6 +321,6 @@ def where(condition, x, y):
         return float(x) if condition != 0 or condition != condition else float(y)
     tape = nodes[0].tape
     condition, x, y = (
-        value if type(value) is Var else tape.constant(value) for value in operands.values()
+        value if isinstance(value, Var) else tape.constant(value) for value in operands.values()
     )
     return record(_PICK, condition, x) + record(_PICK_NOT, condition, y)

@@ -34,16 +34,27 @@ if the analytic value is a subgradient (lies between the one-sided
 derivatives).
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from fastad.compiled import BlockFunction, CompiledFunction
 from fastad.node import Node
 
-DEFAULT_TOLERANCES = {
+if TYPE_CHECKING:
+    from fastad._typing import BoolArray, FloatArray
+
+    Values = Callable[[FloatArray], FloatArray]
+    """On the flat view: ``z`` of shape (n,) to the flat outputs, shape (m,)."""
+
+DEFAULT_TOLERANCES: dict[np.dtype[Any], tuple[float, float]] = {
     # dtype: (rtol, atol). float64 central differences are good to ~1e-9
     # relative on smooth functions; 1e-6 leaves room for curvature, not bugs.
     np.dtype(np.float64): (1e-6, 1e-8),
@@ -54,7 +65,7 @@ DEFAULT_TOLERANCES = {
 class GradcheckError(AssertionError):
     """The analytic gradient disagrees with finite differences; ``.result`` has details."""
 
-    def __init__(self, result):
+    def __init__(self, result: GradcheckResult) -> None:
         self.result = result
         super().__init__(result.message)
 
@@ -94,34 +105,92 @@ class GradcheckResult:
 
     passed: bool
     mode: str
-    analytic: object
-    numeric: object
-    tolerance: object
-    failures: list = field(default_factory=list)
-    kinks: list = field(default_factory=list)
-    dot_product: tuple | None = None
+    analytic: FloatArray | list[FloatArray]
+    numeric: FloatArray | list[FloatArray]
+    tolerance: FloatArray | list[FloatArray]
+    failures: list[tuple[Any, ...]] = field(default_factory=list)
+    kinks: list[tuple[tuple[Any, ...], float, float, bool]] = field(default_factory=list)
+    dot_product: tuple[float, float] | None = None
     message: str = ""
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return self.passed
 
 
+# The analytic derivatives of a plain callable f(x): grad(x) (the gradient or
+# Jacobian), jvp(x, v) and vjp(x, u), u a float for a scalar output.
+Function = Callable[[NDArray[np.float64]], ArrayLike]
+Jvp = Callable[[NDArray[np.float64], NDArray[np.float64]], ArrayLike]
+Vjp = Callable[[NDArray[np.float64], Any], ArrayLike]
+
+
+@overload
 def gradcheck(
-    function,
-    x,
-    grad=None,
+    function: CompiledFunction | BlockFunction | Function,
+    x: ArrayLike | Sequence[ArrayLike],
+    grad: Function | None = None,
     *,
-    vjp=None,
-    jvp=None,
-    mode="full",
-    eps=None,
-    rtol=None,
-    atol=None,
-    richardson=False,
-    n_directions=4,
-    seed=0,
-    raise_exception=True,
-):
+    vjp: Vjp | None = None,
+    jvp: Jvp | None = None,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: Literal[True] = True,
+) -> Literal[True]: ...
+@overload
+def gradcheck(
+    function: CompiledFunction | BlockFunction | Function,
+    x: ArrayLike | Sequence[ArrayLike],
+    grad: Function | None = None,
+    *,
+    vjp: Vjp | None = None,
+    jvp: Jvp | None = None,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: Literal[False],
+) -> GradcheckResult: ...
+@overload
+def gradcheck(
+    function: CompiledFunction | BlockFunction | Function,
+    x: ArrayLike | Sequence[ArrayLike],
+    grad: Function | None = None,
+    *,
+    vjp: Vjp | None = None,
+    jvp: Jvp | None = None,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: bool = True,
+) -> Literal[True] | GradcheckResult: ...
+def gradcheck(
+    function: CompiledFunction | BlockFunction | Function,
+    x: ArrayLike | Sequence[ArrayLike],
+    grad: Function | None = None,
+    *,
+    vjp: Vjp | None = None,
+    jvp: Jvp | None = None,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: bool = True,
+) -> Literal[True] | GradcheckResult:
     """Check a gradient or a full Jacobian against central differences.
 
     Parameters
@@ -228,7 +297,7 @@ def gradcheck(
     if eps is None:
         # Central differences balance O(h^2) truncation against O(eps/h)
         # rounding at h ~ eps^(1/3); Richardson's O(h^4) at h ~ eps^(1/5).
-        eps = np.finfo(problem.dtype).eps ** (0.2 if richardson else 1.0 / 3.0)
+        eps = float(np.finfo(problem.dtype).eps ** (0.2 if richardson else 1.0 / 3.0))
     relative_step = float(eps)
     with np.errstate(invalid="ignore", over="ignore"):  # nan and inf are reported, not warned
         if mode == "full":
@@ -245,7 +314,14 @@ def gradcheck(
 
 
 # -- validation: what is being checked, at which point ------------------------------------
-def _check_options(mode, eps, rtol, atol, n_directions, seed):
+def _check_options(
+    mode: str,
+    eps: float | None,
+    rtol: float | None,
+    atol: float | None,
+    n_directions: int,
+    seed: int,
+) -> None:
     if mode not in ("full", "fast"):
         raise ValueError(f"mode must be 'full' or 'fast', got {mode!r}")
     for name, value in (("rtol", rtol), ("atol", atol)):
@@ -259,7 +335,7 @@ def _check_options(mode, eps, rtol, atol, n_directions, seed):
         raise TypeError(f"seed must be an int (checks are reproducible), got {seed!r}")
 
 
-def _is_real(value):
+def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -267,24 +343,30 @@ def _is_real(value):
 class _Problem:
     """A function on the flat view: values, analytic derivatives and where things live."""
 
-    point: np.ndarray  # the flat point z, float64 of shape (n,)
-    dtype: np.dtype  # decides the step and the default tolerances
-    layout: "_Layout"
-    value: object  # z -> flat outputs, shape (m,)
-    jacobian: object  # z -> analytic derivative, shape (m, n)
-    vjp: object = None  # (z, u of shape (m,)) -> u^T J, shape (n,)
-    jvp: object = None  # (z, v of shape (n,)) -> J v, shape (m,)
+    point: FloatArray  # the flat point z, float64 of shape (n,)
+    dtype: np.dtype[Any]  # decides the step and the default tolerances
+    layout: _Layout
+    value: Values  # z -> flat outputs, shape (m,)
+    jacobian: Values  # z -> analytic derivative, shape (m, n)
+    vjp: Callable[[FloatArray, FloatArray], FloatArray] | None = None  # (z, u (m,)) -> u^T J (n,)
+    jvp: Callable[[FloatArray, FloatArray], FloatArray] | None = None  # (z, v (n,)) -> J v (m,)
 
 
-def _problem(function, x, grad, vjp, jvp):
+def _problem(
+    function: CompiledFunction | BlockFunction | Function,
+    x: ArrayLike | Sequence[ArrayLike],
+    grad: Function | None,
+    vjp: Vjp | None,
+    jvp: Jvp | None,
+) -> _Problem:
     if isinstance(function, (CompiledFunction, BlockFunction)):
-        given = [
+        superfluous = [
             name
             for name, value in (("grad", grad), ("vjp", vjp), ("jvp", jvp))
             if value is not None
         ]
-        if given:
-            drop = ", ".join(f"{name}=" for name in given)
+        if superfluous:
+            drop = ", ".join(f"{name}=" for name in superfluous)
             raise TypeError(f"a compiled function brings its own derivatives: drop {drop}")
         if isinstance(function, BlockFunction):
             return _block_problem(function, x)
@@ -314,7 +396,7 @@ def _problem(function, x, grad, vjp, jvp):
     return _plain_problem(function, x, grad, vjp, jvp)
 
 
-def _as_point(x, what="x", allow_empty=False):
+def _as_point(x: object, what: str = "x", allow_empty: bool = False) -> NDArray[Any]:
     """A real, finite, non-empty array (integers become float64)."""
     try:
         array = np.asarray(x)
@@ -339,7 +421,7 @@ def _as_point(x, what="x", allow_empty=False):
     return array
 
 
-def _real_output(value, what):
+def _real_output(value: object, what: str) -> FloatArray:
     """``value`` as a float64 array, or a TypeError naming what came back."""
     if isinstance(value, Node):
         raise TypeError(
@@ -358,12 +440,14 @@ def _real_output(value, what):
     return array.astype(np.float64)
 
 
-def _plain_problem(function, x, grad, vjp, jvp):
-    x = _as_point(x)
-    dtype, shape = x.dtype, x.shape
-    point = x.astype(np.float64).reshape(-1)
+def _plain_problem(
+    function: Function, x: object, grad: Function, vjp: Vjp | None, jvp: Jvp | None
+) -> _Problem:
+    array = _as_point(x)
+    dtype, shape = array.dtype, array.shape
+    point = array.astype(np.float64).reshape(-1)
 
-    def at(z):
+    def at(z: FloatArray) -> FloatArray:
         return z.reshape(shape).copy()  # a fresh array per call: f may write into it
 
     first = _real_output(function(at(point)), "f(x)")
@@ -382,7 +466,7 @@ def _plain_problem(function, x, grad, vjp, jvp):
     else:
         expected_text = f"{expected} like x (f(x) is a scalar)"
 
-    def value(z):
+    def value(z: FloatArray) -> FloatArray:
         out = _real_output(function(at(z)), "f(x)")
         if out.shape != output_shape:
             raise ValueError(
@@ -391,16 +475,16 @@ def _plain_problem(function, x, grad, vjp, jvp):
             )
         return out.reshape(-1)
 
-    def jacobian(z):
+    def jacobian(z: FloatArray) -> FloatArray:
         g = _real_output(grad(at(z)), "grad(x)")
         if g.shape != expected:
             raise ValueError(f"grad(x) has shape {g.shape}, expected {expected_text}")
         return g.reshape(m, n)
 
     problem = _Problem(point, dtype, layout, value, jacobian)
-    if jvp is not None:
+    if jvp is not None and vjp is not None:  # both or neither (see _problem)
 
-        def pushed(z, v):
+        def pushed(z: FloatArray, v: FloatArray) -> FloatArray:
             out = _real_output(jvp(at(z), v.reshape(shape)), "jvp(x, v)")
             if out.shape != output_shape:
                 raise ValueError(
@@ -408,7 +492,7 @@ def _plain_problem(function, x, grad, vjp, jvp):
                 )
             return out.reshape(-1)
 
-        def pulled(z, u):
+        def pulled(z: FloatArray, u: FloatArray) -> FloatArray:
             cotangent = float(u[0]) if not output_shape else u.reshape(output_shape)
             out = _real_output(vjp(at(z), cotangent), "vjp(x, u)")
             if out.shape != shape:
@@ -419,7 +503,7 @@ def _plain_problem(function, x, grad, vjp, jvp):
     return problem
 
 
-def _compiled_problem(function, x):
+def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
     k = function.num_inputs
     point = _as_point(x)
     if point.shape != (k,):
@@ -448,7 +532,7 @@ def _compiled_problem(function, x):
     )
 
 
-def _block_problem(function, x):
+def _block_problem(function: BlockFunction, x: object) -> _Problem:
     if not isinstance(x, (tuple, list)):
         raise TypeError(
             "a compiled function of arrays is checked at its arguments, a tuple like its "
@@ -476,7 +560,7 @@ def _block_problem(function, x):
     _require_finite(np.asarray(first), "f(x)", "output")
     n = layout.n
 
-    def jacobian(z):
+    def jacobian(z: FloatArray) -> FloatArray:
         _, gradients = function.value_and_grad(layout.split(z))
         for position, (gradient, shape) in enumerate(zip(gradients, shapes, strict=True)):
             if np.shape(gradient) != shape:
@@ -495,7 +579,7 @@ def _block_problem(function, x):
     )
 
 
-def _require_finite(values, what, element):
+def _require_finite(values: NDArray[Any], what: str, element: str) -> None:
     if not np.all(np.isfinite(values)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
         at = f" at {element} {_position(where)}" if where else ""
@@ -505,7 +589,7 @@ def _require_finite(values, what, element):
 
 
 # -- the flat view and the user's names ---------------------------------------------------
-def _position(index):
+def _position(index: tuple[int, ...]) -> str:
     """A multi-index as the message prints it: 1-D positions as integers."""
     return str(index[0]) if len(index) == 1 else str(index)
 
@@ -518,7 +602,12 @@ class _Layout:
     ``()`` for a scalar output.
     """
 
-    def __init__(self, input_shapes, output_shape, arguments):
+    def __init__(
+        self,
+        input_shapes: Iterable[tuple[int, ...]],
+        output_shape: tuple[int, ...],
+        arguments: bool,
+    ) -> None:
         self.input_shapes = [tuple(shape) for shape in input_shapes]
         self.output_shape = tuple(output_shape)
         self.arguments = arguments
@@ -528,10 +617,10 @@ class _Layout:
         self.m = math.prod(self.output_shape)
 
     @property
-    def scalar_output(self):
+    def scalar_output(self) -> bool:
         return self.output_shape == ()
 
-    def split(self, z):
+    def split(self, z: FloatArray) -> FloatArray | list[float | FloatArray]:
         """The user's point at flat ``z``: one array, or the argument list (floats for 0-d)."""
         parts = [
             z[start:stop].reshape(shape).copy()
@@ -543,13 +632,13 @@ class _Layout:
             return parts[0]
         return [float(part) if part.ndim == 0 else part for part in parts]
 
-    def _input(self, j):
+    def _input(self, j: int) -> tuple[int, tuple[int, ...]]:
         argument = int(np.searchsorted(self.offsets, j, side="right") - 1)
         shape = self.input_shapes[argument]
         element = np.unravel_index(int(j - self.offsets[argument]), shape)
         return argument, tuple(int(i) for i in element)
 
-    def index(self, o, j):
+    def index(self, o: int, j: int) -> tuple[Any, ...]:
         """Flat (output ``o``, input ``j``) as an index into the user's ``analytic``."""
         argument, element = self._input(j)
         if self.arguments:
@@ -557,7 +646,7 @@ class _Layout:
         output = tuple(int(i) for i in np.unravel_index(o, self.output_shape))
         return output + element
 
-    def name(self, o, j):
+    def name(self, o: int, j: int) -> str:
         """Flat (output ``o``, input ``j``) in words: "input 0", "argument 1 element (0, 2)"."""
         argument, element = self._input(j)
         if self.arguments:
@@ -568,11 +657,11 @@ class _Layout:
             name += f" of output {_position(output)}"
         return name
 
-    def where(self, j, z):
+    def where(self, j: int, z: FloatArray) -> str:
         """The point's value at flat input ``j``, for a kink report."""
         return f"{'its value is' if self.arguments else 'x ='} {float(z[j])!r}"
 
-    def unflatten(self, matrix):
+    def unflatten(self, matrix: FloatArray) -> FloatArray | list[FloatArray]:
         """An ``(m, n)`` array in the user's form: the Jacobian, or gradients per argument."""
         if self.arguments:
             return [
@@ -585,19 +674,19 @@ class _Layout:
 
 
 # -- the numeric reference -------------------------------------------------------------
-def _steps(z, relative_step):
+def _steps(z: FloatArray, relative_step: float) -> FloatArray:
     h = relative_step * np.maximum(1.0, np.abs(z))
     return (z + h) - z  # exactly representable: z + h - h == z
 
 
-def _central(value, z, j, h):
+def _central(value: Values, z: FloatArray, j: int, h: float) -> FloatArray:
     hi, lo = z.copy(), z.copy()
     hi[j] += h
     lo[j] -= h
     return (value(hi) - value(lo)) / (2.0 * h)
 
 
-def _reference(value, z, j, h, richardson):
+def _reference(value: Values, z: FloatArray, j: int, h: float, richardson: bool) -> FloatArray:
     coarse = _central(value, z, j, h)
     if not richardson:
         return coarse
@@ -605,14 +694,24 @@ def _reference(value, z, j, h, richardson):
     return (4.0 * fine - coarse) / 3.0
 
 
-def _one_sided(value, z, f0, j, h):
+def _one_sided(
+    value: Values, z: FloatArray, f0: FloatArray, j: int, h: float
+) -> tuple[FloatArray, FloatArray]:
     hi, lo = z.copy(), z.copy()
     hi[j] += h
     lo[j] -= h
     return (value(hi) - f0) / h, (f0 - value(lo)) / h
 
 
-def _kinks(value, z, f0, j, h, bad, tolerance):
+def _kinks(
+    value: Values,
+    z: FloatArray,
+    f0: FloatArray,
+    j: int,
+    h: float,
+    bad: BoolArray,
+    tolerance: FloatArray,
+) -> tuple[BoolArray, FloatArray, FloatArray]:
     """Which outputs sit on a kink along input ``j``, and their one-sided derivatives.
 
     At a kink the two one-sided derivatives differ, and each stays put as the
@@ -637,7 +736,9 @@ def _kinks(value, z, f0, j, h, bad, tolerance):
 
 
 # -- the checks -------------------------------------------------------------------------
-def _full(problem, relative_step, rtol, atol, richardson):
+def _full(
+    problem: _Problem, relative_step: float, rtol: float, atol: float, richardson: bool
+) -> GradcheckResult:
     z, layout = problem.point, problem.layout
     analytic = problem.jacobian(z)
     steps = _steps(z, relative_step)
@@ -647,14 +748,17 @@ def _full(problem, relative_step, rtol, atol, richardson):
     tolerance = atol + rtol * np.abs(numeric)
     error = np.abs(analytic - numeric)
     bad = ~(error <= tolerance)  # nan counts as bad
-    failures, kinks = [], []  # flat (o, j) pairs; kinks with their one-sided derivatives
+    # Flat (o, j) pairs; kinks with their one-sided derivatives.
+    failures: list[tuple[int, int]] = []
+    kinks: list[tuple[tuple[int, int], float, float, bool]] = []
     failing_inputs = np.flatnonzero(bad.any(axis=0))
     f0 = problem.value(z) if failing_inputs.size else None
-    for j in failing_inputs:
+    for j in failing_inputs.tolist():
+        assert f0 is not None  # computed above, as an input fails
         is_kink, forward, backward = _kinks(
             problem.value, z, f0, j, steps[j], bad[:, j], tolerance[:, j]
         )
-        for o in np.flatnonzero(bad[:, j]):
+        for o in np.flatnonzero(bad[:, j]).tolist():
             if not is_kink[o]:
                 failures.append((o, j))
                 continue
@@ -680,27 +784,36 @@ def _full(problem, relative_step, rtol, atol, richardson):
     return result
 
 
-def _fast(problem, relative_step, rtol, atol, richardson, n_directions, seed):
+def _fast(
+    problem: _Problem,
+    relative_step: float,
+    rtol: float,
+    atol: float,
+    richardson: bool,
+    n_directions: int,
+    seed: int,
+) -> GradcheckResult:
     z, layout = problem.point, problem.layout
     rng = np.random.default_rng(seed)
     jacobian = problem.jacobian(z)
     step = relative_step * max(1.0, float(np.max(np.abs(z))))
-    analytic, numeric = [], []
+    analytic_values: list[float] = []
+    numeric_values: list[float] = []
     for _ in range(n_directions):
         v = rng.standard_normal(layout.n)
         v /= np.linalg.norm(v)
         u = np.ones(1) if layout.scalar_output else rng.standard_normal(layout.m)
-        analytic.append(float(u @ (jacobian @ v)))
+        analytic_values.append(float(u @ (jacobian @ v)))
 
-        def along(t, v=v):
+        def along(t: float, v: FloatArray = v) -> FloatArray:
             return problem.value(z + t * v)
 
         coarse = (along(step) - along(-step)) / (2 * step)
         if richardson:
             fine = (along(step / 2) - along(-step / 2)) / step
             coarse = (4 * fine - coarse) / 3
-        numeric.append(float(u @ coarse))
-    analytic, numeric = np.array(analytic), np.array(numeric)
+        numeric_values.append(float(u @ coarse))
+    analytic, numeric = np.array(analytic_values), np.array(numeric_values)
     tolerance = atol + rtol * np.abs(numeric)
     excess = np.abs(analytic - numeric) - tolerance
     if np.all(excess <= 0):
@@ -728,8 +841,11 @@ def _fast(problem, relative_step, rtol, atol, richardson, n_directions, seed):
     return located
 
 
-def _dot_product(problem, result, seed, atol):
+def _dot_product(
+    problem: _Problem, result: GradcheckResult, seed: int, atol: float
+) -> GradcheckResult:
     """Check <u, J v> == <J^T u, v>: forward and reverse mode must agree."""
+    assert problem.jvp is not None and problem.vjp is not None  # the caller checks
     z, layout = problem.point, problem.layout
     rng = np.random.default_rng(seed + 1)
     v = rng.standard_normal(layout.n)
@@ -755,7 +871,16 @@ def _dot_product(problem, result, seed, atol):
     return result
 
 
-def _full_message(problem, failures, kinks, analytic, error, tolerance, numeric, steps):
+def _full_message(
+    problem: _Problem,
+    failures: list[tuple[int, int]],
+    kinks: list[tuple[tuple[int, int], float, float, bool]],
+    analytic: FloatArray,
+    error: FloatArray,
+    tolerance: FloatArray,
+    numeric: FloatArray,
+    steps: FloatArray,
+) -> str:
     if not failures:
         valid = f" ({len(kinks)} kink(s) with valid subgradients)" if kinks else ""
         return f"gradcheck passed{valid}"

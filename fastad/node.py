@@ -6,14 +6,30 @@ arithmetic operator records one node on the tape and computes its value at
 once, micrograd style; there is no separate graph-building step.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, cast, overload
 
 import numpy as np
 
 from fastad import rules
 from fastad.errors import StaleNodeError, TraceError
 from fastad.kernels import optable
+
+if TYPE_CHECKING:
+    from fastad._typing import NumericArray, ObjectArray, RealNumber
+    from fastad.blocks import Block
+    from fastad.tape import Tape
+
+    ScalarOperand: TypeAlias = "Var | RealNumber"
+    """What combines with a ``Var`` into a ``Var``."""
+    ArrayOperand: TypeAlias = "Block | NumericArray"
+    """What combines with a ``Var`` into a ``Block`` (the scalar is broadcast)."""
+    NodeRef: TypeAlias = "Node | int | np.integer[Any]"
+    """A node handle or a node id, where the tape takes either (``Tape.node_id``)."""
 
 _op = optable.BY_NAME
 ADD, SUB, MUL, DIV = _op["add"].code, _op["sub"].code, _op["mul"].code, _op["div"].code
@@ -22,7 +38,7 @@ LT, LE, GT, GE = _op["lt"].code, _op["le"].code, _op["gt"].code, _op["ge"].code
 EQ, NE = _op["eq"].code, _op["ne"].code
 
 
-def is_number(x):
+def is_number(x: object) -> bool:
     """True for real Python/NumPy scalars (0-d arrays too) that may appear beside a node."""
     return (
         type(x) is float
@@ -32,7 +48,7 @@ def is_number(x):
     )
 
 
-def check_live(node):
+def check_live(node: Node) -> None:
     """Raise ``StaleNodeError`` if ``node``'s tape (a Var's or a Block's) was reset since."""
     if node._generation != node._tape._generation:
         raise StaleNodeError(
@@ -41,7 +57,7 @@ def check_live(node):
         )
 
 
-def _check_operands(x, y):
+def _check_operands(x: Node, y: Node | None) -> None:
     # Only reached when a cheap test in `record` failed: say exactly what is wrong.
     check_live(x)
     if y is not None:
@@ -53,11 +69,12 @@ def _check_operands(x, y):
             )
 
 
-_eager = rules.EAGER
+# Only ops with operands record through here, and each has an eager rule.
+_eager = cast("Sequence[Callable[[float, float], float]]", rules.EAGER)
 _ieee_value = rules.ieee_value
 
 
-def record_unary(code, x):
+def record_unary(code: int, x: Var) -> Var:
     """Record unary op ``code`` on the node ``x``; the value is computed now."""
     tape = x._tape
     if x._generation != tape._generation:
@@ -70,7 +87,13 @@ def record_unary(code, x):
     return tape.append(code, x._id, -1, value)
 
 
-def record(code, x, y):
+@overload
+def record(code: int, x: Var, y: Var | RealNumber) -> Var: ...
+@overload
+def record(code: int, x: RealNumber, y: Var) -> Var: ...
+@overload
+def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray: ...
+def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     """Record binary op ``code`` on ``x`` and ``y``: nodes or numbers.
 
     This is the recorder's hot path (about one microsecond per node), so the
@@ -81,6 +104,8 @@ def record(code, x, y):
     arrays get a ``TypeError`` here: NumPy's own message would only name
     ``Var``.
     """
+    # Hinted Any: one operand is a Var (the callers see to it), and narrowing
+    # for the type checker here would cost the hot path a call.
     if type(x) is Var:
         tape = x._tape
         if type(y) is not Var:
@@ -103,7 +128,7 @@ def record(code, x, y):
     return tape.append(code, x._id, y._id, value)
 
 
-def _other_operand(code, x, y, other):
+def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | ObjectArray:
     """A node meets something that is not a node or a number: ``other``.
 
     Arrays and blocks make the operation a block node (broadcasting the
@@ -132,40 +157,43 @@ class Node:
     it was recorded in (a reset tape makes older handles stale)."""
 
     __slots__ = ("_tape", "_id", "_generation")
+    _tape: Tape
+    _id: int
+    _generation: int
 
     # Let NumPy defer to us: `array * node` comes to our reflected operators
     # instead of building an object array of nodes behind our back.
     __array_ufunc__ = None
 
-    def __init__(self, tape, node_id):
+    def __init__(self, tape: Tape, node_id: int) -> None:
         self._tape = tape
         self._id = node_id
         self._generation = tape._generation
 
     @property
-    def id(self):
+    def id(self) -> int:
         """The node id: its row in the tape's arrays."""
         return self._id
 
     @property
-    def tape(self):
+    def tape(self) -> Tape:
         """The :class:`fastad.Tape` this node was recorded on."""
         return self._tape
 
     @property
-    def op(self):
+    def op(self) -> str:
         """The op's name in the op table (``'input'`` for a leaf)."""
         check_live(self)
         return self._tape.op_name(self._id)
 
     @property
-    def name(self):
+    def name(self) -> str | None:
         """The label shown in tables and drawings, or None."""
         check_live(self)
         return self._tape._labels.get(self._id)
 
     @name.setter
-    def name(self, label):
+    def name(self, label: str) -> None:
         check_live(self)
         self._tape._labels[self._id] = str(label)
 
@@ -198,8 +226,9 @@ class Var(Node):
     """
 
     __slots__ = ("_value",)
+    _value: float
 
-    def __init__(self, tape, node_id, value):
+    def __init__(self, tape: Tape, node_id: int, value: float) -> None:
         # Node.__init__ written out: this runs once per recorded node.
         self._tape = tape
         self._id = node_id
@@ -208,7 +237,7 @@ class Var(Node):
 
     # -- what a node is -------------------------------------------------
     @property
-    def value(self):
+    def value(self) -> float:
         """The value computed when the node was recorded (a Python float).
 
         Not available while ``fa.compile`` traces a function: a value read
@@ -219,12 +248,12 @@ class Var(Node):
         return self._value
 
     @property
-    def grad(self):
+    def grad(self) -> float:
         """This node's adjoint from the last ``backward`` (0.0 before any)."""
         check_live(self)
         return self._tape.adjoint(self._id)
 
-    def backward(self, accumulate=False, check=False):
+    def backward(self, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.
 
         Parameters
@@ -244,44 +273,48 @@ class Var(Node):
         self._tape.backward(self._id, accumulate=accumulate, check=check)
 
     # -- Python protocol --------------------------------------------------
-    def __float__(self):
+    def __float__(self) -> float:
         if self._tape._guards is not None:
             _escape(self, "float()")
         return self._value
 
-    def __int__(self):
+    def __int__(self) -> int:
         if self._tape._guards is not None:
             _escape(self, "int()")
         return int(self._value)
 
-    def __round__(self, ndigits=None):
+    @overload
+    def __round__(self, ndigits: None = None) -> int: ...
+    @overload
+    def __round__(self, ndigits: int) -> float: ...
+    def __round__(self, ndigits: int | None = None) -> int | float:
         if self._tape._guards is not None:
             _escape(self, "round()")
         return round(self._value, ndigits)
 
-    def __trunc__(self):
+    def __trunc__(self) -> int:
         if self._tape._guards is not None:
             _escape(self, "math.trunc()")
         return math.trunc(self._value)
 
-    def __floor__(self):
+    def __floor__(self) -> int:
         if self._tape._guards is not None:
             _escape(self, "math.floor()")
         return math.floor(self._value)
 
-    def __ceil__(self):
+    def __ceil__(self) -> int:
         if self._tape._guards is not None:
             _escape(self, "math.ceil()")
         return math.ceil(self._value)
 
-    def __format__(self, spec):
+    def __format__(self, spec: str) -> str:
         if not spec:
             return str(self)
         if self._tape._guards is not None:
             _escape(self, f"format spec {spec!r}")
         return format(self._value, spec)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         # `if x > 0:` lands here. While fa.compile traces, the outcome is
         # recorded as a guard that every replay re-checks.
         truth = self._value != 0.0
@@ -290,7 +323,7 @@ class Var(Node):
             guards.append((self._id, truth))
         return truth
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         # Never raises: error messages use it. While tracing it shows no
         # value, so str(x) cannot smuggle the traced number into the replay.
         value = "traced" if self._tape._guards is not None else repr(self._value)
@@ -300,55 +333,119 @@ class Var(Node):
         named = f", name={label!r}" if label else ""
         return f"Var({value}{named}, id={self._id})"
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return id(self)
 
     # Comparisons record a node worth 1.0 or 0.0 (zero derivative): `bool()`
     # of it drives Python control flow, and `fa.where` takes it as a condition.
-    def __eq__(self, other):
+    @overload
+    def __eq__(self, other: ScalarOperand) -> Var: ...  # type: ignore[overload-overlap]
+    @overload
+    def __eq__(self, other: ArrayOperand) -> Block: ...  # type: ignore[overload-overlap]
+    @overload
+    def __eq__(self, other: object) -> bool: ...  # Python's fallback: identity
+    def __eq__(self, other: object) -> Var | Block | ObjectArray | bool:
         return record(EQ, self, other)
 
-    def __ne__(self, other):
+    @overload
+    def __ne__(self, other: ScalarOperand) -> Var: ...  # type: ignore[overload-overlap]
+    @overload
+    def __ne__(self, other: ArrayOperand) -> Block: ...  # type: ignore[overload-overlap]
+    @overload
+    def __ne__(self, other: object) -> bool: ...  # Python's fallback: identity
+    def __ne__(self, other: object) -> Var | Block | ObjectArray | bool:
         return record(NE, self, other)
 
-    def __lt__(self, other):
+    @overload
+    def __lt__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __lt__(self, other: ArrayOperand) -> Block: ...
+    def __lt__(self, other: object) -> Var | Block | ObjectArray:
         return record(LT, self, other)
 
-    def __le__(self, other):
+    @overload
+    def __le__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __le__(self, other: ArrayOperand) -> Block: ...
+    def __le__(self, other: object) -> Var | Block | ObjectArray:
         return record(LE, self, other)
 
-    def __gt__(self, other):
+    @overload
+    def __gt__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __gt__(self, other: ArrayOperand) -> Block: ...
+    def __gt__(self, other: object) -> Var | Block | ObjectArray:
         return record(GT, self, other)
 
-    def __ge__(self, other):
+    @overload
+    def __ge__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __ge__(self, other: ArrayOperand) -> Block: ...
+    def __ge__(self, other: object) -> Var | Block | ObjectArray:
         return record(GE, self, other)
 
     # -- arithmetic: one node per operator --------------------------------
-    def __add__(self, other):
+    @overload
+    def __add__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __add__(self, other: ArrayOperand) -> Block: ...
+    def __add__(self, other: object) -> Var | Block | ObjectArray:
         return record(ADD, self, other)
 
-    def __radd__(self, other):
+    @overload
+    def __radd__(self, other: RealNumber) -> Var: ...
+    @overload
+    def __radd__(self, other: NumericArray) -> Block: ...
+    def __radd__(self, other: object) -> Var | Block | ObjectArray:
         return record(ADD, other, self)
 
-    def __sub__(self, other):
+    @overload
+    def __sub__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __sub__(self, other: ArrayOperand) -> Block: ...
+    def __sub__(self, other: object) -> Var | Block | ObjectArray:
         return record(SUB, self, other)
 
-    def __rsub__(self, other):
+    @overload
+    def __rsub__(self, other: RealNumber) -> Var: ...
+    @overload
+    def __rsub__(self, other: NumericArray) -> Block: ...
+    def __rsub__(self, other: object) -> Var | Block | ObjectArray:
         return record(SUB, other, self)
 
-    def __mul__(self, other):
+    @overload
+    def __mul__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __mul__(self, other: ArrayOperand) -> Block: ...
+    def __mul__(self, other: object) -> Var | Block | ObjectArray:
         return record(MUL, self, other)
 
-    def __rmul__(self, other):
+    @overload
+    def __rmul__(self, other: RealNumber) -> Var: ...
+    @overload
+    def __rmul__(self, other: NumericArray) -> Block: ...
+    def __rmul__(self, other: object) -> Var | Block | ObjectArray:
         return record(MUL, other, self)
 
-    def __truediv__(self, other):
+    @overload
+    def __truediv__(self, other: ScalarOperand) -> Var: ...
+    @overload
+    def __truediv__(self, other: ArrayOperand) -> Block: ...
+    def __truediv__(self, other: object) -> Var | Block | ObjectArray:
         return record(DIV, self, other)
 
-    def __rtruediv__(self, other):
+    @overload
+    def __rtruediv__(self, other: RealNumber) -> Var: ...
+    @overload
+    def __rtruediv__(self, other: NumericArray) -> Block: ...
+    def __rtruediv__(self, other: object) -> Var | Block | ObjectArray:
         return record(DIV, other, self)
 
-    def __pow__(self, exponent, modulo=None):
+    @overload
+    def __pow__(self, exponent: ScalarOperand, modulo: None = None) -> Var: ...
+    @overload
+    def __pow__(self, exponent: ArrayOperand, modulo: None = None) -> Block: ...
+    def __pow__(self, exponent: object, modulo: object = None) -> Var | Block | ObjectArray:
         if modulo is not None:
             return NotImplemented
         # x ** 2 records x * x: one node instead of a constant and a pow, and
@@ -357,20 +454,24 @@ class Var(Node):
             return record(MUL, self, self)
         return record(POW, self, exponent)
 
-    def __rpow__(self, base):
+    @overload
+    def __rpow__(self, base: RealNumber) -> Var: ...
+    @overload
+    def __rpow__(self, base: NumericArray) -> Block: ...
+    def __rpow__(self, base: object) -> Var | Block | ObjectArray:
         return record(POW, base, self)
 
-    def __neg__(self):
+    def __neg__(self) -> Var:
         return record_unary(NEG, self)
 
-    def __pos__(self):
+    def __pos__(self) -> Var:
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> Var:
         return record_unary(ABS, self)
 
 
-def _escape(node, how):
+def _escape(node: Node, how: str) -> NoReturn:
     raise TraceError(
         f"{how} of {node!r} while fa.compile traces the function: the number "
         "would be frozen into every replay. Keep computing with fastad "

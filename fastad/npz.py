@@ -11,11 +11,14 @@ really holds before reading it, and turns every failure into one
 ``ValueError`` naming the file, the member and what to do.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import os
 import zipfile
 import zlib
+from typing import IO, Any
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -39,7 +42,7 @@ _DAMAGED = (
 _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
-def read_npz(path: "str | os.PathLike[str]", kind: str) -> dict[str, np.ndarray]:
+def read_npz(path: str | os.PathLike[str], kind: str) -> dict[str, np.ndarray[Any, Any]]:
     """Every array of the ``.npz`` file ``path``, by name, validated first.
 
     ``kind`` names what the file should hold ("tape", "compiled function")
@@ -55,7 +58,7 @@ def read_npz(path: "str | os.PathLike[str]", kind: str) -> dict[str, np.ndarray]
         raise ValueError(
             f"{path}: not a fastad {kind} file (not a readable .npz archive: {error}); {_FIX}"
         ) from None
-    arrays = {}
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
     with archive:
         for info in archive.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
@@ -63,7 +66,9 @@ def read_npz(path: "str | os.PathLike[str]", kind: str) -> dict[str, np.ndarray]
     return arrays
 
 
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
+def _read_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str
+) -> np.ndarray[Any, Any]:
     if info.flag_bits & 0x1:
         raise ValueError(f"{where} is encrypted; fastad never writes encrypted files")
     try:
@@ -83,7 +88,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) ->
         raise ValueError(f"{where} cannot be read: {error}; {_FIX}") from None
 
 
-def _header(member) -> tuple[tuple[int, ...], np.dtype, int]:
+def _header(member: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any], int]:
     """Shape, dtype and header length of an ``.npy`` stream, read without its data."""
     version = npy_format.read_magic(member)
     if version == (1, 0):
@@ -95,7 +100,7 @@ def _header(member) -> tuple[tuple[int, ...], np.dtype, int]:
     return tuple(shape), np.dtype(dtype), member.tell()
 
 
-def text_field(arrays: dict[str, np.ndarray], name: str, where: str) -> str:
+def text_field(arrays: dict[str, np.ndarray[Any, Any]], name: str, where: str) -> str:
     """The string stored as the 0-d array ``arrays[name]``."""
     value = arrays[name]
     if value.ndim != 0 or value.dtype.kind != "U":
@@ -103,7 +108,7 @@ def text_field(arrays: dict[str, np.ndarray], name: str, where: str) -> str:
     return str(value)
 
 
-def json_object(text: str, where: str) -> dict:
+def json_object(text: str, where: str) -> dict[str, Any]:
     """``text`` parsed as a JSON object (a dict), or a ``ValueError`` naming ``where``."""
     try:
         value = json.loads(text)

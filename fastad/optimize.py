@@ -21,11 +21,20 @@ received, multiplied by the local derivative once instead of per copy, so
 the last bit can differ.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastad.kernels import optable, sweeps
+
+if TYPE_CHECKING:
+    from fastad._typing import IdArray
+    from fastad.node import NodeRef
+    from fastad.tape import Tape
 
 # Commutative bit for bit, signed zeros included. maximum and minimum are not:
 # maximum(0.0, -0.0) is -0.0 but maximum(-0.0, 0.0) is 0.0.
@@ -50,7 +59,7 @@ class OptimizationReport:
     common: int
     constants_merged: int
 
-    def __str__(self):
+    def __str__(self) -> str:
         return (
             f"{self.nodes_before} -> {self.nodes_after} nodes: {self.dead} dead, "
             f"{self.folded} constant-folded, {self.common} common subexpressions, "
@@ -62,12 +71,12 @@ class OptimizationReport:
 class Optimized:
     """The optimised tape, where each old node went (-1: removed), and the report."""
 
-    tape: object
-    new_ids: np.ndarray
+    tape: Tape
+    new_ids: IdArray
     report: OptimizationReport
 
 
-def optimize(tape, outputs, keep=()):
+def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = ()) -> Optimized:
     """Return an equivalent smaller tape computing ``outputs``.
 
     Parameters
@@ -109,13 +118,13 @@ def optimize(tape, outputs, keep=()):
     alive |= opcode == optable.INPUT
 
     new_ids = np.full(n, -1, np.int64)
-    rows = {"opcode": [], "in0": [], "in1": [], "val": []}
-    is_constant = []
-    seen = {}
-    labels = {}
+    rows: dict[str, list[float]] = {"opcode": [], "in0": [], "in1": [], "val": []}
+    is_constant: list[bool] = []
+    seen: dict[tuple[object, ...], int] = {}  # (op, in0, in1) or ("const", bits) -> new id
+    labels: dict[int, str] = {}
     folded = common = merged_constants = 0
 
-    def emit(code, a, b, value):
+    def emit(code: int, a: int, b: int, value: float) -> int:
         rows["opcode"].append(code)
         rows["in0"].append(a)
         rows["in1"].append(b)
@@ -127,11 +136,13 @@ def optimize(tape, outputs, keep=()):
         code = int(opcode[i])
         value = float(val[i])
         arity = _ARITY[code]
+        new: int | None
         if code == optable.INPUT:
             new = emit(code, -1, -1, value)
         else:
             operands = [int(new_ids[in0[i]]), int(new_ids[in1[i]])][:arity]
             folds = bool(arity > 0 and all(is_constant[j] for j in operands))
+            key: tuple[Any, ...]
             if code == optable.CONST or folds:
                 key = ("const", np.float64(value).tobytes())
                 folded += folds

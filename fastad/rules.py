@@ -12,11 +12,17 @@ scalars and errors ignored, which gives the IEEE/NumPy result the compiled
 sweeps give: ``log(0) = -inf``, ``1/0 = inf``, ``sqrt(-1) = nan``.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
 from fastad.kernels import optable
+
+EagerRule: TypeAlias = Callable[[float, float], float]
 
 _MATH_NAMES = ("cos", "exp", "fabs", "log", "pow", "sin", "sqrt", "tanh")
 _NUMPY_EQUIVALENT = {"fabs": np.fabs, "pow": np.power}
@@ -28,25 +34,36 @@ _numpy_namespace = {
 } | _helpers
 
 
-def _compile(expression, namespace):
+def _compile(expression: str, namespace: Mapping[str, Any]) -> EagerRule:
     return eval(f"lambda a, b: {expression}", dict(namespace))  # noqa: S307 (table text)
 
 
-EAGER = [_compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS]
-"""Per opcode, ``f(a, b)`` on Python floats with ``math``; may raise where IEEE does not."""
+EAGER: list[EagerRule | None] = [
+    _compile(op.value, _math_namespace) if op.arity else None for op in optable.OPS
+]
+"""Per opcode, ``f(a, b)`` on Python floats with ``math``; may raise where IEEE does not.
 
-_ieee = [_compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS]
+None for leaves and constants, which have no forward rule."""
+
+_ieee: list[EagerRule | None] = [
+    _compile(op.value, _numpy_namespace) if op.arity else None for op in optable.OPS
+]
 
 
-def ieee_value(code, a, b=0.0):
+# Only opcodes with operands are evaluated, and each of those has its rules.
+_eager_rules = cast("list[EagerRule]", EAGER)
+_ieee_rules = cast("list[EagerRule]", _ieee)
+
+
+def ieee_value(code: int, a: float, b: float = 0.0) -> float:
     """The IEEE/NumPy value of op ``code`` at ``a``, ``b``: the fallback of ``EAGER``."""
     with np.errstate(all="ignore"):
-        return float(_ieee[code](np.float64(a), np.float64(b)))
+        return float(_ieee_rules[code](np.float64(a), np.float64(b)))
 
 
-def value(code, a, b=0.0):
+def value(code: int, a: float, b: float = 0.0) -> float:
     """The value of op ``code`` at operand values ``a`` (and ``b``), IEEE semantics."""
     try:
-        return EAGER[code](a, b)
+        return _eager_rules[code](a, b)
     except (ArithmeticError, ValueError):
         return ieee_value(code, a, b)

@@ -12,19 +12,40 @@ Which tape records: the innermost ``with fa.Tape():`` block of the current
 thread, otherwise the thread's default tape (``fa.current_tape()``).
 """
 
+from __future__ import annotations
+
 import json
 import math
 import numbers
 import os
+import pathlib
 import sys
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from fastad import npz
 from fastad.errors import NonFiniteError, NonFiniteOrigin
 from fastad.kernels import optable, sweeps
 from fastad.node import Node, Var, check_live, is_number
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from fastad._typing import (
+        FloatArray,
+        IndexArray,
+        NumericArray,
+        OpcodeArray,
+        RealNumber,
+        RuleValue,
+        StrPath,
+    )
+    from fastad.blocks import Block
+    from fastad.node import NodeRef
 
 OPCODE_DTYPE = np.uint8
 INDEX_DTYPE = np.int32
@@ -56,63 +77,67 @@ class Tape:
     read-only views of the first ``len(t)`` rows.
     """
 
-    def __init__(self, capacity=_INITIAL_CAPACITY, trace=False, debug=False):
+    def __init__(
+        self, capacity: int = _INITIAL_CAPACITY, trace: bool = False, debug: bool = False
+    ) -> None:
         capacity = max(int(capacity), 1)
         # Debug recording keeps (file, line) of the user's code for every node.
         # It swaps in a recording method of its own so that ordinary tapes pay
         # nothing for it on the hot path.
-        self._sources = {} if debug else None
+        self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
         if debug:
-            self.append = self._append_with_source
+            self.append = self._append_with_source  # type: ignore[method-assign]
         # (node id, truth) of every bool() taken of a node while tracing for
         # fa.compile; None on ordinary tapes.
-        self._guards = [] if trace else None
-        self._owner = None  # what a frozen tape belongs to (see freeze)
-        self._opcode = np.zeros(capacity, OPCODE_DTYPE)
-        self._in0 = np.zeros(capacity, INDEX_DTYPE)
-        self._in1 = np.zeros(capacity, INDEX_DTYPE)
-        self._val = np.zeros(capacity, VALUE_DTYPE)
-        self._grad = np.zeros(capacity, VALUE_DTYPE)
+        self._guards: list[tuple[int, bool]] | None = [] if trace else None
+        self._owner: str | None = None  # what a frozen tape belongs to (see freeze)
+        self._opcode: OpcodeArray = np.zeros(capacity, OPCODE_DTYPE)
+        self._in0: IndexArray = np.zeros(capacity, INDEX_DTYPE)
+        self._in1: IndexArray = np.zeros(capacity, INDEX_DTYPE)
+        self._val: FloatArray = np.zeros(capacity, VALUE_DTYPE)
+        self._grad: FloatArray = np.zeros(capacity, VALUE_DTYPE)
         self._n = 0
         # Rows not yet in the arrays, one list per column: appending to four
         # lists allocates nothing the garbage collector tracks (a row tuple
         # would), and the collector's passes were the largest recording cost.
-        self._staged_opcode, self._staged_in0 = [], []
-        self._staged_in1, self._staged_val = [], []
+        self._staged_opcode: list[int] = []
+        self._staged_in0: list[int] = []
+        self._staged_in1: list[int] = []
+        self._staged_val: list[float] = []
         self._push_opcode = self._staged_opcode.append  # bound once: the hot path
         self._push_in0 = self._staged_in0.append
         self._push_in1 = self._staged_in1.append
         self._push_val = self._staged_val.append
         self._generation = 0
-        self._labels = {}
-        self._constants = {}
+        self._labels: dict[int, str] = {}
+        self._constants: dict[float | tuple[str, float], Var] = {}
         # Blocks (fastad/blocks.py): array values by node id; the ids of nodes
         # whose rule is a block rule (in recording order, so sorted) and their
         # parameters; block adjoints after a backward sweep.
-        self._blocks = {}
-        self._block_ops = []
-        self._block_params = {}
-        self._block_grads = {}
+        self._blocks: dict[int, FloatArray] = {}
+        self._block_ops: list[int] = []
+        self._block_params: dict[int, object] = {}
+        self._block_grads: dict[int, FloatArray] = {}
 
     # -- scope -----------------------------------------------------------------
-    def __enter__(self):
+    def __enter__(self) -> Tape:
         _tape_stack().append(self)
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         stack = _tape_stack()
         if not stack or stack[-1] is not self:
             raise RuntimeError("fa.Tape scopes must be exited in the order they were entered")
         stack.pop()
         return False
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._n
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<fastad.Tape: {self._n} nodes, {len(self.inputs)} inputs>"
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget every node but keep the allocated memory.
 
         Nodes recorded before the reset become stale: using one raises
@@ -137,7 +162,7 @@ class Tape:
             self._guards.clear()
 
     # -- recording -------------------------------------------------------------
-    def append(self, code, in0, in1, value):
+    def append(self, code: int, in0: int, in1: int, value: float) -> Var:
         """Append one node and return its ``Var``; operands must already exist.
 
         This is the recorder's primitive; the operators of ``Var`` and the
@@ -153,7 +178,7 @@ class Tape:
             self._sync()
         return Var(self, n, value)
 
-    def freeze(self, owner):
+    def freeze(self, owner: str) -> None:
         """Make the recording final: no more nodes, no reset.
 
         ``fa.compile`` freezes the tape it keeps (``f.tape``), which users may
@@ -163,38 +188,39 @@ class Tape:
         """
         self._sync()
         self._owner = owner
-        self.append = self._refuse_append
+        self.append = self._refuse_append  # type: ignore[method-assign]
 
     @property
-    def has_blocks(self):
+    def has_blocks(self) -> bool:
         """True when the tape holds block (array) nodes."""
         return bool(self._blocks)
 
     @property
-    def frozen(self):
+    def frozen(self) -> bool:
         """True for a tape kept by a compiled function (see :meth:`freeze`)."""
         return self._owner is not None
 
-    def _refuse_append(self, code, in0, in1, value):
+    def _refuse_append(self, code: int, in0: int, in1: int, value: float) -> NoReturn:
         self._refuse("record new nodes on")
 
-    def _refuse(self, action):
+    def _refuse(self, action: str) -> NoReturn:
         raise ValueError(
             f"cannot {action} this tape: it belongs to {self._owner}, which replays it as "
             "traced. Record on a new fa.Tape(), or compile the function again."
         )
 
-    def _append_with_source(self, code, in0, in1, value):
+    def _append_with_source(self, code: int, in0: int, in1: int, value: float) -> Var:
         node = Tape.append(self, code, in0, in1, value)
+        assert self._sources is not None  # debug tapes keep sources
         self._sources[node._id] = _user_location()
         return node
 
-    def source(self, node_id):
+    def source(self, node_id: NodeRef) -> tuple[str, int] | None:
         """``(file, line)`` of the user code that recorded the node (debug tapes), or None."""
         node_id = self.node_id(node_id)
         return self._sources.get(node_id) if self._sources is not None else None
 
-    def _sync(self):
+    def _sync(self) -> None:
         """Move the staged rows into the arrays (growing them by doubling)."""
         staged = self._staged_opcode
         if not staged:
@@ -211,12 +237,23 @@ class Tape:
             array[start:n] = column
             column.clear()
 
-    def input(self, value, name=None):
+    @overload
+    def input(self, value: RealNumber, name: str | None = None) -> Var: ...
+    @overload
+    def input(
+        self, value: NumericArray | list[Any] | tuple[Any, ...], name: str | None = None
+    ) -> Block: ...
+    def input(
+        self,
+        value: RealNumber | NumericArray | list[Any] | tuple[Any, ...],
+        name: str | None = None,
+    ) -> Var | Block:
         """Record a leaf (an independent variable) holding ``value``.
 
         A real number gives a scalar node (``Var``); an array gives a block
         node (``Block``), stored as a float64 copy.
         """
+        node: Var | Block
         if _is_array_like(value):
             node = self._append_block_leaf(optable.INPUT, value)
         else:
@@ -225,18 +262,20 @@ class Tape:
             self._labels[node._id] = str(name)
         return node
 
-    def constant(self, value):
+    def constant(self, value: RealNumber) -> Var:
         """The constant node holding ``value``; repeated constants share one node."""
         value = _as_float(value, "a constant")
         # 0.0 and -0.0 compare equal but are different constants (1/-0.0 = -inf).
-        key = value if value != 0.0 else ("zero", math.copysign(1.0, value))
+        key: float | tuple[str, float] = (
+            value if value != 0.0 else ("zero", math.copysign(1.0, value))
+        )
         node = self._constants.get(key)
         if node is None:
             node = self._constants[key] = self.append(optable.CONST, -1, -1, value)
         return node
 
     # -- blocks ------------------------------------------------------------------
-    def _append_block_leaf(self, code, value):
+    def _append_block_leaf(self, code: int, value: object) -> Block:
         array = np.asarray(value)
         if array.dtype.kind not in "biuf" or array.ndim == 0:
             raise TypeError(
@@ -249,17 +288,33 @@ class Tape:
         self._blocks[row._id] = array
         return _block_handle(self, row._id)
 
-    def block_constant(self, value):
+    def block_constant(self, value: NumericArray | list[Any] | tuple[Any, ...]) -> Block:
         """A constant block node holding a copy of the array ``value``."""
         return self._append_block_leaf(optable.CONST, value)
 
-    def append_block_op(self, code, in0, in1, value, params):
+    @overload
+    def append_block_op(
+        self, code: int, in0: int, in1: int, value: NDArray[Any], params: object
+    ) -> Block: ...
+    @overload
+    def append_block_op(
+        self, code: int, in0: int, in1: int, value: float | np.floating[Any] | None, params: object
+    ) -> Var: ...
+    def append_block_op(
+        self,
+        code: int,
+        in0: int,
+        in1: int,
+        value: NDArray[Any] | float | np.floating[Any] | None,
+        params: object,
+    ) -> Var | Block:
         """Append a node computed by a block rule (``fastad.blocks.RULES``).
 
         ``value`` is an array (the node is a ``Block``), a float (a scalar
         node such as a sum, with its value in ``val`` like any scalar), or
         None for a ``pair`` node that only bundles two operands.
         """
+        node: Var | Block
         if isinstance(value, np.ndarray):
             row = self.append(code, in0, in1, 0.0)
             value = np.ascontiguousarray(value, dtype=np.float64)
@@ -273,14 +328,14 @@ class Tape:
             self._block_params[node._id] = params
         return node
 
-    def block_adjoint(self, node_id):
+    def block_adjoint(self, node_id: int) -> FloatArray:
         """The adjoint array of a block node (zeros before any backward)."""
         gradient = self._block_grads.get(node_id)
         if gradient is None:
             return np.zeros(self._blocks[node_id].shape)
         return gradient + 0.0  # a copy, with no -0.0 (UNREACHED) elements
 
-    def _operand_value(self, node_id):
+    def _operand_value(self, node_id: int) -> RuleValue:
         if node_id < 0:
             return None
         if self._opcode[node_id] == _PAIR:
@@ -291,7 +346,13 @@ class Tape:
         block = self._blocks.get(node_id)
         return block if block is not None else float(self._val[node_id])
 
-    def _sweep_blocks_backward(self, root, adjoints, block_adjoints, check=False):
+    def _sweep_blocks_backward(
+        self,
+        root: int,
+        adjoints: FloatArray,
+        block_adjoints: dict[int, FloatArray],
+        check: bool = False,
+    ) -> tuple[int, int] | None:
         """Backward over a tape with blocks: compiled runs of scalar nodes, block rules between.
 
         ``adjoints`` (scalars) is seeded by the caller; ``block_adjoints``
@@ -302,9 +363,9 @@ class Tape:
         """
         from fastad import blocks
 
-        found = None
+        found: tuple[int, int] | None = None
 
-        def run(stop, start):
+        def run(stop: int, start: int) -> None:
             nonlocal found
             origin = sweeps.backward_range(
                 self._opcode, self._in0, self._in1, self._val, adjoints, stop, start, check
@@ -319,6 +380,7 @@ class Tape:
             code = int(self._opcode[node])
             if code == _PAIR:
                 continue
+            g: FloatArray | float | None
             if node in self._blocks:
                 g = block_adjoints.get(node)
                 if g is None:
@@ -342,7 +404,13 @@ class Tape:
         run(stop, 0)
         return found
 
-    def _add_adjoint(self, node, contribution, adjoints, block_adjoints):
+    def _add_adjoint(
+        self,
+        node: int,
+        contribution: RuleValue,
+        adjoints: FloatArray,
+        block_adjoints: dict[int, FloatArray],
+    ) -> None:
         if self._opcode[node] == _PAIR:
             self._add_adjoint(int(self._in0[node]), contribution[0], adjoints, block_adjoints)
             self._add_adjoint(int(self._in1[node]), contribution[1], adjoints, block_adjoints)
@@ -355,7 +423,7 @@ class Tape:
         else:
             adjoints[node] += float(contribution)
 
-    def _forward_blocks(self):
+    def _forward_blocks(self) -> None:
         """Recompute every value on a tape with blocks, in id order."""
         from fastad import blocks
 
@@ -378,11 +446,11 @@ class Tape:
                 self._val[node] = value
         sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, start, self._n)
 
-    def _require_scalar_tape(self, what):
+    def _require_scalar_tape(self, what: str) -> None:
         if self._blocks:
             raise NotImplementedError(f"{what} is not available for tapes with blocks yet")
 
-    def _grow(self, needed):
+    def _grow(self, needed: int) -> None:
         capacity = self._opcode.size
         while capacity < needed:
             capacity *= 2
@@ -392,50 +460,69 @@ class Tape:
             new[: old.size] = old
             setattr(self, name, new)
 
-    def node(self, node_id):
+    def node(self, node_id: NodeRef) -> Var:
         """A ``Var`` handle for an existing node id (e.g. on a loaded tape)."""
         node_id = self.node_id(node_id)
         return Var(self, node_id, float(self._val[node_id]))
 
     # -- the arrays ------------------------------------------------------------
-    def adjoint(self, node_id):
+    def adjoint(self, node_id: NodeRef) -> float:
         """The adjoint of one node (what ``Var.grad`` returns)."""
         return float(self._grad[self.node_id(node_id)])
 
-    def op_name(self, node_id):
+    def op_name(self, node_id: NodeRef) -> str:
         """The op-table name of one node."""
         return optable.ALL[self._opcode[self.node_id(node_id)]].name
 
-    def _view(self, name):
+    def _view(self, name: str) -> Any:
         self._sync()
         view = getattr(self, name)[: self._n]
         view.flags.writeable = False
         return view
 
-    opcode = property(lambda self: self._view("_opcode"), doc="Opcodes (uint8).")
-    in0 = property(lambda self: self._view("_in0"), doc="First operand ids (int32).")
-    in1 = property(lambda self: self._view("_in1"), doc="Second operand ids (int32).")
-    val = property(lambda self: self._view("_val"), doc="Node values (float64).")
-    grad = property(lambda self: self._view("_grad"), doc="Node adjoints (float64).")
+    @property
+    def opcode(self) -> OpcodeArray:
+        """Opcodes (uint8)."""
+        return self._view("_opcode")
 
     @property
-    def inputs(self):
+    def in0(self) -> IndexArray:
+        """First operand ids (int32)."""
+        return self._view("_in0")
+
+    @property
+    def in1(self) -> IndexArray:
+        """Second operand ids (int32)."""
+        return self._view("_in1")
+
+    @property
+    def val(self) -> FloatArray:
+        """Node values (float64)."""
+        return self._view("_val")
+
+    @property
+    def grad(self) -> FloatArray:
+        """Node adjoints (float64)."""
+        return self._view("_grad")
+
+    @property
+    def inputs(self) -> NDArray[np.intp]:
         """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
         self._sync()
         return np.flatnonzero(self._opcode[: self._n] == optable.INPUT)
 
     @property
-    def labels(self):
+    def labels(self) -> dict[int, str]:
         """A copy of the ``{node id: label}`` mapping."""
         return dict(self._labels)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes held by the five node arrays (capacity, not just length)."""
         self._sync()
         return sum(a.nbytes for a in (self._opcode, self._in0, self._in1, self._val, self._grad))
 
-    def trim(self):
+    def trim(self) -> Tape:
         """Release the spare capacity: 25 bytes per node on a finished tape."""
         self._sync()
         for name in ("_opcode", "_in0", "_in1", "_val", "_grad"):
@@ -443,7 +530,7 @@ class Tape:
         return self
 
     # -- sweeps ----------------------------------------------------------------
-    def node_id(self, node, what="node id"):
+    def node_id(self, node: object, what: str = "node id") -> int:
         """The id of ``node`` (a live handle of this tape, or an id), validated.
 
         Ids are integers (Python or NumPy; not bool or float: ``1.5`` is not
@@ -470,25 +557,25 @@ class Tape:
             )
         return node
 
-    def _sweep_into(self, root, adjoints, check):
+    def _sweep_into(self, root: int, adjoints: FloatArray, check: bool) -> int:
         return sweeps.backward_sweep(
             self._opcode, self._in0, self._in1, self._val, adjoints, root, check
         )
 
-    def forward(self):
+    def forward(self) -> None:
         """Recompute every node value from the current leaf and constant values."""
         self._sync()
         if self._block_ops:
             return self._forward_blocks()
         sweeps.forward_sweep(self._opcode, self._in0, self._in1, self._val, 0, self._n)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
         self._sync()
         self._grad[: self._n] = 0.0
         self._block_grads = {}
 
-    def backward(self, root, accumulate=False, check=False):
+    def backward(self, root: NodeRef, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from node ``root`` (a ``Var`` or an id); see ``Var.backward``.
 
         Without ``accumulate`` every adjoint on the tape is replaced by
@@ -504,9 +591,9 @@ class Tape:
             if origin is not None:
                 raise NonFiniteError(origin)
         if self._block_ops:
-            found = self._backward_with_blocks(root, accumulate, check)
-            if found is not None:
-                raise NonFiniteError(self._backward_origin(*found))
+            bad_edge = self._backward_with_blocks(root, accumulate, check)
+            if bad_edge is not None:
+                raise NonFiniteError(self._backward_origin(*bad_edge))
             return
         if accumulate:
             adjoints = np.full(root + 1, UNREACHED)
@@ -519,10 +606,12 @@ class Tape:
         if check and found != sweeps.NO_ORIGIN:
             raise NonFiniteError(self._backward_origin(found // 2, found % 2))
 
-    def _backward_with_blocks(self, root, accumulate, check=False):
+    def _backward_with_blocks(
+        self, root: int, accumulate: bool, check: bool = False
+    ) -> tuple[int, int] | None:
         adjoints = np.full(self._n, UNREACHED)
         adjoints[root] = 1.0
-        block_adjoints = {}
+        block_adjoints: dict[int, FloatArray] = {}
         found = self._sweep_blocks_backward(root, adjoints, block_adjoints, check)
         adjoints += 0.0
         if accumulate:
@@ -537,31 +626,35 @@ class Tape:
             self._block_grads = block_adjoints
         return found
 
-    def gradient(self, root, wrt):
+    def gradient(
+        self, root: NodeRef, wrt: Iterable[NodeRef]
+    ) -> FloatArray | list[float | FloatArray]:
         """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched.
 
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
         root = self.node_id(root)
-        wrt = [self.node_id(i, "wrt") for i in wrt]
+        ids = [self.node_id(i, "wrt") for i in wrt]
         adjoints = np.full(self._n, UNREACHED)
         if not self._block_ops:
             self._sweep_into(root, adjoints, False)
-            return adjoints[np.asarray(wrt, dtype=np.intp)] + 0.0
+            return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         adjoints[root] = 1.0
-        block_adjoints = {}
+        block_adjoints: dict[int, FloatArray] = {}
         self._sweep_blocks_backward(root, adjoints, block_adjoints)
-        if not any(i in self._blocks for i in wrt):
-            return adjoints[np.asarray(wrt, dtype=np.intp)] + 0.0
+        if not any(i in self._blocks for i in ids):
+            return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         return [
             (block_adjoints[i] + 0.0 if i in block_adjoints else np.zeros(self._blocks[i].shape))
             if i in self._blocks
             else float(adjoints[i]) + 0.0
-            for i in wrt
+            for i in ids
         ]
 
-    def tangent(self, root, wrt, direction):
+    def tangent(
+        self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
+    ) -> float:
         """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
 
         The nodes in ``wrt`` are perturbed as independent variables (an
@@ -574,25 +667,25 @@ class Tape:
         as ``backward``.
         """
         root = self.node_id(root)
-        wrt = [self.node_id(i, "wrt") for i in wrt]
+        ids = [self.node_id(i, "wrt") for i in wrt]
         if self._block_ops:
-            return self._tangent_with_blocks(root, wrt, list(direction))
-        wrt = np.asarray(wrt, dtype=np.intp)
-        direction = np.asarray(direction, dtype=VALUE_DTYPE)
-        if direction.shape != wrt.shape:
-            raise ValueError(f"direction shape {direction.shape} != wrt shape {wrt.shape}")
+            return self._tangent_with_blocks(root, ids, list(direction))
+        nodes = np.asarray(ids, dtype=np.intp)
+        along = np.asarray(direction, dtype=VALUE_DTYPE)
+        if along.shape != nodes.shape:
+            raise ValueError(f"direction shape {along.shape} != wrt shape {nodes.shape}")
         tangents = np.full(root + 1, UNREACHED)
         seeded = np.zeros(root + 1, np.bool_)
-        inside = wrt <= root
-        moved = inside & (direction != 0.0)  # a zero direction is a strong zero
-        np.add.at(tangents, wrt[moved], direction[moved])  # a node listed twice adds
-        seeded[wrt[inside]] = True
+        inside = nodes <= root
+        moved = inside & (along != 0.0)  # a zero direction is a strong zero
+        np.add.at(tangents, nodes[moved], along[moved])  # a node listed twice adds
+        seeded[nodes[inside]] = True
         sweeps.tangent_sweep(
             self._opcode, self._in0, self._in1, self._val, tangents, seeded, 0, root + 1
         )
         return float(tangents[root]) + 0.0
 
-    def _tangent_with_blocks(self, root, wrt, direction):
+    def _tangent_with_blocks(self, root: int, wrt: list[int], direction: list[Any]) -> float:
         """Forward mode over a tape with blocks: compiled scalar runs, block JVP rules between.
 
         ``direction`` holds a float for each scalar node of ``wrt`` and an
@@ -603,7 +696,7 @@ class Tape:
         if len(direction) != len(wrt):
             raise ValueError(f"{len(direction)} directions for {len(wrt)} nodes")
         tangents = np.full(root + 1, UNREACHED)
-        block_tangents = {}
+        block_tangents: dict[int, FloatArray] = {}
         seeded = np.zeros(root + 1, np.bool_)
         for node, d in zip(wrt, direction, strict=True):
             if node > root:
@@ -621,7 +714,7 @@ class Tape:
             elif float(d) != 0.0:
                 tangents[node] += float(d)
 
-        def tangent_of(node):
+        def tangent_of(node: int) -> RuleValue:
             if node < 0:
                 return None
             if self._opcode[node] == _PAIR:
@@ -660,7 +753,7 @@ class Tape:
         return float(tangents[root]) + 0.0
 
     # -- finding where nan/inf came from ---------------------------------------
-    def first_nonfinite(self, root=None):
+    def first_nonfinite(self, root: NodeRef | None = None) -> NonFiniteOrigin | None:
         """The first node whose value is ``nan``/``inf`` while its inputs are finite.
 
         Only nodes whose values ``root``'s value depends on are considered
@@ -703,7 +796,7 @@ class Tape:
             source=self.source(node),
         )
 
-    def _first_value(self, node):
+    def _first_value(self, node: int) -> float:
         """A node's value, or for a block its first non-finite element."""
         block = self._blocks.get(node)
         if block is None:
@@ -712,11 +805,11 @@ class Tape:
         bad = np.flatnonzero(~np.isfinite(flat))
         return float(flat[bad[0]]) if bad.size else float(flat[0])
 
-    def _operand_values(self, node):
+    def _operand_values(self, node: int) -> tuple[object, ...]:
         operands = (self._in0[node], self._in1[node])
         return tuple(self._describe_value(int(j)) for j in operands if j >= 0)
 
-    def _describe_value(self, node):
+    def _describe_value(self, node: int) -> float | _ArraySummary | tuple[object, object]:
         block = self._blocks.get(node)
         if block is not None:
             return _ArraySummary(block)
@@ -727,7 +820,7 @@ class Tape:
             )
         return float(self._val[node])
 
-    def local_partials(self, nodes):
+    def local_partials(self, nodes: NodeRef | Iterable[NodeRef]) -> FloatArray:
         """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes.
 
         Returns an array of shape ``(len(nodes), 2)``; zero where a node has
@@ -741,7 +834,7 @@ class Tape:
         sweeps.evaluate_partials(self._opcode, self._in0, self._in1, self._val, nodes, partials)
         return partials
 
-    def _backward_origin(self, node, slot):
+    def _backward_origin(self, node: int, slot: int) -> NonFiniteOrigin:
         return NonFiniteOrigin(
             phase="backward",
             node=node,
@@ -760,7 +853,15 @@ class Tape:
         )
 
     # -- printing --------------------------------------------------------------
-    def table(self, grad=False, start=0, stop=None, max_rows=60, around=None, context=5):
+    def table(
+        self,
+        grad: bool = False,
+        start: int = 0,
+        stop: int | None = None,
+        max_rows: int = 60,
+        around: NodeRef | None = None,
+        context: int = 5,
+    ) -> str:
         """The node table in the articles' form: id, op, value, inputs (and label).
 
         ``grad=True`` adds each node's adjoint. Rows ``start:stop`` are shown;
@@ -774,7 +875,7 @@ class Tape:
             around = self.node_id(around)
             start, stop = max(around - context, 0), around + context + 1
         stop = self._n if stop is None else min(stop, self._n)
-        ids = list(range(max(start, 0), stop))
+        ids: list[int | None] = list(range(max(start, 0), stop))
         if len(ids) > max_rows:
             half = max_rows // 2
             ids = ids[:half] + [None] + ids[-half:]
@@ -804,13 +905,19 @@ class Tape:
             rows.append(row.rstrip())
         return "\n".join(rows)
 
-    def to_dot(self, root=None, max_nodes=200, grad=True):
+    def to_dot(self, root: NodeRef | None = None, max_nodes: int = 200, grad: bool = True) -> str:
         """Graphviz DOT source of the tape; see :func:`fastad.draw.to_dot`."""
         from fastad import draw
 
         return draw.to_dot(self, root, max_nodes, grad)
 
-    def render(self, path, root=None, max_nodes=200, grad=True):
+    def render(
+        self,
+        path: StrPath,
+        root: NodeRef | None = None,
+        max_nodes: int = 200,
+        grad: bool = True,
+    ) -> pathlib.Path:
         """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.draw.render`."""
         from fastad import draw
 
@@ -818,7 +925,14 @@ class Tape:
 
     # -- building from arrays, saving, loading ---------------------------------
     @classmethod
-    def from_arrays(cls, opcode, in0, in1, val, labels=None):
+    def from_arrays(
+        cls,
+        opcode: ArrayLike,
+        in0: ArrayLike,
+        in1: ArrayLike,
+        val: ArrayLike,
+        labels: dict[int, str] | dict[str, str] | None = None,
+    ) -> Tape:
         """Build a tape from raw arrays, validating every invariant first.
 
         Operand ids must precede their node (``0 <= in0[i] < i`` where the
@@ -851,7 +965,7 @@ class Tape:
         tape.forward()
         return tape
 
-    def save(self, path):
+    def save(self, path: StrPath) -> None:
         """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
         self._require_scalar_tape("saving")
         np.savez(
@@ -865,7 +979,7 @@ class Tape:
         )
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: StrPath) -> Tape:
         """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
         data = npz.read_npz(path, "tape")
         missing = {"format", "opcode", "in0", "in1", "val"} - set(data)
@@ -874,7 +988,7 @@ class Tape:
         found = npz.text_field(data, "format", str(path))
         if found != SAVE_FORMAT:
             raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
-        labels = {}
+        labels: dict[str, Any] = {}
         if "labels" in data:
             labels = npz.json_object(npz.text_field(data, "labels", str(path)), f"{path}: labels")
         try:
@@ -889,25 +1003,25 @@ _PAIR = optable.BLOCK_BY_NAME["pair"].code
 class _ArraySummary:
     """How a block operand appears in a non-finite report: shape and finiteness."""
 
-    def __init__(self, array):
+    def __init__(self, array: FloatArray) -> None:
         self.shape, self.nonfinite = array.shape, int(np.count_nonzero(~np.isfinite(array)))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"array of shape {self.shape}" + (
             f" with {self.nonfinite} non-finite" if self.nonfinite else ""
         )
 
 
-def _all_finite(value):
+def _all_finite(value: ArrayLike) -> bool:
     return bool(np.isfinite(value).all())
 
 
-def _is_array_like(value):
+def _is_array_like(value: object) -> bool:
     # A 0-d array is a number (fa.var(np.array(3.0)) is a scalar leaf).
     return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
 
 
-def _owned(array):
+def _owned(array: ArrayLike) -> FloatArray:
     """``array`` itself when it owns fresh writable float64 data (what the block
     rules return), else a copy: an adjoint must never alias another array."""
     if (
@@ -921,20 +1035,20 @@ def _owned(array):
     return np.array(array, dtype=np.float64)
 
 
-def _block_handle(tape, node_id):
+def _block_handle(tape: Tape, node_id: int) -> Block:
     from fastad.blocks import Block
 
     return Block(tape, node_id)
 
 
-def _fmt(x, digits):
+def _fmt(x: float, digits: int) -> str:
     x = float(x)
     if x == 0.0 or not math.isfinite(x) or 1e-4 <= abs(x) < 1e7:
         return f"{x:.{digits}f}"
     return f"{x:.{digits}e}"
 
 
-def _as_float(value, what):
+def _as_float(value: Any, what: str) -> float:
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
         return float(value)
     if isinstance(value, Var):
@@ -945,9 +1059,11 @@ def _as_float(value, what):
     return float(value)
 
 
-def _validated_arrays(opcode, in0, in1, val):
-    arrays = {"opcode": opcode, "in0": in0, "in1": in1, "val": val}
-    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+def _validated_arrays(
+    opcode: ArrayLike, in0: ArrayLike, in1: ArrayLike, val: ArrayLike
+) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray]:
+    given = {"opcode": opcode, "in0": in0, "in1": in1, "val": val}
+    arrays = {name: np.asarray(a) for name, a in given.items()}
     for name, a in arrays.items():
         if a.ndim != 1:
             raise ValueError(f"tape array {name} must be one-dimensional, got shape {a.shape}")
@@ -958,27 +1074,27 @@ def _validated_arrays(opcode, in0, in1, val):
     lengths = {name: a.size for name, a in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"tape arrays must have equal lengths, got {lengths}")
-    opcode = arrays["opcode"]
-    bad = np.flatnonzero((opcode < 0) | (opcode >= optable.NUM_OPS))
+    codes = arrays["opcode"]
+    bad = np.flatnonzero((codes < 0) | (codes >= optable.NUM_OPS))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"node {i}: invalid opcode {opcode[i]} (valid: 0..{optable.NUM_OPS - 1})")
-    arity = ARITY[opcode.astype(np.intp)]
-    ids = np.arange(opcode.size)
+        raise ValueError(f"node {i}: invalid opcode {codes[i]} (valid: 0..{optable.NUM_OPS - 1})")
+    arity = ARITY[codes.astype(np.intp)]
+    ids = np.arange(codes.size)
     for slot, name in enumerate(("in0", "in1")):
         operand = arrays[name].astype(np.int64)
         used = arity > slot
         wrong = np.flatnonzero(np.where(used, (operand < 0) | (operand >= ids), operand != -1))
         if wrong.size:
             i = int(wrong[0])
-            op = optable.ALL[opcode[i]]
+            op = optable.ALL[codes[i]]
             rule = f"an id in [0, {i})" if used[i] else "-1 (unused operand)"
             raise ValueError(
                 f"node {i} ({op.name}, arity {op.arity}): {name} = {operand[i]}, "
                 f"expected {rule}; operands must be earlier nodes"
             )
     return (
-        np.ascontiguousarray(opcode, OPCODE_DTYPE),
+        np.ascontiguousarray(codes, OPCODE_DTYPE),
         np.ascontiguousarray(arrays["in0"], INDEX_DTYPE),
         np.ascontiguousarray(arrays["in1"], INDEX_DTYPE),
         np.ascontiguousarray(arrays["val"], VALUE_DTYPE),
@@ -988,9 +1104,9 @@ def _validated_arrays(opcode, in0, in1, val):
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _user_location():
+def _user_location() -> tuple[str, int] | None:
     """(file, line) of the innermost caller outside the fastad package."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
@@ -1000,14 +1116,14 @@ def _user_location():
 _local = threading.local()
 
 
-def _tape_stack():
+def _tape_stack() -> list[Tape]:
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = [Tape()]
     return stack
 
 
-def current_tape():
+def current_tape() -> Tape:
     """The tape new leaves are recorded on: the innermost ``with fa.Tape()``
     of this thread, or the thread's default tape."""
     return _tape_stack()[-1]

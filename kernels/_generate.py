@@ -8,33 +8,48 @@ cache only watches the file that defines a kernel: with the rules and the
 sweeps in one file, any change to a rule invalidates every cached sweep.
 """
 
+from __future__ import annotations
+
 import inspect
 import pathlib
+from collections.abc import Callable, Iterator
 
 from . import optable
 
 SWEEPS_PATH = pathlib.Path(__file__).with_name("sweeps.py")
 BEGIN = "# BEGIN GENERATED RULES"
 END = "# END GENERATED RULES"
+LINE_LENGTH = 100  # [tool.ruff] line-length: the block must pass ruff format unchanged
 HEADER = (
     f"{BEGIN}: made from kernels/optable.py by\n"
     "# `python -m fastad.kernels._generate`. Do not edit by hand."
 )
 
 
-def _helper_sources():
+def _helper_sources() -> Iterator[str]:
     for helper in optable.HELPERS:
         yield "@kernel\n" + inspect.getsource(helper).rstrip()
 
 
-def _dispatch(signature, doc, case, fallback):
+def _dispatch(
+    name: str,
+    parameters: str,
+    returns: str,
+    doc: list[str],
+    case: Callable[[optable.Op, str, str], list[str]],
+    fallback: str,
+) -> str:
     """A ``@kernel`` that branches on ``op`` over every op with operands.
 
-    ``case(op, d0, d1)`` gives the body lines for one op (``d0``, ``d1``: its
-    partial expressions, ``0.0`` for a missing operand); ``fallback`` is the
-    last line, reached only by leaves and constants.
+    ``parameters`` and ``returns`` give its annotated signature. ``case(op,
+    d0, d1)`` gives the body lines for one op (``d0``, ``d1``: its partial
+    expressions, ``0.0`` for a missing operand); ``fallback`` is the last
+    line, reached only by leaves and constants.
     """
-    lines = ["@kernel", f"def {signature}:", *(f"    {line}" if line else "" for line in doc)]
+    signature = f"def {name}({parameters}) -> {returns}:"
+    if len(signature) > LINE_LENGTH:  # as ruff format wraps it
+        signature = f"def {name}(\n    {parameters}\n) -> {returns}:"
+    lines = ["@kernel", signature, *(f"    {line}" if line else "" for line in doc)]
     for op in optable.OPS:
         if op.arity == 0:
             continue
@@ -45,9 +60,11 @@ def _dispatch(signature, doc, case, fallback):
     return "\n".join(lines)
 
 
-def _forward_value_source():
+def _forward_value_source() -> str:
     return _dispatch(
-        "forward_value(op, a, b)",
+        "forward_value",
+        "op: int, a: float, b: float",
+        "float",
         [
             '"""Value of a node with opcode ``op`` and operand values ``a``, ``b``.',
             "",
@@ -60,9 +77,11 @@ def _forward_value_source():
     )
 
 
-def _local_partials_source():
+def _local_partials_source() -> str:
     return _dispatch(
-        "local_partials(op, a, b, out)",
+        "local_partials",
+        "op: int, a: float, b: float, out: float",
+        "tuple[float, float]",
         [
             '"""Local partial derivatives ``(d out/d a, d out/d b)`` of one node.',
             "",
@@ -75,28 +94,31 @@ def _local_partials_source():
     )
 
 
-def _values_and_partials_source():
+def _values_and_partials_source() -> str:
     return _dispatch(
-        "values_and_partials(op, a, b)",
+        "values_and_partials",
+        "op: int, a: float, b: float",
+        "tuple[float, float, float]",
         ['"""``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""'],
         lambda op, d0, d1: [f"out = {op.value}", f"return out, {d0}, {d1}"],
         "return a, 0.0, 0.0",
     )
 
 
-def _lanes_source(with_partials):
+def _lanes_source(with_partials: bool) -> str:
     # One loop per op, so the dispatch on `op` happens once per node and row
     # of lanes, and the loop body is straight-line code the compiler can
     # vectorise.
     name = "values_and_partials_lanes" if with_partials else "values_lanes"
-    arrays = "val, d0, d1" if with_partials else "val"
+    names = ("val", "d0", "d1") if with_partials else ("val",)
+    arrays = ", ".join(f"{array}: FloatArray" for array in names)
     summary = (
         "Values and local partials of node ``i`` in lanes ``0:count``."
         if with_partials
         else "Values of node ``i`` in lanes ``0:count``."
     )
 
-    def case(op, d0, d1):
+    def case(op: optable.Op, d0: str, d1: str) -> list[str]:
         body = [
             "for lane in range(count):",
             "    a = val[j, lane]",
@@ -109,7 +131,9 @@ def _lanes_source(with_partials):
         return [*body, "return"]
 
     return _dispatch(
-        f"{name}(op, {arrays}, i, j, k, count)",
+        name,
+        f"op: int, {arrays}, i: int, j: int, k: int, count: int",
+        "None",
         [
             f'"""{summary}',
             "",
@@ -122,7 +146,7 @@ def _lanes_source(with_partials):
     )
 
 
-def generated_block():
+def generated_block() -> str:
     """The exact text that belongs between the markers in ``sweeps.py``."""
     parts = [
         HEADER,
@@ -136,14 +160,14 @@ def generated_block():
     return "\n\n\n".join(parts) + "\n\n\n" + END
 
 
-def current_block(source):
+def current_block(source: str) -> str:
     """The generated block as it stands in ``source`` (the text of sweeps.py)."""
     start = source.index(BEGIN)
     stop = source.index(END) + len(END)
     return source[start:stop]
 
 
-def main():
+def main() -> None:
     source = SWEEPS_PATH.read_text()
     updated = source.replace(current_block(source), generated_block())
     if updated != source:

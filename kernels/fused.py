@@ -12,13 +12,20 @@ These kernels trust their input (C-contiguous float64, matching shapes);
 ``fastad.blocks`` validates.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .jit import kernel
 
+if TYPE_CHECKING:
+    from .sweeps import FloatArray
+
 
 @kernel
-def linear_forward(X, W, b):
+def linear_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArray:
     """``Y = X @ W + b``: the bias is added in the same pass that copies the product."""
     Y = np.dot(X, W)
     for r in range(Y.shape[0]):
@@ -28,7 +35,9 @@ def linear_forward(X, W, b):
 
 
 @kernel
-def linear_backward(X, W, G):
+def linear_backward(
+    X: FloatArray, W: FloatArray, G: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     """VJP of ``Y = X @ W + b`` for the upstream gradient ``G`` (B, h).
 
     dY/dX: ``dX = G @ W.T``; dY/dW: ``dW = X.T @ G``; the bias is broadcast
@@ -45,7 +54,7 @@ def linear_backward(X, W, G):
 
 
 @kernel
-def linear_relu_forward(X, W, b):
+def linear_relu_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArray:
     """``H = relu(X @ W + b)`` with bias and ReLU applied in one pass over the product.
 
     Fusing saves two full (B, h) temporaries and two passes over memory
@@ -61,7 +70,9 @@ def linear_relu_forward(X, W, b):
 
 
 @kernel
-def linear_relu_backward(X, W, H, G):
+def linear_relu_backward(
+    X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     """VJP of ``H = relu(Z)``, ``Z = X @ W + b`` for the upstream gradient ``G``.
 
     ``dZ = G * relu'(Z)`` with ``relu'(z) = 1`` for ``z > 0`` and 0 otherwise
@@ -83,7 +94,7 @@ def linear_relu_backward(X, W, H, G):
 
 
 @kernel
-def mse_loss_forward(Y, T):
+def mse_loss_forward(Y: FloatArray, T: FloatArray) -> float:
     """``mean((Y - T)**2)`` over all elements, one pass, no temporary."""
     total = 0.0
     flat_y, flat_t = Y.ravel(), T.ravel()
@@ -94,7 +105,7 @@ def mse_loss_forward(Y, T):
 
 
 @kernel
-def mse_loss_backward(Y, T, g):
+def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArray, FloatArray]:
     """VJP of the mean squared error: ``dY = 2 (Y - T) g / size``, ``dT = -dY``."""
     scale = 2.0 * g / Y.size
     dY = np.empty_like(Y)

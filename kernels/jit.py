@@ -37,20 +37,25 @@ not move fastad's cache; ``FASTAD_CACHE_DIR`` does. (Numba's own
 still takes precedence, as it does for every Numba function.)
 """
 
+from __future__ import annotations
+
 import functools
 import inspect
 import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from types import FunctionType
+from typing import Any, ParamSpec, TypeVar, overload
 
 import numba
 from numba import njit
 from numba.core import caching
 from numba.core.dispatcher import Dispatcher
 
-JIT_OPTIONS = dict(
+JIT_OPTIONS: dict[str, Any] = dict(
     cache=True,
     error_model="numpy",
     boundscheck=False,
@@ -60,8 +65,21 @@ JIT_OPTIONS = dict(
 
 CACHE_DIR_VARIABLE = "FASTAD_CACHE_DIR"
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def kernel(function=None, **overrides):
+
+# A kernel is called like the Python function it is compiled from, so the
+# hints keep that function's signature (the object is a Numba dispatcher).
+@overload
+def kernel(function: Callable[_P, _R]) -> Callable[_P, _R]: ...
+@overload
+def kernel(
+    function: None = None, **overrides: Any
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+def kernel(
+    function: Callable[_P, _R] | None = None, **overrides: Any
+) -> Callable[_P, _R] | Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Compile ``function`` with fastad's Numba options.
 
     Use bare (``@kernel``) or with overrides for a single kernel that needs
@@ -72,7 +90,7 @@ def kernel(function=None, **overrides):
     options = {**JIT_OPTIONS, **overrides}
     cached = options.pop("cache")
 
-    def compile_with_options(python_function):
+    def compile_with_options(python_function: Callable[_P, _R]) -> Callable[_P, _R]:
         # Built with Numba's cache off, then given fastad's cache: the same
         # thing ``Dispatcher.enable_caching`` does with Numba's default one.
         dispatcher = njit(cache=False, **options)(python_function)
@@ -85,7 +103,7 @@ def kernel(function=None, **overrides):
     return compile_with_options(function)
 
 
-def default_cache_directory():
+def default_cache_directory() -> Path:
     """The configured root of fastad's per-user cache; nothing is created.
 
     ``$FASTAD_CACHE_DIR`` if set (a relative path is taken from the current
@@ -114,7 +132,7 @@ def default_cache_directory():
     return base.absolute() / "fastad"
 
 
-def cache_directory():
+def cache_directory() -> Path | None:
     """The root folder fastad writes its caches to in this process, or None.
 
     The first of these that can be created and written:
@@ -140,7 +158,9 @@ def cache_directory():
 
 
 @functools.cache
-def _usable_root(configured, explicit, configured_problem):
+def _usable_root(
+    configured: Path | None, explicit: bool, configured_problem: str | None
+) -> Path | None:
     """Resolve the cache root once per configured root (see cache_directory)."""
     if configured is not None:
         configured_problem = _writable_folder_problem(configured)
@@ -165,7 +185,7 @@ def _usable_root(configured, explicit, configured_problem):
     return None
 
 
-def _temp_root():
+def _temp_root() -> Path:
     """Per-user fallback root under the temporary folder."""
     if hasattr(os, "getuid"):
         user = str(os.getuid())
@@ -174,7 +194,7 @@ def _temp_root():
     return Path(tempfile.gettempdir()).absolute() / f"fastad-{user}"
 
 
-def _writable_folder_problem(folder, private=False):
+def _writable_folder_problem(folder: Path, private: bool = False) -> str | None:
     """None if ``folder`` exists (created if need be) and takes a new file, else why not.
 
     ``private``: the folder lies in a place every user can write (the
@@ -198,7 +218,7 @@ def _writable_folder_problem(folder, private=False):
 
 
 @functools.cache
-def _numba_cache_folder(source_folder, root):
+def _numba_cache_folder(source_folder: str, root: Path) -> Path | None:
     """Folder for the Numba cache files of kernels defined in ``source_folder``."""
     # The same key Numba's own user-wide locators use: the folder's name plus
     # a hash of its absolute path, so two installs never collide.
@@ -211,7 +231,7 @@ def _numba_cache_folder(source_folder, root):
     return folder
 
 
-def _kernel_cache_folder(source_file):
+def _kernel_cache_folder(source_file: str) -> Path | None:
     root = cache_directory()
     if root is None:
         return None
@@ -221,7 +241,9 @@ def _kernel_cache_folder(source_file):
 _warned_uncached = False
 
 
-def _warn_uncached(reason, advice=f"Set {CACHE_DIR_VARIABLE} to a writable folder."):
+def _warn_uncached(
+    reason: str, advice: str = f"Set {CACHE_DIR_VARIABLE} to a writable folder."
+) -> None:
     """The one warning for 'kernels are compiled without a cache' (per process)."""
     global _warned_uncached
     if _warned_uncached:
@@ -235,7 +257,7 @@ def _warn_uncached(reason, advice=f"Set {CACHE_DIR_VARIABLE} to a writable folde
     )
 
 
-def _numba_class(*names):
+def _numba_class(*names: str) -> Any:
     """A class of ``numba.core.caching`` under the first name this Numba version has.
 
     Numba 0.59 to 0.6x name some of them with a leading underscore.
@@ -247,10 +269,13 @@ def _numba_class(*names):
     return None
 
 
-_LOCATOR_BASE = _numba_class("_CacheLocator", "CacheLocator")
-_SOURCE_FILE_BACKED = _numba_class("_SourceFileBackedLocatorMixin", "SourceFileBackedLocatorMixin")
-_RESULT_CACHE_IMPL = _numba_class("CompileResultCacheImpl", "_CompileResultCacheImpl")
-_FUNCTION_CACHE = _numba_class("FunctionCache", "_FunctionCache")
+# Any: found by name at run time, so the classes below subclass them unchecked.
+_LOCATOR_BASE: Any = _numba_class("_CacheLocator", "CacheLocator")
+_SOURCE_FILE_BACKED: Any = _numba_class(
+    "_SourceFileBackedLocatorMixin", "SourceFileBackedLocatorMixin"
+)
+_RESULT_CACHE_IMPL: Any = _numba_class("CompileResultCacheImpl", "_CompileResultCacheImpl")
+_FUNCTION_CACHE: Any = _numba_class("FunctionCache", "_FunctionCache")
 _NUMBA_CACHE_API = None not in (
     _LOCATOR_BASE,
     _SOURCE_FILE_BACKED,
@@ -261,39 +286,39 @@ _NUMBA_CACHE_API = None not in (
 
 if _NUMBA_CACHE_API:
 
-    class KernelCacheLocator(_SOURCE_FILE_BACKED, _LOCATOR_BASE):
+    class KernelCacheLocator(_SOURCE_FILE_BACKED, _LOCATOR_BASE):  # type: ignore[misc]
         """Numba cache locator: fastad's kernels cache under ``cache_directory()/numba``.
 
         Source stamp and disambiguator come from Numba's source-file-backed
         mixin, exactly as for Numba's own locators; only the folder differs.
         """
 
-        def __init__(self, py_func, py_file):
+        def __init__(self, py_func: FunctionType, py_file: str) -> None:
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
             self._cache_path = str(_kernel_cache_folder(py_file))
 
-        def get_cache_path(self):
+        def get_cache_path(self) -> str:
             return self._cache_path
 
         @classmethod
-        def from_function(cls, py_func, py_file):
+        def from_function(cls, py_func: FunctionType, py_file: str) -> KernelCacheLocator | None:
             # None (no locator) for a source file that is not on disk (a zip
             # import) or when no cache folder is writable.
             if not os.path.exists(py_file) or _kernel_cache_folder(py_file) is None:
                 return None
             return cls(py_func, py_file)
 
-    class _KernelCacheImpl(_RESULT_CACHE_IMPL):
+    class _KernelCacheImpl(_RESULT_CACHE_IMPL):  # type: ignore[misc]
         _locator_classes = [KernelCacheLocator]
 
-    class KernelCache(_FUNCTION_CACHE):
+    class KernelCache(_FUNCTION_CACHE):  # type: ignore[misc]
         """Numba's function cache with :class:`KernelCacheLocator` as its only locator."""
 
         _impl_class = _KernelCacheImpl
 
 
-def _attach_cache(dispatcher):
+def _attach_cache(dispatcher: Any) -> None:
     """Give ``dispatcher`` fastad's cache, or leave it uncached with the one warning."""
     if not _NUMBA_CACHE_API:
         _warn_uncached(

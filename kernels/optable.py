@@ -29,6 +29,7 @@ minimum-norm subgradient, as PyTorch; JAX uses 1 for abs), and at a tie
 JAX do).
 """
 
+from collections.abc import Callable
 from math import cos, exp, fabs, log, pow, sin, sqrt, tanh  # noqa: F401  (rule namespace)
 from typing import NamedTuple
 
@@ -41,10 +42,10 @@ class Op(NamedTuple):
     symbol: str
     arity: int
     value: str
-    partials: tuple
+    partials: tuple[str, ...]
 
 
-def sigmoid(a):
+def sigmoid(a: float) -> float:
     # One exp of -|a| never overflows; then 1/(1+e) for a >= 0, e/(1+e) below.
     # The select compiles without a branch around exp (measured 2x faster in
     # lanes than two branches each calling exp), bit for bit the same values.
@@ -53,17 +54,17 @@ def sigmoid(a):
     return 1.0 / d if a >= 0.0 else e / d
 
 
-def relu(a):
+def relu(a: float) -> float:
     # Written so that nan propagates (nan <= 0 is False), as NumPy's maximum.
     return 0.0 if a <= 0.0 else a
 
 
-def relu_partial(a):
+def relu_partial(a: float) -> float:
     # relu'(0) = 0 by convention (SPEC); nan in, nan out.
     return 1.0 if a > 0.0 else (0.0 if a <= 0.0 else a)
 
 
-def sign(a):
+def sign(a: float) -> float:
     # abs'(0) = 0: the minimum-norm subgradient. nan in, nan out.
     if a > 0.0:
         return 1.0
@@ -72,27 +73,27 @@ def sign(a):
     return 0.0 if a == 0.0 else a
 
 
-def maximum(a, b):
+def maximum(a: float, b: float) -> float:
     # NumPy semantics: a nan in either operand gives nan.
     return a if (a > b or a != a) else b
 
 
-def minimum(a, b):
+def minimum(a: float, b: float) -> float:
     return a if (a < b or a != a) else b
 
 
-def max_partial(a, b):
+def max_partial(a: float, b: float) -> float:
     # d maximum(a, b) / d a; ties split the gradient evenly.
     return 1.0 if a > b else (0.5 if a == b else 0.0)
 
 
-def pow_partial_base(a, b):
+def pow_partial_base(a: float, b: float) -> float:
     # d a**b / d a = b * a**(b-1); exactly 0 for b == 0 (a**0 is constant),
     # where the formula would give 0 * inf = nan at a = 0.
     return 0.0 if b == 0.0 else b * pow(a, b - 1.0)
 
 
-def pow_partial_exponent(a, b, out):
+def pow_partial_exponent(a: float, b: float, out: float) -> float:
     # d a**b / d b = a**b * log(a). At a == 0 with b > 0 the function is
     # constant 0 in b, where the formula would give 0 * -inf = nan; at
     # a == 0, b == 0 it would give 1 * -inf. Both are 0, as in PyTorch, JAX
@@ -101,7 +102,7 @@ def pow_partial_exponent(a, b, out):
     return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a)
 
 
-HELPERS = (
+HELPERS: tuple[Callable[..., float], ...] = (
     sigmoid,
     relu,
     relu_partial,

@@ -15,13 +15,26 @@ The block between the GENERATED markers is produced from ``optable.py``;
 everything else in this file is written by hand.
 """
 
+from __future__ import annotations
+
 from math import copysign, cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
+from typing import TypeAlias
 
 import numpy as np
 from numba import prange
+from numpy.typing import NDArray
 
 from .jit import kernel
 from .optable import BY_NAME, CONST
+
+# The arrays the kernels take (they trust these dtypes; fastad validates).
+OpcodeArray: TypeAlias = NDArray[np.uint8]
+IndexArray: TypeAlias = NDArray[np.int32]
+"""Operand ids of a tape (``in0``, ``in1``), and a compiled function's packed program."""
+IdArray: TypeAlias = NDArray[np.int64]
+"""Node ids chosen by the caller (``nodes``, ``inputs``) and guard statuses."""
+FloatArray: TypeAlias = NDArray[np.float64]
+BoolArray: TypeAlias = NDArray[np.bool_]
 
 PICK, PICK_NOT = BY_NAME["pick"].code, BY_NAME["pick_not"].code
 
@@ -42,13 +55,13 @@ UNREACHED = -0.0
 
 
 @kernel
-def reached(x):
+def reached(x: float) -> bool:
     """False only for ``UNREACHED`` (-0.0): an adjoint or tangent nothing arrived at."""
     return x != 0.0 or copysign(1.0, x) > 0.0
 
 
 @kernel
-def contribution(partial, incoming):
+def contribution(partial: float, incoming: float) -> float:
     """What one edge sends: ``partial * incoming``, with strong zeros.
 
     ``UNREACHED`` (adds nothing, reaches nothing) when the local partial is
@@ -65,7 +78,7 @@ def contribution(partial, incoming):
 
 
 @kernel
-def sigmoid(a):
+def sigmoid(a: float) -> float:
     # One exp of -|a| never overflows; then 1/(1+e) for a >= 0, e/(1+e) below.
     # The select compiles without a branch around exp (measured 2x faster in
     # lanes than two branches each calling exp), bit for bit the same values.
@@ -75,19 +88,19 @@ def sigmoid(a):
 
 
 @kernel
-def relu(a):
+def relu(a: float) -> float:
     # Written so that nan propagates (nan <= 0 is False), as NumPy's maximum.
     return 0.0 if a <= 0.0 else a
 
 
 @kernel
-def relu_partial(a):
+def relu_partial(a: float) -> float:
     # relu'(0) = 0 by convention (SPEC); nan in, nan out.
     return 1.0 if a > 0.0 else (0.0 if a <= 0.0 else a)
 
 
 @kernel
-def sign(a):
+def sign(a: float) -> float:
     # abs'(0) = 0: the minimum-norm subgradient. nan in, nan out.
     if a > 0.0:
         return 1.0
@@ -97,31 +110,31 @@ def sign(a):
 
 
 @kernel
-def maximum(a, b):
+def maximum(a: float, b: float) -> float:
     # NumPy semantics: a nan in either operand gives nan.
     return a if (a > b or a != a) else b
 
 
 @kernel
-def minimum(a, b):
+def minimum(a: float, b: float) -> float:
     return a if (a < b or a != a) else b
 
 
 @kernel
-def max_partial(a, b):
+def max_partial(a: float, b: float) -> float:
     # d maximum(a, b) / d a; ties split the gradient evenly.
     return 1.0 if a > b else (0.5 if a == b else 0.0)
 
 
 @kernel
-def pow_partial_base(a, b):
+def pow_partial_base(a: float, b: float) -> float:
     # d a**b / d a = b * a**(b-1); exactly 0 for b == 0 (a**0 is constant),
     # where the formula would give 0 * inf = nan at a = 0.
     return 0.0 if b == 0.0 else b * pow(a, b - 1.0)
 
 
 @kernel
-def pow_partial_exponent(a, b, out):
+def pow_partial_exponent(a: float, b: float, out: float) -> float:
     # d a**b / d b = a**b * log(a). At a == 0 with b > 0 the function is
     # constant 0 in b, where the formula would give 0 * -inf = nan; at
     # a == 0, b == 0 it would give 1 * -inf. Both are 0, as in PyTorch, JAX
@@ -131,7 +144,7 @@ def pow_partial_exponent(a, b, out):
 
 
 @kernel
-def forward_value(op, a, b):
+def forward_value(op: int, a: float, b: float) -> float:
     """Value of a node with opcode ``op`` and operand values ``a``, ``b``.
 
     ``b`` is ignored by unary ops. Leaves and constants never reach this
@@ -191,7 +204,7 @@ def forward_value(op, a, b):
 
 
 @kernel
-def local_partials(op, a, b, out):
+def local_partials(op: int, a: float, b: float, out: float) -> tuple[float, float]:
     """Local partial derivatives ``(d out/d a, d out/d b)`` of one node.
 
     ``out`` is the node value saved by the forward sweep. Unary ops give
@@ -251,7 +264,7 @@ def local_partials(op, a, b, out):
 
 
 @kernel
-def values_and_partials(op, a, b):
+def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, float]:
     """``(out, d out/d a, d out/d b)`` of one node: one dispatch for both rules."""
     if op == 2:  # add
         out = a + b
@@ -332,7 +345,7 @@ def values_and_partials(op, a, b):
 
 
 @kernel
-def values_lanes(op, val, i, j, k, count):
+def values_lanes(op: int, val: FloatArray, i: int, j: int, k: int, count: int) -> None:
     """Values of node ``i`` in lanes ``0:count``.
 
     Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,
@@ -517,7 +530,9 @@ def values_lanes(op, val, i, j, k, count):
 
 
 @kernel
-def values_and_partials_lanes(op, val, d0, d1, i, j, k, count):
+def values_and_partials_lanes(
+    op: int, val: FloatArray, d0: FloatArray, d1: FloatArray, i: int, j: int, k: int, count: int
+) -> None:
     """Values and local partials of node ``i`` in lanes ``0:count``.
 
     Rows ``j`` and ``k`` of ``val`` hold the operands (``k`` is any row,
@@ -755,7 +770,9 @@ def values_and_partials_lanes(op, val, d0, d1, i, j, k, count):
 
 
 @kernel
-def forward_sweep(opcode, in0, in1, val, start, stop):
+def forward_sweep(
+    opcode: OpcodeArray, in0: IndexArray, in1: IndexArray, val: FloatArray, start: int, stop: int
+) -> None:
     """Recompute ``val[start:stop]`` from the values of earlier nodes.
 
     Leaves and constants (no operands) keep the values stored in ``val``;
@@ -771,7 +788,15 @@ def forward_sweep(opcode, in0, in1, val, start, stop):
 
 
 @kernel
-def backward_sweep(opcode, in0, in1, val, grad, root, check):
+def backward_sweep(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    grad: FloatArray,
+    root: int,
+    check: bool,
+) -> int:
     """Accumulate the adjoints of ``root`` into ``grad[:root + 1]``.
 
     Seeds ``grad[root] += 1`` and applies each node's local rule in
@@ -783,7 +808,16 @@ def backward_sweep(opcode, in0, in1, val, grad, root, check):
 
 
 @kernel
-def backward_range(opcode, in0, in1, val, grad, stop, start, check):
+def backward_range(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    grad: FloatArray,
+    stop: int,
+    start: int,
+    check: bool,
+) -> int:
     """The backward sweep's body over nodes ``stop - 1`` down to ``start``, no seed.
 
     Adds (never assigns) the contribution of every edge, so a node used
@@ -825,7 +859,14 @@ def backward_range(opcode, in0, in1, val, grad, stop, start, check):
 
 
 @kernel
-def evaluate_partials(opcode, in0, in1, val, nodes, partials):
+def evaluate_partials(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    nodes: IdArray,
+    partials: FloatArray,
+) -> None:
     """Write the local partials of each node in ``nodes`` into ``partials``.
 
     ``partials`` has shape ``(len(nodes), 2)``; used by the front end to show
@@ -846,7 +887,16 @@ def evaluate_partials(opcode, in0, in1, val, nodes, partials):
 
 
 @kernel
-def value_and_grad(opcode, in0, in1, val, grad, inputs, point, root):
+def value_and_grad(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    grad: FloatArray,
+    inputs: IdArray,
+    point: FloatArray,
+    root: int,
+) -> float:
     """Replay the tape at a new point: value of ``root`` and its gradient.
 
     Writes ``point`` into the leaves ``inputs``, re-runs the forward sweep
@@ -863,7 +913,7 @@ def value_and_grad(opcode, in0, in1, val, grad, inputs, point, root):
 
 
 @kernel
-def mark_ancestors(in0, in1, root, mark):
+def mark_ancestors(in0: IndexArray, in1: IndexArray, root: int, mark: BoolArray) -> None:
     """Set ``mark[i]`` for ``root`` and every node it depends on."""
     mark[root] = True
     for i in range(root, -1, -1):
@@ -878,7 +928,15 @@ def mark_ancestors(in0, in1, root, mark):
 
 
 @kernel
-def mark_value_ancestors(opcode, in0, in1, val, is_block, root, mark):
+def mark_value_ancestors(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    is_block: BoolArray,
+    root: int,
+    mark: BoolArray,
+) -> None:
     """Set ``mark[i]`` for ``root`` and every node its *value* depends on.
 
     As ``mark_ancestors``, except that the side of ``fa.where`` not taken is
@@ -928,7 +986,9 @@ HEADER = 4
 
 
 @kernel
-def unpack(program):
+def unpack(
+    program: IndexArray,
+) -> tuple[int, int, int, int, IndexArray, IndexArray, IndexArray, IndexArray]:
     """Views of a packed program: (n, k, m, g, opcode, in0, in1, io)."""
     n, k, m, g = program[0], program[1], program[2], program[3]
     rows = n + 1
@@ -940,7 +1000,7 @@ def unpack(program):
 
 
 @kernel
-def pull(target, partial, incoming, count):
+def pull(target: FloatArray, partial: FloatArray, incoming: FloatArray, count: int) -> None:
     """``target += partial * incoming`` over lanes, with strong zeros: one edge's VJP.
 
     One operand per loop over 1-D rows vectorises better than both operands
@@ -951,7 +1011,18 @@ def pull(target, partial, incoming, count):
 
 
 @kernel
-def sweep_block(program, work, points, directions, values, derivatives, status, mode, start, count):
+def sweep_block(
+    program: IndexArray,
+    work: FloatArray,
+    points: FloatArray,
+    directions: FloatArray,
+    values: FloatArray,
+    derivatives: FloatArray,
+    status: IdArray,
+    mode: int,
+    start: int,
+    count: int,
+) -> None:
     """Evaluate points ``start:start + count`` in lanes ``0:count`` of ``work``.
 
     Writes ``values[p]`` (m outputs), ``derivatives[p]`` (k for VJP, m for
@@ -1035,7 +1106,7 @@ def sweep_block(program, work, points, directions, values, derivatives, status, 
 
 
 @kernel
-def new_work(template, lanes):
+def new_work(template: FloatArray, lanes: int) -> FloatArray:
     """A work space of ``lanes`` columns with every row's values from ``template``."""
     work = np.zeros((4, template.size, lanes))
     for i in range(template.size):
@@ -1044,7 +1115,16 @@ def new_work(template, lanes):
 
 
 @kernel
-def sweep_points(program, work, points, directions, values, derivatives, status, mode):
+def sweep_points(
+    program: IndexArray,
+    work: FloatArray,
+    points: FloatArray,
+    directions: FloatArray,
+    values: FloatArray,
+    derivatives: FloatArray,
+    status: IdArray,
+    mode: int,
+) -> None:
     """All points, block after block, in the caller's work space (any lane count)."""
     lanes = work.shape[2]
     total = points.shape[0]
@@ -1056,7 +1136,9 @@ def sweep_points(program, work, points, directions, values, derivatives, status,
 
 
 @kernel
-def sweep_point(program, work, point, gradient, mode):
+def sweep_point(
+    program: IndexArray, work: FloatArray, point: FloatArray, gradient: FloatArray, mode: int
+) -> tuple[float, int]:
     """The latency path: one point of a scalar-output function, on 1-D rows.
 
     ``work`` has shape (4, n + 1): values, the two saved partials, adjoints.
@@ -1102,8 +1184,17 @@ def sweep_point(program, work, point, gradient, mode):
 
 @kernel(parallel=True)
 def sweep_points_parallel(
-    program, template, points, directions, values, derivatives, status, mode, lanes, threads
-):
+    program: IndexArray,
+    template: FloatArray,
+    points: FloatArray,
+    directions: FloatArray,
+    values: FloatArray,
+    derivatives: FloatArray,
+    status: IdArray,
+    mode: int,
+    lanes: int,
+    threads: int,
+) -> None:
     """All points, blocks of ``lanes`` points spread over ``threads`` workers.
 
     Each worker has its own work space and writes only its own points' rows
@@ -1125,7 +1216,16 @@ def sweep_points_parallel(
 
 
 @kernel
-def tangent_sweep(opcode, in0, in1, val, tangent, seeded, start, stop):
+def tangent_sweep(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    tangent: FloatArray,
+    seeded: BoolArray,
+    start: int,
+    stop: int,
+) -> None:
     """Forward mode on a tape: ``tangent[i] = d0 * tangent[in0] + d1 * tangent[in1]``.
 
     The caller sets the tangents of the nodes it perturbs (the direction;
@@ -1153,7 +1253,7 @@ def tangent_sweep(opcode, in0, in1, val, tangent, seeded, start, stop):
 
 
 @kernel
-def map_forward(op, a, b, out):
+def map_forward(op: int, a: FloatArray, b: FloatArray, out: FloatArray) -> None:
     """``out[t] = op(a[t], b[t])`` for 1-D arrays of one size: the scalar rule, elementwise.
 
     Block elementwise ops use the same ``forward_value`` as scalar nodes, so
@@ -1164,7 +1264,15 @@ def map_forward(op, a, b, out):
 
 
 @kernel
-def map_vjp(op, a, b, out, g, da, db):
+def map_vjp(
+    op: int,
+    a: FloatArray,
+    b: FloatArray,
+    out: FloatArray,
+    g: FloatArray,
+    da: FloatArray,
+    db: FloatArray,
+) -> None:
     """Per element: ``da = d0 * g``, ``db = d1 * g`` by the scalar rule's partials.
 
     With the scalar sweeps' strong zeros (``contribution``): an element of
@@ -1177,7 +1285,15 @@ def map_vjp(op, a, b, out, g, da, db):
 
 
 @kernel
-def map_jvp(op, a, b, out, ta, tb, tangent):
+def map_jvp(
+    op: int,
+    a: FloatArray,
+    b: FloatArray,
+    out: FloatArray,
+    ta: FloatArray,
+    tb: FloatArray,
+    tangent: FloatArray,
+) -> None:
     """Per element: ``tangent = d0 * ta + d1 * tb`` by the scalar rule's partials.
 
     The forward-mode twin of ``map_vjp``, with the same strong zeros: an

@@ -1,0 +1,46 @@
+"""Type aliases used in fastad's hints.
+
+Only for annotations: the modules import this under ``TYPE_CHECKING``, so it
+adds nothing at run time. The tape's own array types come from
+``fastad.kernels.sweeps``, which documents their dtypes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, TypeAlias
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fastad.kernels.sweeps import BoolArray, FloatArray, IdArray, IndexArray, OpcodeArray
+
+__all__ = [
+    "BoolArray",
+    "FloatArray",
+    "IdArray",
+    "IndexArray",
+    "NumericArray",
+    "ObjectArray",
+    "OpcodeArray",
+    "RealNumber",
+    "RuleValue",
+    "StrPath",
+]
+
+RealNumber: TypeAlias = float | np.floating[Any] | np.integer[Any]
+"""A real number that may stand beside a node (``int`` and ``bool`` included, as for
+``float`` hints). A 0-d array counts as a number at run time too."""
+
+NumericArray: TypeAlias = NDArray[np.bool_ | np.integer[Any] | np.floating[Any]]
+"""A real NumPy array: what becomes a block constant beside a node."""
+
+ObjectArray: TypeAlias = NDArray[np.object_]
+"""An object array of nodes (:func:`fastad.scalar_nodes`)."""
+
+StrPath: TypeAlias = str | os.PathLike[str]
+
+RuleValue: TypeAlias = Any
+"""An operand, output or gradient of a block rule (``fastad.blocks.RULES``): an array, a
+float, None (no operand) or, for a ``pair``, a tuple of two. Which one depends on the op
+(and the operand's shape), known at run time only, so these are not checked statically."""
