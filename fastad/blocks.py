@@ -364,17 +364,90 @@ def elementwise(code: int, x: Any, y: Any = None) -> Block | FloatArray | float:
     return tape.append_block_op(code, x._id, -1 if unary else y._id, value, None)
 
 
+# -- strong zeros through block rules ---------------------------------------------------------
+# The scalar sweeps' rule (kernels/sweeps.py), element by element: an adjoint
+# or tangent element nothing reached holds UNREACHED (-0.0) and sends
+# nothing; a reached one is an ordinary number. Every block rule keeps that,
+# so a block computation gets the reach of its scalar-node expansion.
+def reached_elements(x: ArrayLike) -> NDArray[np.bool_]:
+    """True where an adjoint or tangent array was reached (anything but -0.0)."""
+    x = np.asarray(x)
+    return (x != 0.0) | ~np.signbit(x)
+
+
+def any_reached(x: RuleValue) -> bool:
+    """Whether any element of an adjoint or tangent was reached."""
+    return bool(reached_elements(x).any())
+
+
+def reach_sum(
+    x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+) -> Any:
+    """``x.sum(axis)`` that keeps strong zeros: a sum of UNREACHED elements only is
+    UNREACHED (NumPy's own sum starts at +0.0, which would mark it reached)."""
+    return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
+
+
+def _contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
+    """``sweeps.contribution`` elementwise: ``partial * incoming``, with strong zeros."""
+    with np.errstate(invalid="ignore", over="ignore"):  # discarded where unreached
+        product = partial * incoming + 0.0
+    return np.where((partial != 0.0) & reached_elements(incoming), product, UNREACHED)
+
+
+def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray:
+    """``x @ y`` for a VJP or JVP, where one factor holds adjoints or tangents.
+
+    ``adjoint_left``: ``x`` holds them and ``y`` values, else the reverse.
+    Element ``(i, k)`` is reached when some adjoint ``x[i, j]`` was reached
+    and meets a value ``y[j, k]`` that is not exactly zero (a zero local
+    partial is a strong zero), as in the scalar-node expansion of the
+    product. Only exact zeros of the product can be unreached, so only the
+    rows (or columns) holding one are looked at again. 1-D operands act as a
+    row (``x``) or a column (``y``).
+    """
+    x2 = x[np.newaxis, :] if x.ndim == 1 else x
+    y2 = y[:, np.newaxis] if y.ndim == 1 else y
+    out = product_reach(np.ascontiguousarray(x2 @ y2), x2, y2, adjoint_left)
+    return out.reshape(x.shape[:-1] + y.shape[1:])
+
+
+def product_reach(
+    product: FloatArray, x: FloatArray, y: FloatArray, adjoint_left: bool
+) -> FloatArray:
+    """``product`` (2-D, C-contiguous, ``x @ y``) with its zeros' reach; see ``reach_matmul``.
+
+    For products a fused kernel has made already. Changes ``product`` in place.
+    """
+    if adjoint_left:
+        rows = np.zeros(product.shape[0], np.bool_)
+        sweeps.rows_with_zeros(product, rows)
+        if rows.any():
+            reach = reached_elements(x[rows]).astype(np.float64) @ (y != 0.0) > 0.0
+            product[rows] = np.where(reach, product[rows] + 0.0, UNREACHED)
+    else:
+        columns = np.zeros(product.shape[1], np.bool_)
+        sweeps.columns_with_zeros(product, columns)
+        if columns.any():
+            reach = (x != 0.0).astype(np.float64) @ reached_elements(y[:, columns]) > 0.0
+            product[:, columns] = np.where(reach, product[:, columns] + 0.0, UNREACHED)
+    return product
+
+
 def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | float:
-    """Sum ``gradient`` back to ``shape``: the one place that undoes broadcasting."""
+    """Sum ``gradient`` back to ``shape``: the one place that undoes broadcasting.
+
+    The sums keep strong zeros (``reach_sum``).
+    """
     gradient = np.asarray(gradient)
     if gradient.shape == tuple(shape):
         return gradient
     extra = gradient.ndim - len(shape)
     if extra:
-        gradient = gradient.sum(axis=tuple(range(extra)))
+        gradient = reach_sum(gradient, axis=tuple(range(extra)))
     stretched = tuple(i for i, n in enumerate(shape) if n == 1 and gradient.shape[i] != 1)
     if stretched:
-        gradient = gradient.sum(axis=stretched, keepdims=True)
+        gradient = reach_sum(gradient, axis=stretched, keepdims=True)
     return gradient if shape else float(gradient)
 
 
@@ -431,13 +504,15 @@ def _matmul_forward(a: FloatArray, b: FloatArray, params: None) -> FloatArray | 
 def _matmul_vjp(
     a: FloatArray, b: FloatArray, out: RuleValue, g: RuleValue, params: None
 ) -> tuple[FloatArray, FloatArray]:
+    g = np.asarray(g, dtype=np.float64)
     if a.ndim == 2 and b.ndim == 2:
-        return g @ b.T, a.T @ g
-    if a.ndim == 2:  # (m, k) @ (k,) -> (m,)
-        return np.outer(g, b), a.T @ g
-    if b.ndim == 2:  # (k,) @ (k, n) -> (n,)
-        return b @ g, np.outer(a, g)
-    return g * b, g * a  # (k,) @ (k,) -> scalar
+        return reach_matmul(g, b.T, True), reach_matmul(a.T, g, False)
+    if a.ndim == 2:  # (m, k) @ (k,) -> (m,): dA = outer(g, b)
+        return reach_matmul(g[:, None], b[None, :], True), reach_matmul(a.T, g, False)
+    if b.ndim == 2:  # (k,) @ (k, n) -> (n,): dB = outer(a, g)
+        return reach_matmul(b, g, False), reach_matmul(a[:, None], g[None, :], False)
+    g = g.reshape(1)  # (k,) @ (k,) -> scalar: dA = g b, dB = g a
+    return reach_matmul(g, b[None, :], True), reach_matmul(g, a[None, :], True)
 
 
 def _reduce(code: int, x: Block, axis: object) -> Var | Block:
@@ -525,6 +600,9 @@ def _fused_linear(
     W: Any,
     b: Any,
 ) -> Block | FloatArray:
+    _refuse_scalar_nodes(
+        name, "fa.relu(X @ W + b)" if code == LINEAR_RELU else "X @ W + b", X, W, b
+    )
     tape = _tape_of(X, W, b)
     if tape is None:
         X, W, b = (np.ascontiguousarray(v, dtype=np.float64) for v in (X, W, b))
@@ -576,6 +654,7 @@ def mse_loss(Y: ArrayInput, T: Block) -> Var: ...
 def mse_loss(Y: ArrayLike, T: ArrayLike) -> float: ...
 def mse_loss(Y: Any, T: Any) -> Var | float:
     """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
+    _refuse_scalar_nodes("mse_loss", "((Y - T) * (Y - T)).mean()", Y, T)
     tape = _tape_of(Y, T)
     if tape is None:
         Y, T = np.ascontiguousarray(Y, np.float64), np.ascontiguousarray(T, np.float64)
@@ -585,6 +664,15 @@ def mse_loss(Y: Any, T: Any) -> Var | float:
     a, b = value_of(tape, Y._id), value_of(tape, T._id)
     _check_same_shape(a, b)
     return tape.append_block_op(MSE_LOSS, Y._id, T._id, float(fused.mse_loss_forward(a, b)), None)
+
+
+def _refuse_scalar_nodes(name: str, unfused: str, *operands: object) -> None:
+    # An object array of nodes would be read as numbers: values, no gradient.
+    if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
+        raise TypeError(
+            f"fa.{name} takes arrays or blocks, not object arrays of scalar nodes "
+            f"(fa.scalar_nodes): write it unfused, {unfused}, which records every node"
+        )
 
 
 def _check_same_shape(a: ArrayLike, b: ArrayLike) -> None:
@@ -608,16 +696,17 @@ def _linear_vjp(
     X: FloatArray, pair: tuple[FloatArray, FloatArray], out: FloatArray, G: FloatArray, params: None
 ) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
     W, _ = pair
-    dX, dW, db = fused.linear_backward(X, W, np.ascontiguousarray(G))
-    return dX, (dW, db)
+    G = np.ascontiguousarray(G)
+    dX, dW, db = fused.linear_backward(X, W, G)
+    return product_reach(dX, G, W.T, True), (product_reach(dW, X.T, G, False), db)
 
 
 def _linear_relu_vjp(
     X: FloatArray, pair: tuple[FloatArray, FloatArray], out: FloatArray, G: FloatArray, params: None
 ) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
     W, _ = pair
-    dX, dW, db = fused.linear_relu_backward(X, W, out, np.ascontiguousarray(G))
-    return dX, (dW, db)
+    dX, dW, db, dZ = fused.linear_relu_backward(X, W, out, np.ascontiguousarray(G))
+    return product_reach(dX, dZ, W.T, True), (product_reach(dW, X.T, dZ, False), db)
 
 
 def _mse_vjp(
@@ -706,11 +795,11 @@ def _elementwise_jvp(
 def _matmul_jvp(
     a: FloatArray, b: FloatArray, out: RuleValue, ta: RuleValue, tb: RuleValue, params: None
 ) -> FloatArray | float:
-    total: FloatArray = np.zeros(np.shape(out))
+    total: FloatArray = np.full(np.shape(out), UNREACHED)
     if ta is not None:
-        total = total + np.matmul(ta, b)
+        total = total + reach_matmul(np.asarray(ta, dtype=np.float64), b, True)
     if tb is not None:
-        total = total + np.matmul(a, tb)
+        total = total + reach_matmul(a, np.asarray(tb, dtype=np.float64), False)
     return float(total) if np.ndim(total) == 0 else total
 
 
@@ -725,15 +814,18 @@ def _linear_jvp(relu: bool) -> JvpRule:
     ) -> FloatArray:
         W, b = pair
         tW, tb = tpair if tpair is not None else (None, None)
-        total = np.zeros(np.shape(out))
+        total = np.full(np.shape(out), UNREACHED)
         if tX is not None:
-            total += tX @ W
+            total += reach_matmul(np.asarray(tX, dtype=np.float64), W, True)
         if tW is not None:
-            total += X @ tW
+            total += reach_matmul(X, np.asarray(tW, dtype=np.float64), False)
         if tb is not None:
-            total += tb
-        # relu'(x <= 0) = 0 is an exact zero: a strong one, as fa.relu's.
-        return np.where(out > 0.0, total, UNREACHED) if relu else total
+            total += tb  # UNREACHED + UNREACHED stays UNREACHED
+        if not relu:
+            return total
+        # relu'(z) is 1 above 0, an exact (strong) zero at or below, nan at nan.
+        partial = np.where(out > 0.0, 1.0, np.where(np.isnan(out), np.nan, 0.0))
+        return _contributions(partial, total)
 
     return jvp
 
@@ -741,17 +833,20 @@ def _linear_jvp(relu: bool) -> JvpRule:
 def _mse_jvp(
     Y: FloatArray, T: FloatArray, out: float, tY: RuleValue, tT: RuleValue, params: None
 ) -> float:
-    difference = _unreached_if_none(tY, Y) - _unreached_if_none(tT, T)
-    return float(2.0 * np.mean((Y - T) * difference))
+    # d/dY = 2 (Y - T) / size, d/dT its negative: exact zeros where Y == T.
+    partial = 2.0 * (Y - T) / Y.size
+    total = _contributions(partial, _unreached_if_none(tY, Y))
+    total = total + _contributions(-partial, _unreached_if_none(tT, T))
+    return float(reach_sum(total))
 
 
 def _reduce_jvp(code: int) -> JvpRule:
-    reduce = np.sum if code == SUM else np.mean
-
     def jvp(
         a: FloatArray, b: None, out: RuleValue, ta: RuleValue, tb: None, axis: int | None
     ) -> RuleValue:
-        value = reduce(ta, axis=axis)
+        value = reach_sum(ta, axis=axis)
+        if code == MEAN:
+            value = value / (a.size if axis is None else a.shape[axis])
         return float(value) if axis is None else value
 
     return jvp

@@ -118,8 +118,10 @@ def compile(  # noqa: A001
         arrays: see :class:`BlockFunction`.
     optimize : bool
         Run the tape optimiser (:func:`fastad.optimize`: dead nodes, constant
-        folding, common subexpressions) on the traced tape; results are
-        identical either way. ``f.optimization`` reports what it removed.
+        folding, common subexpressions) on the traced tape; values are
+        identical either way, gradients agree to rounding (merged nodes sum
+        their adjoints before the multiply). ``f.optimization`` reports
+        what it removed.
 
     Examples
     --------

@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike
 from fastad import blocks, rules
 from fastad.blocks import Block
 from fastad.kernels import optable
-from fastad.node import Var, check_live, is_number, record, record_unary
+from fastad.node import Var, as_object, check_live, is_number, record, record_unary
 from fastad.tape import current_tape
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _arrays_or_blocks(
     """Blocks and numeric arrays: a block node (or plain array); object arrays: per element."""
     if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
         function = _FUNCTIONS[name]
-        return np.frompyfunc(function, len(operands), 1)(*operands)
+        return np.frompyfunc(function, len(operands), 1)(*(as_object(x) for x in operands))
     if any(isinstance(x, Block) or _numeric_array(x) for x in operands):
         return blocks.elementwise(code, *operands)
     return None

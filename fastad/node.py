@@ -143,13 +143,27 @@ def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | Ob
     ):
         return blocks.elementwise(code, x, y)
     if isinstance(other, np.ndarray) and other.dtype == object:
-        return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(x, y)
+        return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(as_object(x), as_object(y))
     if isinstance(other, np.ndarray):
         raise TypeError(
             f"cannot combine a fastad Var with a NumPy ndarray of dtype {other.dtype} "
             f"and shape {other.shape}"
         )
     return NotImplemented
+
+
+def as_object(x: object) -> object:
+    """``x`` for NumPy's object-array machinery: a node becomes a 0-d object array.
+
+    Handed to ``np.frompyfunc`` as it is, a node is refused (its
+    ``__array_ufunc__ = None`` keeps NumPy from building object arrays
+    behind our back), so ``scalar_nodes(X) * s`` needs it wrapped.
+    """
+    if isinstance(x, Node):
+        wrapped = np.empty((), dtype=object)
+        wrapped[()] = x
+        return wrapped
+    return x
 
 
 class Node:

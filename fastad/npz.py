@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 from numpy.lib import format as npy_format
 
+_CHUNK_BYTES = 1 << 24
 _FIX = "it may be truncated, corrupted or not written by fastad; save it again"
 # What the zip and .npy layers raise for damaged data (zlib.error: a broken
 # compressed stream; OSError: a seek past the end; RuntimeError: encryption).
@@ -32,6 +33,7 @@ _DAMAGED = (
     OSError,
     RuntimeError,
     NotImplementedError,
+    MemoryError,
     OverflowError,
     TypeError,
     KeyError,
@@ -73,31 +75,47 @@ def _read_member(
         raise ValueError(f"{where} is encrypted; fastad never writes encrypted files")
     try:
         with archive.open(info) as member:
-            shape, dtype, header_bytes = _header(member)
-        if dtype.hasobject:
-            raise ValueError("holds Python objects (pickled data), which fastad never writes")
-        count = math.prod(shape)
-        if count * dtype.itemsize > info.file_size - header_bytes:
-            raise ValueError(
-                f"its header claims {count} elements of {dtype} ({count * dtype.itemsize} bytes) "
-                f"but it holds {max(info.file_size - header_bytes, 0)} bytes of data"
-            )
-        with archive.open(info) as member:
-            return npy_format.read_array(member, allow_pickle=False)
+            shape, fortran_order, dtype = _header(member)
+            if dtype.hasobject:
+                raise ValueError("holds Python objects (pickled data), which fastad never writes")
+            count = math.prod(shape)
+            data = _read_data(member, count, dtype)
+        array = np.frombuffer(data, dtype=dtype, count=count)
+        return array.reshape(shape, order="F" if fortran_order else "C")
     except _DAMAGED as error:
         raise ValueError(f"{where} cannot be read: {error}; {_FIX}") from None
 
 
-def _header(member: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any], int]:
-    """Shape, dtype and header length of an ``.npy`` stream, read without its data."""
+def _header(member: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
+    """Shape, Fortran order and dtype of an ``.npy`` stream, read without its data."""
     version = npy_format.read_magic(member)
     if version == (1, 0):
-        shape, _, dtype = npy_format.read_array_header_1_0(member)
+        shape, fortran_order, dtype = npy_format.read_array_header_1_0(member)
     elif version in ((2, 0), (3, 0)):
-        shape, _, dtype = npy_format.read_array_header_2_0(member)
+        shape, fortran_order, dtype = npy_format.read_array_header_2_0(member)
     else:
         raise ValueError(f"unknown .npy format version {version}")
-    return tuple(shape), np.dtype(dtype), member.tell()
+    return tuple(shape), bool(fortran_order), np.dtype(dtype)
+
+
+def _read_data(member: IO[bytes], count: int, dtype: np.dtype[Any]) -> bytearray:
+    """The ``count * itemsize`` data bytes after the header, read in bounded chunks.
+
+    Neither the header's shape nor the zip directory's sizes are trusted:
+    memory grows only with the bytes that are really there, so a 1 kB file
+    claiming terabytes fails after reading 1 kB.
+    """
+    expected = count * dtype.itemsize
+    data = bytearray()
+    while len(data) < expected:
+        chunk = member.read(min(expected - len(data), _CHUNK_BYTES))
+        if not chunk:
+            raise ValueError(
+                f"its header claims {count} elements of {dtype} ({expected} bytes) but it "
+                f"holds only {len(data)} bytes of data"
+            )
+        data += chunk
+    return data
 
 
 def text_field(arrays: dict[str, np.ndarray[Any, Any]], name: str, where: str) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad import npz
-from fastad.errors import NonFiniteError, NonFiniteOrigin
+from fastad.errors import NonFiniteError, NonFiniteOrigin, TraceError
 from fastad.kernels import optable, sweeps
 from fastad.node import Node, Var, check_live, is_number
 
@@ -383,7 +383,7 @@ class Tape:
             g: FloatArray | float | None
             if node in self._blocks:
                 g = block_adjoints.get(node)
-                if g is None:
+                if g is None or not blocks.any_reached(g):
                     continue  # strong zero: nothing reached this block
             else:
                 g = float(adjoints[node])
@@ -497,7 +497,16 @@ class Tape:
 
     @property
     def val(self) -> FloatArray:
-        """Node values (float64)."""
+        """Node values (float64).
+
+        Not available while ``fa.compile`` traces a function: a value read
+        then would be frozen into every replay (see :class:`fastad.TraceError`).
+        """
+        if self._guards is not None:
+            raise TraceError(
+                "tape.val while fa.compile traces the function: the values would be frozen "
+                "into every replay. Keep computing with fastad operations."
+            )
         return self._view("_val")
 
     @property
@@ -583,9 +592,7 @@ class Tape:
         With ``accumulate`` d root / d node is added to the existing
         adjoints instead; nothing is ever "sometimes zeroed".
         """
-        root = self.node_id(root)
-        if root in self._blocks:
-            raise TypeError("backward needs a scalar output; reduce the block first")
+        root = self._scalar_root(root, "backward")
         if check:
             origin = self.first_nonfinite(root)
             if origin is not None:
@@ -626,6 +633,16 @@ class Tape:
             self._block_grads = block_adjoints
         return found
 
+    def _scalar_root(self, root: NodeRef, what: str) -> int:
+        """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
+        node = self.node_id(root, "output")
+        if node in self._blocks:
+            raise TypeError(
+                f"{what} needs a scalar output; node {node} is a block of shape "
+                f"{self._blocks[node].shape}: reduce it first (e.g. Y.sum())"
+            )
+        return node
+
     def gradient(
         self, root: NodeRef, wrt: Iterable[NodeRef]
     ) -> FloatArray | list[float | FloatArray]:
@@ -634,7 +651,7 @@ class Tape:
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
-        root = self.node_id(root)
+        root = self._scalar_root(root, "a gradient")
         ids = [self.node_id(i, "wrt") for i in wrt]
         adjoints = np.full(self._n, UNREACHED)
         if not self._block_ops:
@@ -666,7 +683,7 @@ class Tape:
         computed by the compiled tangent sweep from the same local partials
         as ``backward``.
         """
-        root = self.node_id(root)
+        root = self._scalar_root(root, "forward mode (a tangent)")
         ids = [self.node_id(i, "wrt") for i in wrt]
         if self._block_ops:
             return self._tangent_with_blocks(root, ids, list(direction))
@@ -721,7 +738,8 @@ class Tape:
                 parts = (tangent_of(int(self._in0[node])), tangent_of(int(self._in1[node])))
                 return None if parts[0] is None and parts[1] is None else parts
             if node in self._blocks:
-                return block_tangents.get(node)
+                tangent = block_tangents.get(node)
+                return tangent if tangent is not None and blocks.any_reached(tangent) else None
             value = float(tangents[node])
             return value if _reached(value) else None
 
@@ -982,15 +1000,15 @@ class Tape:
     def load(cls, path: StrPath) -> Tape:
         """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
         data = npz.read_npz(path, "tape")
-        missing = {"format", "opcode", "in0", "in1", "val"} - set(data)
+        # save() always writes labels: a file without them is damaged, not unlabelled.
+        missing = {"format", "opcode", "in0", "in1", "val", "labels"} - set(data)
         if missing:
             raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
         found = npz.text_field(data, "format", str(path))
         if found != SAVE_FORMAT:
             raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
-        labels: dict[str, Any] = {}
-        if "labels" in data:
-            labels = npz.json_object(npz.text_field(data, "labels", str(path)), f"{path}: labels")
+        text = npz.text_field(data, "labels", str(path))
+        labels: dict[str, Any] = npz.json_object(text, f"{path}: labels")
         try:
             return cls.from_arrays(data["opcode"], data["in0"], data["in1"], data["val"], labels)
         except (TypeError, ValueError) as error:

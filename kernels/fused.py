@@ -14,6 +14,7 @@ These kernels trust their input (C-contiguous float64, matching shapes);
 
 from __future__ import annotations
 
+from math import copysign
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,6 +23,21 @@ from .jit import kernel
 
 if TYPE_CHECKING:
     from .sweeps import FloatArray
+
+# Strong zeros, as in sweeps.py (UNREACHED, reached, contribution): an
+# adjoint element nothing reached holds -0.0 and sends nothing; a local
+# partial that is exactly zero sends nothing either. Restated here rather
+# than imported because Numba's cache keys a kernel on its own file only
+# (see jit.py); tests/test_block_reach.py checks the fused rules against the
+# scalar-node expansion, where reach is exact node by node.
+UNREACHED = -0.0
+
+
+@kernel
+def _contribution(partial: float, incoming: float) -> float:
+    if partial == 0.0 or (incoming == 0.0 and copysign(1.0, incoming) < 0.0):
+        return UNREACHED
+    return partial * incoming + 0.0
 
 
 @kernel
@@ -42,11 +58,13 @@ def linear_backward(
 
     dY/dX: ``dX = G @ W.T``; dY/dW: ``dW = X.T @ G``; the bias is broadcast
     over the B rows, so ``db = G.sum(axis=0)``. No Jacobian (B*h x B*n) is
-    ever formed.
+    ever formed. ``db`` keeps strong zeros (a column of ``G`` nothing reached
+    gives ``UNREACHED``); the zeros of the two products get their reach from
+    the front end (``fastad.blocks``), which has ``G``.
     """
     dX = np.dot(G, W.T)
     dW = np.dot(X.T, G)
-    db = np.zeros(G.shape[1])
+    db = np.full(G.shape[1], UNREACHED)
     for r in range(G.shape[0]):
         for c in range(G.shape[1]):
             db[c] += G[r, c]
@@ -72,25 +90,29 @@ def linear_relu_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArr
 @kernel
 def linear_relu_backward(
     X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """VJP of ``H = relu(Z)``, ``Z = X @ W + b`` for the upstream gradient ``G``.
 
     ``dZ = G * relu'(Z)`` with ``relu'(z) = 1`` for ``z > 0`` and 0 otherwise
     (``relu'(0) = 0``, as the scalar op). ``Z > 0`` exactly where ``H > 0``,
     so the saved output is enough and ``Z`` is never stored. Then, as for
     ``linear``: ``dX = dZ @ W.T``, ``dW = X.T @ dZ``, ``db = dZ.sum(axis=0)``.
-    The mask, the product and the bias sum share one pass.
+    The mask, the product and the bias sum share one pass. Returns ``dZ``
+    too: the front end works out the reach of the products' zeros from it.
+
+    Strong zeros as ``fa.relu``'s: a masked entry (``relu'(z) = 0``) sends
+    ``UNREACHED`` even if ``G`` is inf/nan; ``relu'(nan) = nan`` propagates.
     """
     dZ = np.empty_like(G)
-    db = np.zeros(G.shape[1])
+    db = np.full(G.shape[1], UNREACHED)
     for r in range(G.shape[0]):
         for c in range(G.shape[1]):
             h = H[r, c]
-            # strong zero: a masked entry contributes 0 even if G is inf/nan
-            d = G[r, c] if h > 0.0 else (h if h != h else 0.0)
+            partial = 1.0 if h > 0.0 else (h if h != h else 0.0)
+            d = _contribution(partial, G[r, c])
             dZ[r, c] = d
             db[c] += d
-    return np.dot(dZ, W.T), np.dot(X.T, dZ), db
+    return np.dot(dZ, W.T), np.dot(X.T, dZ), db, dZ
 
 
 @kernel
@@ -106,10 +128,19 @@ def mse_loss_forward(Y: FloatArray, T: FloatArray) -> float:
 
 @kernel
 def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArray, FloatArray]:
-    """VJP of the mean squared error: ``dY = 2 (Y - T) g / size``, ``dT = -dY``."""
+    """VJP of the mean squared error: ``dY = 2 (Y - T) g / size``, ``dT = -dY``.
+
+    Strong zeros as the unfused ``mean((Y - T) * (Y - T))``: where ``Y == T``
+    the local partial ``2 (Y - T)`` is exactly zero, so both get ``UNREACHED``.
+    """
     scale = 2.0 * g / Y.size
-    dY = np.empty_like(Y)
-    flat_y, flat_t, flat_d = Y.ravel(), T.ravel(), dY.ravel()
+    dY, dT = np.empty_like(Y), np.empty_like(T)
+    flat_y, flat_t, flat_dy, flat_dt = Y.ravel(), T.ravel(), dY.ravel(), dT.ravel()
     for i in range(flat_y.size):
-        flat_d[i] = scale * (flat_y[i] - flat_t[i])
-    return dY, -dY
+        d = flat_y[i] - flat_t[i]
+        if d == 0.0:
+            flat_dy[i] = flat_dt[i] = UNREACHED
+        else:
+            flat_dy[i] = scale * d + 0.0
+            flat_dt[i] = -(scale * d) + 0.0
+    return dY, dT

@@ -1303,3 +1303,26 @@ def map_jvp(
     for t in range(out.size):
         d0, d1 = local_partials(op, a[t], b[t], out[t])
         tangent[t] = contribution(d0, ta[t]) + contribution(d1, tb[t])
+
+
+@kernel
+def rows_with_zeros(out: FloatArray, rows: BoolArray) -> None:
+    """Mark in ``rows`` each row of the 2-D ``out`` holding an exact zero (either sign).
+
+    Block products (``G @ W.T``) need their zeros' reach worked out; every
+    other element is reached. One read of ``out``, none of it copied.
+    """
+    for i in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            if out[i, k] == 0.0:
+                rows[i] = True
+                break
+
+
+@kernel
+def columns_with_zeros(out: FloatArray, columns: BoolArray) -> None:
+    """Mark in ``columns`` each column of the 2-D ``out`` holding an exact zero."""
+    for i in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            if out[i, k] == 0.0:
+                columns[k] = True

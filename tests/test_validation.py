@@ -127,7 +127,15 @@ def test_save_and_load_round_trip(tmp_path):
 def test_load_rejects_corrupted_files(tmp_path):
     opcode, in0, in1, val = good_arrays()
     path = tmp_path / "bad.npz"
-    np.savez(path, format=np.array("fastad-tape-1"), opcode=opcode, in0=in0 + 3, in1=in1, val=val)
+    np.savez(
+        path,
+        format=np.array("fastad-tape-1"),
+        opcode=opcode,
+        in0=in0 + 3,
+        in1=in1,
+        val=val,
+        labels=np.array("{}"),
+    )
     with pytest.raises(ValueError, match="node 0"):
         fa.Tape.load(path)
     np.savez(path, opcode=opcode)
@@ -403,3 +411,54 @@ def test_files_with_objects_or_wrong_metadata_types_are_refused(tmp_path):
         fa.Tape.load(tape_path)
     with pytest.raises(FileNotFoundError):
         fa.load(tmp_path / "missing.npz")
+
+
+def test_a_zip_directory_claiming_huge_members_is_not_trusted(tmp_path):
+    # The header and the zip directory both claim 8 TB; the file holds 1 kB.
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy_format
+
+    path = next(iter(saved_files(tmp_path)))
+    crafted = tmp_path / "crafted.npz"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(crafted, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "val.npy":
+                header = io.BytesIO()
+                npy_format.write_array_header_1_0(
+                    header, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+                )
+                target.writestr("val.npy", header.getvalue() + bytes(64))
+                target.filelist[-1].file_size = len(header.getvalue()) + 8 * 10**12
+            else:
+                target.writestr(info.filename, data)
+    with pytest.raises(ValueError, match="holds only 64 bytes"):
+        fa.Tape.load(crafted)
+
+
+def test_a_saved_tape_without_its_labels_is_damaged(tmp_path):
+    path = next(iter(saved_files(tmp_path)))
+    state = dict(np.load(path))
+    del state["labels"]
+    np.savez(tmp_path / "unlabelled.npz", **state)
+    with pytest.raises(ValueError, match=r"missing \['labels'\]"):
+        fa.Tape.load(tmp_path / "unlabelled.npz")
+
+
+def test_fortran_ordered_members_load_in_their_order(tmp_path):
+    path = tmp_path / "f.npz"
+    fa.compile(lambda x, y: x * y, example=[1.0, 2.0]).save(path)
+    state = dict(np.load(path))
+    state["guards"] = np.asfortranarray(np.array([[2, 1], [2, 1]]))
+    np.savez(path, **state)
+    np.testing.assert_array_equal(fa.load(path)._guards, [[2, 1], [2, 1]])
+
+
+def test_tape_values_cannot_be_read_while_tracing():
+    def leaky(x):
+        return x * float(x.tape.val[x.id])
+
+    with pytest.raises(fa.TraceError, match="tape.val"):
+        fa.compile(leaky)(np.array([3.0]))

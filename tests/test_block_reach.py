@@ -1,0 +1,172 @@
+"""Strong zeros through block rules: the same reach as the scalar-node expansion.
+
+An adjoint or tangent element that nothing reached stays a strong zero through
+every block rule (reductions, broadcasting, matmul, the fused kernels), so an
+infinite local derivative behind it never makes ``0 * inf = nan``; a reached
+element is an ordinary number whatever its sign. The reference is the same
+computation recorded as scalar nodes (``fa.scalar_nodes``), where reach is
+exact node by node, and forward mode must agree with reverse mode.
+"""
+
+import numpy as np
+import pytest
+
+import fastad as fa
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/nan on purpose
+
+
+def gradient_and_jvps(build, values, as_scalar_nodes=False):
+    """``dL/dA`` by reverse mode and by forward mode (one unit direction per element)."""
+    with fa.Tape():
+        A = fa.scalar_nodes(values) if as_scalar_nodes else fa.var(values)
+        L = build(A)
+        if as_scalar_nodes:
+            leaves = list(A.ravel())
+            reverse = np.reshape(fa.grad(L, leaves), values.shape)
+            forward = [fa.jvp(L, [leaf], [1.0]) for leaf in leaves]
+        else:
+            reverse = fa.grad(L, A)
+            forward = []
+            for index in np.ndindex(values.shape):
+                direction = np.zeros(values.shape)
+                direction[index] = 1.0
+                forward.append(fa.jvp(L, [A], [direction]))
+    return reverse, np.reshape(forward, values.shape)
+
+
+def dead_relu_layer(A, fused=True):
+    # every relu unit is dead: the loss is constant in A, sqrt'(0) = inf is behind
+    W, b = np.ones((2, 1)), np.array([-5.0])
+    if fused:
+        return fa.linear_relu(fa.sqrt(A), W, b).sum()
+    return fa.relu(fa.sqrt(A) @ W + b).sum()
+
+
+def half_dead_layer(A, fused=True):
+    W, b = np.array([[1.0, -1.0], [1.0, -1.0]]), np.zeros(2)
+    if fused:
+        return fa.linear_relu(fa.sqrt(A), W, b).sum()
+    return fa.relu(fa.sqrt(A) @ W + b).sum()
+
+
+def nan_preactivation_layer(A, fused=True):
+    W, b = np.ones((2, 1)), np.zeros(1)
+    if fused:
+        return fa.linear_relu(fa.sqrt(A), W, b).sum()
+    return fa.relu(fa.sqrt(A) @ W + b).sum()
+
+
+def mse_at_minimum(A, fused=True, sign=1.0):
+    Y, T = fa.sqrt(A), np.zeros(A.shape)
+    return sign * (fa.mse_loss(Y, T) if fused else ((Y - T) * (Y - T)).mean())
+
+
+def broadcast_zero_factor(A, fused=True):
+    return ((fa.sqrt(A[0]) * np.array([1.0, 2.0])) * np.zeros(2)).sum() + A[1]
+
+
+def cancelled_matmul(A, fused=True):
+    v = fa.sqrt(A) @ np.array([1.0, -1.0])
+    return v - v
+
+
+def unmoved_sum(A, fused=True):
+    return fa.sqrt(A.sum()) + A[0] * 0.0 + 1.0
+
+
+def axis_mean(A, fused=True):
+    return (fa.sqrt(A).mean(axis=0) * np.array([0.0, 1.0])).sum()
+
+
+CASES = {
+    "linear_relu, dead units": (dead_relu_layer, np.zeros((1, 2))),
+    "linear_relu, some units dead": (half_dead_layer, np.array([[0.0, 4.0], [0.0, 0.0]])),
+    "linear_relu at a nan pre-activation": (nan_preactivation_layer, np.array([[-1.0, 4.0]])),
+    "mse_loss at its minimum": (mse_at_minimum, np.zeros((1, 2))),
+    "minus mse_loss at its minimum": (
+        lambda A, fused=True: mse_at_minimum(A, fused, -1.0),
+        np.zeros((1, 2)),
+    ),
+    "broadcast scalar operand, zero factor": (broadcast_zero_factor, np.array([0.0, 3.0])),
+    "matmul with a negative weight, cancelled": (cancelled_matmul, np.zeros(2)),
+    "sum of a block no direction moves": (unmoved_sum, np.zeros(3)),
+    "mean over an axis": (axis_mean, np.array([[0.0, 1.0], [0.0, 4.0]])),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_block_rules_keep_reach_like_scalar_nodes(name, fused):
+    build, values = CASES[name]
+    reverse, forward = gradient_and_jvps(lambda A: build(A, fused), values)
+    scalar_reverse, scalar_forward = gradient_and_jvps(
+        lambda A: build(A, fused=False), values, as_scalar_nodes=True
+    )
+    np.testing.assert_array_equal(reverse, scalar_reverse)
+    np.testing.assert_array_equal(forward, scalar_forward)
+
+
+def test_dead_units_give_zero_gradients_not_nan():
+    # The reviewer's case: the old value-based rule gave 0 here, and so must this one.
+    build, values = CASES["linear_relu, dead units"]
+    reverse, forward = gradient_and_jvps(build, values)
+    assert reverse.tolist() == [[0.0, 0.0]] and forward.tolist() == [[0.0, 0.0]]
+
+
+def test_block_results_never_show_negative_zero():
+    with fa.Tape():
+        A = fa.var(np.zeros((2, 2)))
+        L = fa.linear_relu(A, -np.ones((2, 2)), -np.ones(2)).sum() + fa.mse_loss(A, A * 1.0)
+        gradient = fa.grad(L, A)
+        L.backward()
+        for array in (gradient, A.grad):
+            assert not np.signbit(array).any(), array
+
+
+def test_jvp_with_a_single_block_as_wrt():
+    with fa.Tape() as tape:
+        X = fa.var(np.array([1.0, 2.0]))
+        L = (X * X).sum()
+        before = len(tape)
+        assert fa.jvp(L, X, np.ones(2)) == fa.grad(L, X) @ np.ones(2) == 6.0
+        assert len(tape) == before  # nothing recorded by the call
+
+
+def test_a_block_output_is_refused_where_a_scalar_is_needed():
+    with fa.Tape() as tape:
+        X = fa.var(np.array([1.0, 2.0]))
+        Y = X * 3.0
+        for call in (
+            lambda: fa.jvp(Y, [X], [np.ones(2)]),
+            lambda: tape.gradient(Y, [X]),
+            lambda: tape.tangent(Y, [X], [np.ones(2)]),
+            lambda: fa.grad(Y, X),
+        ):
+            with pytest.raises(TypeError, match="scalar"):
+                call()
+
+
+def test_fused_ops_refuse_object_arrays_of_nodes():
+    # They would compute plain numbers from the nodes' values: no gradient.
+    with fa.Tape():
+        X = fa.scalar_nodes(np.ones((1, 2)))
+        with pytest.raises(TypeError, match="scalar nodes"):
+            fa.linear_relu(X, np.ones((2, 1)), np.zeros(1))
+        with pytest.raises(TypeError, match="scalar nodes"):
+            fa.mse_loss(X, np.zeros((1, 2)))
+
+
+def test_object_arrays_of_nodes_combine_with_scalar_nodes():
+    with fa.Tape():
+        X = fa.scalar_nodes(np.array([1.0, -2.0]))
+        s = fa.var(3.0)
+        products = [X * s, s * X, fa.maximum(X, s), X - s]
+        assert [[node.value for node in p] for p in products] == [
+            [3.0, -6.0],
+            [3.0, -6.0],
+            [3.0, 3.0],
+            [-2.0, -5.0],
+        ]
+        (X * s).sum().backward()
+        assert s.grad == -1.0
