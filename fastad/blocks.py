@@ -741,6 +741,7 @@ def forward_rule(code: int, a: RuleValue, b: RuleValue, params: object) -> RuleV
     """The value of a block-op node from its operands' values."""
     if code in RULES:
         return RULES[code][0](a, b, params)
+    _require_elementwise(code, "forward")
     return _elementwise_forward(code, a, a if b is None else b, params)
 
 
@@ -756,7 +757,24 @@ def vjp_rule(
     """Gradients for the operands of a block-op node, given its output gradient ``g``."""
     if code in RULES:
         return RULES[code][1](a, b, out, g, params)
+    _require_elementwise(code, "vector-Jacobian product (VJP)")
     return _elementwise_vjp(code, a, b, out, g, params, unary)
+
+
+def _require_elementwise(code: int, rule: str) -> None:
+    """Raise unless ``code`` is a scalar op, whose rules serve blocks elementwise.
+
+    A block op without its own rule must never fall through to the
+    elementwise path: the generated scalar dispatch has no row for it and
+    would answer 0 (a silent zero gradient).
+    """
+    if code >= optable.NUM_OPS or optable.OPS[code].arity == 0:
+        op = optable.ALL.get(code)
+        name = op.name if op is not None else "unknown"
+        raise NotImplementedError(
+            f"no {rule} rule for the block op {name!r} (opcode {code}): add it to "
+            "fastad/blocks.py's RULES and JVP_RULES"
+        )
 
 
 # -- forward mode: Jacobian-vector products ----------------------------------------------------
@@ -881,6 +899,7 @@ def jvp_rule(
         if code in (SUM, MEAN, RESHAPE, TRANSPOSE, INDEX):
             ta = _unreached_if_none(ta, a)
         return JVP_RULES[code](a, b, out, ta, tb, params)
+    _require_elementwise(code, "Jacobian-vector product (JVP)")
     return _elementwise_jvp(code, a, b, out, ta, tb, params, unary)
 
 

@@ -170,3 +170,22 @@ def test_object_arrays_of_nodes_combine_with_scalar_nodes():
         ]
         (X * s).sum().backward()
         assert s.grad == -1.0
+
+
+def test_every_block_op_has_its_rules_and_an_unknown_one_raises():
+    from fastad import blocks
+    from fastad.kernels import optable
+
+    bundling = {optable.BLOCK_BY_NAME["pair"].code}  # bundles operands, has no rule
+    for op in optable.BLOCK_OPS:
+        if op.code not in bundling:
+            assert op.code in blocks.RULES and op.code in blocks.JVP_RULES, op.name
+    a = np.ones(2)
+    for rule in (
+        lambda code: blocks.forward_rule(code, a, None, None),
+        lambda code: blocks.vjp_rule(code, a, None, a, a, None, True),
+        lambda code: blocks.jvp_rule(code, a, None, a, a, None, None, True),
+    ):
+        for code in (99, optable.INPUT, optable.BLOCK_BY_NAME["pair"].code):
+            with pytest.raises(NotImplementedError, match=f"opcode {code}"):
+                rule(code)
