@@ -21,6 +21,7 @@ import os
 import pathlib
 import sys
 import threading
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
@@ -57,6 +58,8 @@ _INITIAL_CAPACITY = 64
 # NumPy scalar writes; the list is moved into the arrays in bulk before any
 # sweep or read, and at least every _STAGE_ROWS nodes to bound its memory.
 _STAGE_MASK = (1 << 14) - 1
+GROWTH_WARNING_BYTES = 1 << 30
+"""A tape holding more than this (node arrays and block arrays) warns once."""
 # Adjoint and tangent buffers start at UNREACHED (-0.0), the sweeps' mark of
 # a node no contribution reached (see kernels/sweeps.py); every result handed
 # out has 0.0 added, which turns it into an ordinary +0.0.
@@ -116,6 +119,9 @@ class Tape:
         # parameters; block adjoints after a backward sweep.
         self._blocks: dict[int, FloatArray] = {}
         self._block_ops: list[int] = []
+        self._block_op_ids = np.empty(0, np.int64)  # _block_ops as an array, grown lazily
+        self._block_bytes = 0  # held by the arrays in _blocks
+        self._warned_growth = False
         self._block_params: dict[int, object] = {}
         self._block_grads: dict[int, FloatArray] = {}
 
@@ -154,6 +160,8 @@ class Tape:
         self._constants.clear()
         self._blocks.clear()
         self._block_ops.clear()
+        self._block_op_ids = np.empty(0, np.int64)
+        self._block_bytes = 0
         self._block_params.clear()
         self._block_grads.clear()
         if self._sources is not None:
@@ -285,8 +293,30 @@ class Tape:
         array = np.array(array, dtype=np.float64)  # a private copy
         array.flags.writeable = False
         row = self.append(code, -1, -1, 0.0)
-        self._blocks[row._id] = array
+        self._store_block(row._id, array)
         return _block_handle(self, row._id)
+
+    def _store_block(self, node_id: int, array: FloatArray) -> None:
+        self._blocks[node_id] = array
+        self._block_bytes += array.nbytes
+        if self._block_bytes > GROWTH_WARNING_BYTES:
+            self._warn_growth()
+
+    def _warn_growth(self) -> None:
+        """Say once that this tape keeps growing: nothing on a live tape is freed."""
+        columns = (self._opcode, self._in0, self._in1, self._val, self._grad)
+        held = sum(column.nbytes for column in columns) + self._block_bytes  # no _sync here
+        if self._warned_growth or held <= GROWTH_WARNING_BYTES:
+            return
+        self._warned_growth = True
+        warnings.warn(
+            f"this fastad tape holds {self._n} nodes and {held / 2**30:.1f} GiB: a tape keeps "
+            "every node (and array) recorded on it for as long as it lives. In a loop, record "
+            "each step on a fresh tape (`with fa.Tape():`) or call tape.reset() after the "
+            "optimiser step, and memory stays flat.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
     def block_constant(self, value: NumericArray | list[Any] | tuple[Any, ...]) -> Block:
         """A constant block node holding a copy of the array ``value``."""
@@ -319,7 +349,7 @@ class Tape:
             row = self.append(code, in0, in1, 0.0)
             value = np.ascontiguousarray(value, dtype=np.float64)
             value.flags.writeable = False
-            self._blocks[row._id] = value
+            self._store_block(row._id, value)
             node = _block_handle(self, row._id)
         else:
             node = self.append(code, in0, in1, 0.0 if value is None else float(value))
@@ -345,6 +375,25 @@ class Tape:
             )
         block = self._blocks.get(node_id)
         return block if block is not None else float(self._val[node_id])
+
+    def _block_ops_reaching(self, root: int) -> tuple[list[int], int]:
+        """The block-op nodes ``root`` depends on (ascending), and the lowest id it depends on.
+
+        Sweeps visit only these, so the history of a long-lived tape (a
+        PyTorch-style loop recording every step on one tape) costs a
+        compiled pass over the ids, not a Python step per earlier block.
+        The scalar runs between them may cross block nodes ``root`` does not
+        depend on: nothing reaches those, so the compiled sweeps skip them
+        (or, in forward mode, fill their unused scalar slot).
+        """
+        ops = self._block_ops
+        if self._block_op_ids.size != len(ops):
+            new = np.array(ops[self._block_op_ids.size :], np.int64)
+            self._block_op_ids = np.concatenate([self._block_op_ids, new])
+        ids = self._block_op_ids[: np.searchsorted(self._block_op_ids, root, side="right")]
+        mark = np.zeros(root + 1, np.bool_)
+        sweeps.mark_ancestors(self._in0, self._in1, root, mark)
+        return ids[mark[ids]].tolist(), int(np.argmax(mark))
 
     def _sweep_blocks_backward(
         self,
@@ -373,8 +422,9 @@ class Tape:
             if found is None and origin != sweeps.NO_ORIGIN:
                 found = (origin // 2, origin % 2)
 
+        relevant, lowest = self._block_ops_reaching(root)
         stop = root + 1
-        for node in reversed([b for b in self._block_ops if b <= root]):
+        for node in reversed(relevant):
             run(stop, node + 1)
             stop = node
             code = int(self._opcode[node])
@@ -401,7 +451,7 @@ class Tape:
             self._add_adjoint(j, da, adjoints, block_adjoints)
             if k >= 0:
                 self._add_adjoint(k, db, adjoints, block_adjoints)
-        run(stop, 0)
+        run(stop, lowest)
         return found
 
     def _add_adjoint(
@@ -459,6 +509,7 @@ class Tape:
             new = np.zeros(capacity, old.dtype)
             new[: old.size] = old
             setattr(self, name, new)
+        self._warn_growth()
 
     def node(self, node_id: NodeRef) -> Var:
         """A ``Var`` handle for an existing node id (e.g. on a loaded tape)."""
@@ -743,10 +794,8 @@ class Tape:
             value = float(tangents[node])
             return value if _reached(value) else None
 
-        start = 0
-        for node in self._block_ops:
-            if node > root:
-                break
+        relevant, start = self._block_ops_reaching(root)
+        for node in relevant:
             sweeps.tangent_sweep(
                 self._opcode, self._in0, self._in1, self._val, tangents, seeded, start, node
             )

@@ -189,3 +189,40 @@ def test_every_block_op_has_its_rules_and_an_unknown_one_raises():
         for code in (99, optable.INPUT, optable.BLOCK_BY_NAME["pair"].code):
             with pytest.raises(NotImplementedError, match=f"opcode {code}"):
                 rule(code)
+
+
+def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monkeypatch):
+    from fastad import blocks
+
+    calls = []
+    vjp_rule, jvp_rule = blocks.vjp_rule, blocks.jvp_rule
+    monkeypatch.setattr(
+        blocks, "vjp_rule", lambda code, *a: calls.append(code) or vjp_rule(code, *a)
+    )
+    monkeypatch.setattr(
+        blocks, "jvp_rule", lambda code, *a: calls.append(code) or jvp_rule(code, *a)
+    )
+    tape = fa.Tape()
+    W = np.ones((3, 2))
+    for _ in range(30):  # a PyTorch-style loop: every step on the same tape
+        with tape:
+            Wv = fa.var(W)
+            L = (fa.relu(np.ones((4, 3)) @ Wv) * 2.0).sum()
+    calls.clear()
+    L.backward()
+    assert len(calls) == 4  # this step's sum, mul, relu and matmul; not 30 steps' worth
+    assert Wv.grad.tolist() == [[8.0, 8.0]] * 3
+    calls.clear()
+    fa.jvp(L, [Wv], [np.ones((3, 2))])
+    assert len(calls) == 4
+
+
+def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
+    from fastad import tape as tape_module
+
+    monkeypatch.setattr(tape_module, "GROWTH_WARNING_BYTES", 100_000)
+    tape = fa.Tape()
+    with pytest.warns(RuntimeWarning, match="with fa.Tape") as caught, tape:
+        for _ in range(30):
+            fa.var(np.ones(1000))  # 8 kB each
+    assert len(caught) == 1
