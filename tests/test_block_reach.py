@@ -226,3 +226,19 @@ def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
         for _ in range(30):
             fa.var(np.ones(1000))  # 8 kB each
     assert len(caught) == 1
+
+
+def test_arrays_are_copied_in_and_out_so_mutation_never_corrupts_a_gradient():
+    X = np.array([1.0, 2.0, 3.0])
+    with fa.Tape():
+        Xv = fa.var(X)
+        L = (Xv * Xv).sum()
+        X[0] = 100.0  # the caller's array: the tape holds its own copy
+        L.backward()
+        assert Xv.value.tolist() == [1.0, 2.0, 3.0] and L.value == 14.0
+        assert Xv.grad.tolist() == [2.0, 4.0, 6.0]
+        with pytest.raises(ValueError, match="read-only"):
+            Xv.value[0] = 5.0  # the tape's copy cannot be written through .value
+        gradient = Xv.grad
+        gradient[0] = -1.0  # .grad is a fresh copy too
+        assert Xv.grad.tolist() == [2.0, 4.0, 6.0]
