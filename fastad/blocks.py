@@ -385,7 +385,8 @@ def reach_sum(
 ) -> Any:
     """``x.sum(axis)`` that keeps strong zeros: a sum of UNREACHED elements only is
     UNREACHED (NumPy's own sum starts at +0.0, which would mark it reached)."""
-    return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in the sweeps
+        return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
 
 
 def _contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
@@ -399,38 +400,42 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
     """``x @ y`` for a VJP or JVP, where one factor holds adjoints or tangents.
 
     ``adjoint_left``: ``x`` holds them and ``y`` values, else the reverse.
-    Element ``(i, k)`` is reached when some adjoint ``x[i, j]`` was reached
-    and meets a value ``y[j, k]`` that is not exactly zero (a zero local
-    partial is a strong zero), as in the scalar-node expansion of the
-    product. Only exact zeros of the product can be unreached, so only the
-    rows (or columns) holding one are looked at again. 1-D operands act as a
+    The result is what the scalar-node expansion of the product gives: a
+    term is sent only from a reached adjoint meeting a value that is not
+    exactly zero (a zero local partial is a strong zero), so an element no
+    term reached is UNREACHED and an unsent term can never turn into
+    ``0 * inf = nan``. BLAS computes the product; only the rows (or
+    columns) holding a zero or a non-finite element, where it can differ,
+    are recomputed term by term (``product_reach``). 1-D operands act as a
     row (``x``) or a column (``y``).
     """
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
-    out = product_reach(np.ascontiguousarray(x2 @ y2), x2, y2, adjoint_left)
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, rechecked below
+        product = np.ascontiguousarray(x2 @ y2)
+    out = product_reach(product, x2, y2, adjoint_left)
     return out.reshape(x.shape[:-1] + y.shape[1:])
 
 
 def product_reach(
     product: FloatArray, x: FloatArray, y: FloatArray, adjoint_left: bool
 ) -> FloatArray:
-    """``product`` (2-D, C-contiguous, ``x @ y``) with its zeros' reach; see ``reach_matmul``.
+    """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
     For products a fused kernel has made already. Changes ``product`` in place.
     """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
     if adjoint_left:
         rows = np.zeros(product.shape[0], np.bool_)
-        sweeps.rows_with_zeros(product, rows)
+        sweeps.rows_to_recheck(product, rows)
         if rows.any():
-            reach = reached_elements(x[rows]).astype(np.float64) @ (y != 0.0) > 0.0
-            product[rows] = np.where(reach, product[rows] + 0.0, UNREACHED)
+            sweeps.exact_rows(x, y, np.flatnonzero(rows), product)
     else:
         columns = np.zeros(product.shape[1], np.bool_)
-        sweeps.columns_with_zeros(product, columns)
+        sweeps.columns_to_recheck(product, columns)
         if columns.any():
-            reach = (x != 0.0).astype(np.float64) @ reached_elements(y[:, columns]) > 0.0
-            product[:, columns] = np.where(reach, product[:, columns] + 0.0, UNREACHED)
+            sweeps.exact_columns(x, y, np.flatnonzero(columns), product)
     return product
 
 
@@ -497,7 +502,8 @@ def matmul(x: Any, y: Any) -> Any:
 
 
 def _matmul_forward(a: FloatArray, b: FloatArray, params: None) -> FloatArray | float:
-    out = np.matmul(a, b)
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
+        out = np.matmul(a, b)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -529,16 +535,15 @@ def _reduce(code: int, x: Block, axis: object) -> Var | Block:
         if not -value.ndim <= axis < value.ndim:
             raise ValueError(f"axis {axis} is out of range for {x!r} of shape {value.shape}")
         axis %= value.ndim
-    reduce = np.sum if code == SUM else np.mean
-    out = reduce(value, axis=axis)
-    return _record(code, x, None, float(out) if axis is None else out, axis)
+    return _record(code, x, None, RULES[code][0](value, None, axis), axis)
 
 
 def _reduce_forward(code: int) -> ForwardRule:
     reduce = np.sum if code == SUM else np.mean
 
     def forward(a: FloatArray, b: None, axis: int | None) -> RuleValue:
-        out = reduce(a, axis=axis)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, silently
+            out = reduce(a, axis=axis)
         return float(out) if axis is None else out
 
     return forward
@@ -666,9 +671,18 @@ def mse_loss(Y: Any, T: Any) -> Var | float:
     return tape.append_block_op(MSE_LOSS, Y._id, T._id, float(fused.mse_loss_forward(a, b)), None)
 
 
+def _holds_nodes(x: object) -> bool:
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x, dtype=object)
+    if not (isinstance(x, np.ndarray) and x.dtype == object):
+        return False
+    return any(isinstance(element, Node) for element in x.flat)
+
+
 def _refuse_scalar_nodes(name: str, unfused: str, *operands: object) -> None:
-    # An object array of nodes would be read as numbers: values, no gradient.
-    if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
+    # Nodes in an object array (or a list) would be read as numbers: values,
+    # no gradient.
+    if any(_holds_nodes(x) for x in operands):
         raise TypeError(
             f"fa.{name} takes arrays or blocks, not object arrays of scalar nodes "
             f"(fa.scalar_nodes): write it unfused, {unfused}, which records every node"

@@ -148,7 +148,8 @@ def _arrays_or_blocks(
     """Blocks and numeric arrays: a block node (or plain array); object arrays: per element."""
     if any(isinstance(x, np.ndarray) and x.dtype == object for x in operands):
         function = _FUNCTIONS[name]
-        return np.frompyfunc(function, len(operands), 1)(*(as_object(x) for x in operands))
+        with np.errstate(all="ignore"):  # IEEE values per element, as for one node
+            return np.frompyfunc(function, len(operands), 1)(*(as_object(x) for x in operands))
     if any(isinstance(x, Block) or _numeric_array(x) for x in operands):
         return blocks.elementwise(code, *operands)
     return None

@@ -143,7 +143,8 @@ def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | Ob
     ):
         return blocks.elementwise(code, x, y)
     if isinstance(other, np.ndarray) and other.dtype == object:
-        return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(as_object(x), as_object(y))
+        with np.errstate(all="ignore"):  # IEEE values per element, as for one node
+            return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(as_object(x), as_object(y))
     if isinstance(other, np.ndarray):
         raise TypeError(
             f"cannot combine a fastad Var with a NumPy ndarray of dtype {other.dtype} "

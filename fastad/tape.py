@@ -211,6 +211,14 @@ class Tape:
     def _refuse_append(self, code: int, in0: int, in1: int, value: float) -> NoReturn:
         self._refuse("record new nodes on")
 
+    def _refuse_while_tracing(self, what: str) -> NoReturn:
+        raise TraceError(
+            f"{what} while fa.compile traces the function: the derivative would be a number "
+            "computed at the traced point and frozen into every replay. Differentiate the "
+            "compiled function instead (f.grad, f.jvp, f.vjp); derivatives of derivatives "
+            "inside a trace are not supported yet."
+        )
+
     def _refuse(self, action: str) -> NoReturn:
         raise ValueError(
             f"cannot {action} this tape: it belongs to {self._owner}, which replays it as "
@@ -360,6 +368,8 @@ class Tape:
 
     def block_adjoint(self, node_id: int) -> FloatArray:
         """The adjoint array of a block node (zeros before any backward)."""
+        if self._guards is not None:
+            self._refuse_while_tracing("a block gradient")
         gradient = self._block_grads.get(node_id)
         if gradient is None:
             return np.zeros(self._blocks[node_id].shape)
@@ -519,6 +529,8 @@ class Tape:
     # -- the arrays ------------------------------------------------------------
     def adjoint(self, node_id: NodeRef) -> float:
         """The adjoint of one node (what ``Var.grad`` returns)."""
+        if self._guards is not None:
+            self._refuse_while_tracing("a gradient (.grad)")
         return float(self._grad[self.node_id(node_id)])
 
     def op_name(self, node_id: NodeRef) -> str:
@@ -563,6 +575,8 @@ class Tape:
     @property
     def grad(self) -> FloatArray:
         """Node adjoints (float64)."""
+        if self._guards is not None:
+            self._refuse_while_tracing("tape.grad")
         return self._view("_grad")
 
     @property
@@ -643,6 +657,8 @@ class Tape:
         With ``accumulate`` d root / d node is added to the existing
         adjoints instead; nothing is ever "sometimes zeroed".
         """
+        if self._guards is not None:
+            self._refuse_while_tracing("backward()")
         root = self._scalar_root(root, "backward")
         if check:
             origin = self.first_nonfinite(root)
@@ -702,6 +718,8 @@ class Tape:
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
+        if self._guards is not None:
+            self._refuse_while_tracing("fa.grad")
         root = self._scalar_root(root, "a gradient")
         ids = [self.node_id(i, "wrt") for i in wrt]
         adjoints = np.full(self._n, UNREACHED)
@@ -734,6 +752,8 @@ class Tape:
         computed by the compiled tangent sweep from the same local partials
         as ``backward``.
         """
+        if self._guards is not None:
+            self._refuse_while_tracing("fa.jvp")
         root = self._scalar_root(root, "forward mode (a tangent)")
         ids = [self.node_id(i, "wrt") for i in wrt]
         if self._block_ops:
@@ -894,6 +914,8 @@ class Tape:
         fewer operands. This is the edge label of a drawing: the number a
         node's adjoint is multiplied by on its way to each operand.
         """
+        if self._guards is not None:
+            self._refuse_while_tracing("local partials")
         nodes = np.array(
             [self.node_id(i) for i in np.asarray(nodes).reshape(-1).tolist()], np.int64
         )

@@ -1306,23 +1306,59 @@ def map_jvp(
 
 
 @kernel
-def rows_with_zeros(out: FloatArray, rows: BoolArray) -> None:
-    """Mark in ``rows`` each row of the 2-D ``out`` holding an exact zero (either sign).
+def rows_to_recheck(out: FloatArray, rows: BoolArray) -> None:
+    """Mark in ``rows`` each row of the 2-D product ``out`` holding a zero or a non-finite value.
 
-    Block products (``G @ W.T``) need their zeros' reach worked out; every
-    other element is reached. One read of ``out``, none of it copied.
+    A BLAS product of adjoints (or tangents) with values is exact except in
+    two places: a zero may be an unreached (strong) zero, and a nan may come
+    from a term the scalar rule never sends (an unreached ``-0.0`` times
+    ``inf``, or an ``inf`` adjoint times a zero value). Only rows holding
+    such an element need the term-by-term product (``exact_rows``). One read.
     """
     for i in range(out.shape[0]):
         for k in range(out.shape[1]):
-            if out[i, k] == 0.0:
+            value = out[i, k]
+            if value == 0.0 or not isfinite(value):
                 rows[i] = True
                 break
 
 
 @kernel
-def columns_with_zeros(out: FloatArray, columns: BoolArray) -> None:
-    """Mark in ``columns`` each column of the 2-D ``out`` holding an exact zero."""
+def columns_to_recheck(out: FloatArray, columns: BoolArray) -> None:
+    """Mark in ``columns`` each column of ``out`` holding a zero or a non-finite value."""
     for i in range(out.shape[0]):
         for k in range(out.shape[1]):
-            if out[i, k] == 0.0:
+            value = out[i, k]
+            if value == 0.0 or not isfinite(value):
                 columns[k] = True
+
+
+@kernel
+def exact_rows(adjoint: FloatArray, values: FloatArray, rows: IdArray, out: FloatArray) -> None:
+    """``out[i] = adjoint[i] @ values`` for each ``i`` in ``rows``, term by term.
+
+    Each term is ``contribution(values[j, k], adjoint[i, j])``: nothing from an
+    unreached adjoint or a zero value, so the row has exactly the reach and
+    the value of its scalar-node expansion.
+    """
+    for r in range(rows.size):
+        i = rows[r]
+        for k in range(values.shape[1]):
+            total = UNREACHED
+            for j in range(values.shape[0]):
+                total += contribution(values[j, k], adjoint[i, j])
+            out[i, k] = total
+
+
+@kernel
+def exact_columns(
+    values: FloatArray, adjoint: FloatArray, columns: IdArray, out: FloatArray
+) -> None:
+    """``out[:, k] = values @ adjoint[:, k]`` for each ``k`` in ``columns``, term by term."""
+    for c in range(columns.size):
+        k = columns[c]
+        for i in range(values.shape[0]):
+            total = UNREACHED
+            for j in range(values.shape[1]):
+                total += contribution(values[i, j], adjoint[j, k])
+            out[i, k] = total

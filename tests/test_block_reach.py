@@ -13,8 +13,6 @@ import pytest
 
 import fastad as fa
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/nan on purpose
-
 
 def gradient_and_jvps(build, values, as_scalar_nodes=False):
     """``dL/dA`` by reverse mode and by forward mode (one unit direction per element)."""
@@ -79,7 +77,43 @@ def axis_mean(A, fused=True):
     return (fa.sqrt(A).mean(axis=0) * np.array([0.0, 1.0])).sum()
 
 
+def inf_weight_dead_unit(A, fused=True):
+    # unit 0 is dead (relu'(-inf) = 0), unit 1 alive; W holds an inf
+    W = np.array([[np.inf, -1.0]])
+    if fused:
+        return fa.linear_relu(A, W, np.zeros(2)).sum()
+    return fa.relu(A @ W).sum()
+
+
+def sqrt_after_zero_weight(A, fused=True):
+    # the weight 0 is a strong zero: sqrt'(0) = inf behind it is never reached
+    W = np.array([[0.0], [1.0]])
+    if fused:
+        return fa.sqrt(fa.linear(A, W, np.zeros(1))).sum()
+    return fa.sqrt(A @ W).sum()
+
+
+def zero_weight_after_sqrt(A, fused=True):
+    W = np.array([[0.0], [1.0]])
+    if fused:
+        return fa.linear(fa.sqrt(A), W, np.zeros(1)).sum()
+    return (fa.sqrt(A) @ W).sum()
+
+
+def inf_weight_unmoved_input(A, fused=True):
+    return (A @ np.array([[np.inf], [1.0]])).sum()
+
+
+def vector_dot_after_sqrt(A, fused=True):
+    return fa.sqrt(A) @ np.array([0.0, 1.0])
+
+
 CASES = {
+    "inf weight, dead unit": (inf_weight_dead_unit, np.array([[-1.0]])),
+    "sqrt after a zero weight": (sqrt_after_zero_weight, np.array([[5.0, 0.0]])),
+    "zero weight after sqrt": (zero_weight_after_sqrt, np.array([[0.0, 4.0]])),
+    "inf weight, unmoved input": (inf_weight_unmoved_input, np.array([[2.0, 3.0]])),
+    "vector dot after sqrt": (vector_dot_after_sqrt, np.array([0.0, 4.0])),
     "linear_relu, dead units": (dead_relu_layer, np.zeros((1, 2))),
     "linear_relu, some units dead": (half_dead_layer, np.array([[0.0, 4.0], [0.0, 0.0]])),
     "linear_relu at a nan pre-activation": (nan_preactivation_layer, np.array([[-1.0, 4.0]])),
@@ -151,10 +185,52 @@ def test_fused_ops_refuse_object_arrays_of_nodes():
     # They would compute plain numbers from the nodes' values: no gradient.
     with fa.Tape():
         X = fa.scalar_nodes(np.ones((1, 2)))
-        with pytest.raises(TypeError, match="scalar nodes"):
-            fa.linear_relu(X, np.ones((2, 1)), np.zeros(1))
-        with pytest.raises(TypeError, match="scalar nodes"):
-            fa.mse_loss(X, np.zeros((1, 2)))
+        x, y = fa.var(1.0), fa.var(-2.0)
+        for nodes in (X, [[x, y]]):
+            with pytest.raises(TypeError, match="scalar nodes"):
+                fa.linear_relu(nodes, np.ones((2, 1)), np.zeros(1))
+        for nodes in (X, [x, y]):
+            with pytest.raises(TypeError, match="scalar nodes"):
+                fa.mse_loss(nodes, np.zeros(np.shape(nodes)))
+        assert fa.mse_loss([1.0, 2.0], [0.0, 0.0]) == 2.5  # plain numbers still work
+
+
+def test_block_rules_raise_no_warnings_at_infinities():
+    # IEEE results, silently, as the compiled elementwise rules give them
+    # (the test run turns warnings into errors).
+    with fa.Tape():
+        A = fa.var(np.array([[0.0, 4.0]]))
+        L = (fa.sqrt(A) @ np.array([[0.0], [1.0]])).sum()
+        assert fa.jvp(L, [A], [np.array([[1.0, 0.0]])]) == 0.0
+        b = fa.var(np.array([0.0]))
+        M = (fa.sqrt(b + np.zeros(2)) * np.array([1.0, -1.0])).sum()
+        assert np.isnan(fa.grad(M, b)).all()
+        P = fa.var(np.array([np.inf, -np.inf]))
+        assert np.isnan((P @ np.array([1.0, 1.0])).value) and np.isnan(P.sum().value)
+    with fa.Tape():
+        S = fa.scalar_nodes(np.zeros(2))
+        assert fa.log(S)[0].value == -np.inf
+
+
+def test_no_derivative_escapes_a_trace():
+    # Each would be a number computed at the traced point, frozen into replays.
+    def nested_grad(x):
+        return (x * x) * fa.grad(x * x, x)
+
+    def read_after_backward(x):
+        y = x * x
+        y.backward()
+        return y * x.grad
+
+    for function in (nested_grad, read_after_backward, lambda x: x * x.tape.grad[0]):
+        with pytest.raises(fa.TraceError, match="while fa.compile traces"):
+            fa.compile(function)(np.array([3.0]))
+    with pytest.raises(fa.TraceError, match="while fa.compile traces"):
+        fa.compile(lambda A: (A * fa.grad((A * A).sum(), A)).sum(), example=(np.ones(2),))(
+            (np.array([3.0, 3.0]),)
+        )
+    f = fa.compile(lambda x: x * x)  # differentiating the compiled function is the way
+    assert f.grad(np.array([5.0]))[0] == 10.0
 
 
 def test_object_arrays_of_nodes_combine_with_scalar_nodes():
