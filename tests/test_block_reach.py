@@ -318,3 +318,21 @@ def test_arrays_are_copied_in_and_out_so_mutation_never_corrupts_a_gradient():
         gradient = Xv.grad
         gradient[0] = -1.0  # .grad is a fresh copy too
         assert Xv.grad.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_adopted_adjoints_are_never_shared(rng):
+    # Kernel outputs become adjoints without a copy, then accumulate in place:
+    # X gets contributions from the fused layer and from X * X, W from the
+    # layer twice; NumPy by hand is the reference.
+    X, W, b, G = (rng.normal(size=shape) for shape in ((4, 3), (3, 2), (2,), (4, 2)))
+    with fa.Tape():
+        Xv, Wv, bv = fa.var(X), fa.var(W), fa.var(b)
+        H1, H2 = fa.linear_relu(Xv, Wv, bv), fa.linear(Xv, Wv, bv)
+        L = (H1 * G).sum() + (H2 * G).sum() + (Xv * Xv).sum()
+        L.backward()
+        L.backward(accumulate=True)
+        mask = (X @ W + b) > 0
+        dZ = G * mask + G
+        np.testing.assert_allclose(Xv.grad, 2 * (dZ @ W.T + 2 * X), rtol=1e-12)
+        np.testing.assert_allclose(Wv.grad, 2 * (X.T @ dZ), rtol=1e-12)
+        np.testing.assert_allclose(bv.grad, 2 * dZ.sum(axis=0), rtol=1e-12)
