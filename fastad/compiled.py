@@ -28,14 +28,14 @@ from numpy.typing import ArrayLike, NDArray
 from fastad import npz
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
-from fastad.node import Var, is_number
+from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
+from fastad.storage import as_stored
 from fastad.tape import Tape
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, IndexArray, RealNumber, StrPath
-    from fastad.blocks import Block
 
     Traceable = Callable[..., Any]
     """The Python function ``fa.compile`` traces: scalar (or array) arguments, fastad nodes
@@ -208,7 +208,7 @@ class CompiledFunction:
                     for v, name in zip(point, self._input_names, strict=True)
                 ]
                 result = self._function(*inputs)
-            if tape._block_ops:
+            if tape.blocks.ops:
                 raise NotImplementedError(
                     "fa.compile's batched replay runs scalar programs; this function recorded "
                     "array (block) operations. Compile it as a function of arrays, "
@@ -221,8 +221,8 @@ class CompiledFunction:
             ]
             if not outputs:
                 raise ValueError("the traced function returned no outputs")
-            guards = np.array(tape._guards, dtype=np.int64).reshape(-1, 2)
-            tape._guards = None  # tracing is over: the tape is an ordinary tape now
+            # Tracing is over: the tape is an ordinary tape now.
+            guards = np.array(tape.end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
             if self._optimize:
@@ -550,12 +550,9 @@ class BlockFunction:
                 tape.input(v, name) for v, name in zip(values, names, strict=True)
             ]
             result = function(*self._inputs)
-        guards, tape._guards = tape._guards, None
-        self._guards = list(guards or ())
+        self._guards = tape.end_trace()
         if isinstance(result, (tuple, list)):
             raise ValueError("a function of arrays returns one output (a scalar or an array)")
-        from fastad.blocks import Block
-
         self._output: Var | Block
         if isinstance(result, Block) and result.tape is tape:
             self._output = result
@@ -587,8 +584,6 @@ class BlockFunction:
         self, arguments: Iterable[ArrayLike]
     ) -> tuple[float, list[float | FloatArray]]:
         """``(value, [gradient per argument])``; needs a scalar output."""
-        from fastad.blocks import Block
-
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
         with self._lock:
@@ -603,15 +598,14 @@ class BlockFunction:
 
     def _output_value(self) -> float | FloatArray:
         node = self._output.id
-        block = self._tape._blocks.get(node)
-        return block.copy() if block is not None else float(self._tape._val[node])
+        block = self._tape.block_value(node)
+        return block.copy() if block is not None else float(self._tape.value(node))
 
     def _replay(self, arguments: Iterable[ArrayLike]) -> None:
         arguments = list(arguments)
         if len(arguments) != len(self._inputs):
             raise ValueError(f"expected {len(self._inputs)} arguments, got {len(arguments)}")
         tape = self._tape
-        tape._sync()
         for position, (node, shape, value) in enumerate(
             zip(self._inputs, self._shapes, arguments, strict=True)
         ):
@@ -622,14 +616,11 @@ class BlockFunction:
                     f"expects {shape}"
                 )
             if shape:
-                value = np.array(value, dtype=np.float64)
-                value.flags.writeable = False
-                tape._blocks[node.id] = value
-            else:
-                tape._val[node.id] = value
+                value = as_stored(np.array(value, dtype=np.float64))  # a private copy
+            tape.set_leaf_value(node.id, value)
         tape.forward()
         for guard, truth in self._guards:
-            if (tape._val[guard] != 0.0) != truth:
+            if (tape.value(guard) != 0.0) != truth:
                 raise BranchError(
                     f"the traced function branches on `{_describe(tape, guard)}`, which was "
                     f"{truth} when traced and is {not truth} for these arguments; use fa.where"

@@ -1,4 +1,4 @@
-"""Drawing tapes: Graphviz DOT text, and rendered files when Graphviz is installed.
+"""Showing tapes: the node table, Graphviz DOT text, and rendered files.
 
 A drawing is most useful when it shows what the node table cannot at a
 glance: shared nodes, several paths to one node, and on every edge the local
@@ -8,12 +8,14 @@ one edge's contribution (edge label times the consumer's gradient).
 
 from __future__ import annotations
 
+import math
+import os
 import pathlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fastad.kernels import optable, sweeps
+from fastad.kernels import optable
 
 if TYPE_CHECKING:
     from fastad._typing import StrPath
@@ -21,6 +23,63 @@ if TYPE_CHECKING:
     from fastad.tape import Tape
 
 DEFAULT_MAX_NODES = 200
+
+
+def table(
+    tape: Tape,
+    grad: bool = False,
+    start: int = 0,
+    stop: int | None = None,
+    max_rows: int = 60,
+    around: NodeRef | None = None,
+    context: int = 5,
+) -> str:
+    """The node table in the articles' form: id, op, value, inputs (and label).
+
+    See :meth:`fastad.Tape.table`.
+    """
+    if around is not None:
+        around = tape.node_id(around)
+        start, stop = max(around - context, 0), around + context + 1
+    n = len(tape)
+    stop = n if stop is None else min(stop, n)
+    ids: list[int | None] = list(range(max(start, 0), stop))
+    if len(ids) > max_rows:
+        half = max_rows // 2
+        ids = ids[:half] + [None] + ids[-half:]
+    opcode, _, _, val, adjoint = tape.columns()
+    header = f"{'id':>7}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
+    header += f"  {'inputs':<14} label"
+    rows = [header + ("  where" if tape.debug else "")]
+    for i in ids:
+        if i is None:
+            rows.append(f"{'...':>7}  ({stop - start - 2 * half} rows not shown)")
+            continue
+        operands = [f"#{j}" for j in tape.operands(i)]
+        mark = ">" if i == around else " "
+        row = f"{mark}{i:>6}  {optable.ALL[opcode[i]].symbol:<8} "
+        block = tape.block_value(i)
+        if block is not None:
+            row += f"{'block' + str(block.shape):>12}"
+            if grad:
+                row += f" {'(array)':>14}"
+        else:
+            row += f"{_fmt(val[i], 4):>12}"
+            if grad:
+                row += f" {_fmt(adjoint[i], 8):>14}"
+        row += f"  {', '.join(operands) or '-':<14} {tape.label(i) or '':<5}"
+        source = tape.source(i)
+        if source is not None:
+            row += f"  {os.path.basename(source[0])}:{source[1]}"
+        rows.append(row.rstrip())
+    return "\n".join(rows)
+
+
+def _fmt(x: float, digits: int) -> str:
+    x = float(x)
+    if x == 0.0 or not math.isfinite(x) or 1e-4 <= abs(x) < 1e7:
+        return f"{x:.{digits}f}"
+    return f"{x:.{digits}e}"
 
 
 def to_dot(
@@ -39,10 +98,7 @@ def to_dot(
     if root is None:
         ids = np.arange(n)
     else:
-        root_id = tape.node_id(root, "root")
-        mark = np.zeros(n, np.bool_)
-        sweeps.mark_ancestors(tape.in0, tape.in1, root_id, mark)
-        ids = np.flatnonzero(mark)
+        ids = np.flatnonzero(tape.ancestors(tape.node_id(root, "root"))[0])
     if ids.size > max_nodes:
         raise ValueError(
             f"refusing to draw {ids.size} nodes (max_nodes={max_nodes}): draw the part one "
@@ -51,7 +107,6 @@ def to_dot(
     opcode, in0, in1, val, adjoint = tape.opcode, tape.in0, tape.in1, tape.val, tape.grad
     labels = tape.labels
     partials = tape.local_partials(ids)
-    block_ops = set(tape._block_ops)  # their edges carry arrays, not one number
     lines = [
         "digraph fastad {",
         "  rankdir=LR;",
@@ -63,7 +118,7 @@ def to_dot(
         name = labels.get(i)
         title = name if name else (f"{float(val[i]):.4g}" if op.name == "const" else op.symbol)
         kind = {"input": "leaf", "const": "const"}.get(op.name, op.symbol)
-        block = tape._blocks.get(i)
+        block = tape.block_value(i)
         value = f"shape {block.shape}" if block is not None else f"value {float(val[i]):.4g}"
         text = [f"#{i} {title}" + (f" ({kind})" if name else ""), value]
         if grad and block is None:
@@ -71,10 +126,11 @@ def to_dot(
         shape = ", shape=ellipse" if op.arity == 0 else ""
         lines.append(f'  n{i} [label="{_escape(chr(10).join(text))}"{shape}];')
     for row, i in enumerate(ids.tolist()):
+        if tape.blocks.is_op(i):  # its edges carry arrays, not one number
+            lines.extend(f"  n{operand} -> n{i};" for operand in tape.operands(i))
+            continue
         for slot, operand in enumerate((in0[i], in1[i])):
-            if operand >= 0 and i in block_ops:
-                lines.append(f"  n{operand} -> n{i};")
-            elif operand >= 0:
+            if operand >= 0:
                 lines.append(f'  n{operand} -> n{i} [label="{partials[row, slot]:.4g}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad import blocks, rules
-from fastad.blocks import Block
+from fastad import rules
 from fastad.kernels import optable
-from fastad.node import Var, as_object, check_live, is_number, record, record_unary
+from fastad.node import (
+    Block,
+    Var,
+    as_object,
+    check_live,
+    elementwise,
+    is_number,
+    record,
+    record_unary,
+)
 from fastad.tape import current_tape
 
 if TYPE_CHECKING:
@@ -93,9 +101,9 @@ def grad(
     nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
     for node in nodes:
         _require_node(node, "fa.grad wrt")
-        if node._tape is not output._tape:
+        if node.tape is not output.tape:
             raise ValueError(f"{node!r} is on another tape than {output!r}")
-    gradients = output._tape.gradient(output, [node._id for node in nodes])
+    gradients = output.tape.gradient(output, [node.id for node in nodes])
     if single:
         return gradients[0] if isinstance(wrt, Block) else float(gradients[0])
     return gradients
@@ -113,7 +121,7 @@ def jvp(output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayL
     nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
     for node in nodes:
         _require_node(node, "fa.jvp wrt")
-        if node._tape is not output._tape:
+        if node.tape is not output.tape:
             raise ValueError(f"{node!r} is on another tape than {output!r}")
     along: Iterable[ArrayLike]
     if any(isinstance(node, Block) for node in nodes):
@@ -121,7 +129,7 @@ def jvp(output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayL
         along = [direction] if isinstance(wrt, Block) else list(cast(Iterable[Any], direction))
     else:
         along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
-    return output._tape.tangent(output, [node._id for node in nodes], along)
+    return output.tape.tangent(output, [node.id for node in nodes], along)
 
 
 def _require_node(x: object, what: str, blocks_allowed: bool = True) -> None:
@@ -151,7 +159,7 @@ def _arrays_or_blocks(
         with np.errstate(all="ignore"):  # IEEE values per element, as for one node
             return np.frompyfunc(function, len(operands), 1)(*(as_object(x) for x in operands))
     if any(isinstance(x, Block) or _numeric_array(x) for x in operands):
-        return blocks.elementwise(code, *operands)
+        return elementwise(code, *operands)
     return None
 
 

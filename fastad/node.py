@@ -1,9 +1,17 @@
-"""``Var``: a handle to one node of a tape, with Python operator overloading.
+"""Node handles: ``Var`` (a scalar node) and ``Block`` (an array node), and their recorders.
 
-A ``Var`` holds its tape, its node id and its value (a Python float, so
-arithmetic and comparisons on ``.value`` cost nothing extra). Every
-arithmetic operator records one node on the tape and computes its value at
-once, micrograd style; there is no separate graph-building step.
+A handle holds its tape, its node id and the tape generation it was
+recorded in; a ``Var`` also holds its value (a Python float, so arithmetic
+and comparisons on ``.value`` cost nothing extra). Every operator records
+one node on the tape and computes its value at once, micrograd style; there
+is no separate graph-building step.
+
+Scalar nodes record through :func:`record` / :func:`record_unary` (the
+eager rules of ``fastad/rules.py``); block nodes through
+:func:`record_block`, which takes the op's shape rule and forward from the
+registry (``fastad/registry.py``), the same forward a replay runs. The two
+handle classes live in one module because each makes the other: a ``Var``
+meeting an array gives a ``Block``, a ``Block``'s sum is a ``Var``.
 """
 
 from __future__ import annotations
@@ -11,64 +19,93 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeGuard, cast, overload
 
 import numpy as np
 
-from fastad import rules
+from fastad import registry, rules
 from fastad.errors import StaleNodeError, TraceError
 from fastad.kernels import optable
+from fastad.operators import Operators, is_number
+from fastad.storage import as_stored
 
 if TYPE_CHECKING:
-    from fastad._typing import NumericArray, ObjectArray, RealNumber
-    from fastad.blocks import Block
+    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber
     from fastad.tape import Tape
 
-    ScalarOperand: TypeAlias = "Var | RealNumber"
-    """What combines with a ``Var`` into a ``Var``."""
-    ArrayOperand: TypeAlias = "Block | NumericArray"
-    """What combines with a ``Var`` into a ``Block`` (the scalar is broadcast)."""
     NodeRef: TypeAlias = "Node | int | np.integer[Any]"
     """A node handle or a node id, where the tape takes either (``Tape.node_id``)."""
+    BlockOperand: TypeAlias = "Block | Var | RealNumber | NumericArray"
+    """What combines with a ``Block`` elementwise (numbers and scalar nodes broadcast)."""
 
-_op = optable.BY_NAME
-ADD, SUB, MUL, DIV = _op["add"].code, _op["sub"].code, _op["mul"].code, _op["div"].code
-NEG, POW, ABS = _op["neg"].code, _op["pow"].code, _op["abs"].code
-LT, LE, GT, GE = _op["lt"].code, _op["le"].code, _op["gt"].code, _op["ge"].code
-EQ, NE = _op["eq"].code, _op["ne"].code
+__all__ = ["Block", "Node", "Var", "is_number", "record", "record_block", "record_unary"]
 
-
-def is_number(x: object) -> bool:
-    """True for real Python/NumPy scalars (0-d arrays too) that may appear beside a node."""
-    return (
-        type(x) is float
-        or type(x) is int
-        or isinstance(x, numbers.Real)
-        or (isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "biuf")
-    )
+_BLOCK = optable.BLOCK_BY_NAME
+MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
+RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
 
 
 def check_live(node: Node) -> None:
     """Raise ``StaleNodeError`` if ``node``'s tape (a Var's or a Block's) was reset since."""
-    if node._generation != node._tape._generation:
+    if node._generation != node._tape.generation:
         raise StaleNodeError(
             f"{node!r} belongs to a tape that was reset after the node was "
             f"recorded; its id may now name a different node. Record it again."
         )
 
 
-def _check_operands(x: Node, y: Node | None) -> None:
-    # Only reached when a cheap test in `record` failed: say exactly what is wrong.
-    check_live(x)
-    if y is not None:
-        check_live(y)
-        if x._tape is not y._tape:
-            raise ValueError(
-                f"cannot combine nodes of two different tapes: {x!r} and {y!r}. "
-                "Record every node of one computation on one tape."
-            )
+class Node:
+    """What every node handle has: its tape, its id, and the tape generation
+    it was recorded in (a reset tape makes older handles stale)."""
+
+    __slots__ = ("_tape", "_id", "_generation")
+    _tape: Tape
+    _id: int
+    _generation: int
+
+    # Let NumPy defer to us: `array * node` comes to our reflected operators
+    # instead of building an object array of nodes behind our back.
+    __array_ufunc__ = None
+
+    def __init__(self, tape: Tape, node_id: int) -> None:
+        self._tape = tape
+        self._id = node_id
+        self._generation = tape.generation
+
+    @property
+    def id(self) -> int:
+        """The node id: its row in the tape's arrays."""
+        return self._id
+
+    @property
+    def tape(self) -> Tape:
+        """The :class:`fastad.Tape` this node was recorded on."""
+        return self._tape
+
+    @property
+    def live(self) -> bool:
+        """False once the tape was reset after this node was recorded."""
+        return self._generation == self._tape.generation
+
+    @property
+    def op(self) -> str:
+        """The op's name in the op table (``'input'`` for a leaf)."""
+        check_live(self)
+        return self._tape.op_name(self._id)
+
+    @property
+    def name(self) -> str | None:
+        """The label shown in tables and drawings, or None."""
+        check_live(self)
+        return self._tape.label(self._id)
+
+    @name.setter
+    def name(self, label: str) -> None:
+        check_live(self)
+        self._tape.set_label(self._id, label)
 
 
+# -- scalar nodes ------------------------------------------------------------------------------
 # Only ops with operands record through here, and each has an eager rule.
 _eager = cast("Sequence[Callable[[float, float], float]]", rules.EAGER)
 _ieee_value = rules.ieee_value
@@ -77,14 +114,14 @@ _ieee_value = rules.ieee_value
 def record_unary(code: int, x: Var) -> Var:
     """Record unary op ``code`` on the node ``x``; the value is computed now."""
     tape = x._tape
-    if x._generation != tape._generation:
+    if x._generation != tape.generation:
         _check_operands(x, None)
     a = x._value
     try:
         value = _eager[code](a, 0.0)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, 0.0)
-    return tape.append(code, x._id, -1, value)
+    return Var(tape, tape.push(code, x._id, -1, value), value)
 
 
 @overload
@@ -108,24 +145,48 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     # for the type checker here would cost the hot path a call.
     if type(x) is Var:
         tape = x._tape
-        if type(y) is not Var:
-            if not is_number(y):
-                return _other_operand(code, x, y, y)
-            y = tape.constant(y)
+        a = x._value
+        if type(y) is Var:
+            b = y._value
+            j = y._id
+        elif is_number(y):
+            b = float(y)
+            j = tape.constant_id(b)
+            y = None
+        else:
+            return _other_operand(code, x, y, y)
+        i = x._id
     else:
         tape = y._tape
         if not is_number(x):
             return _other_operand(code, x, y, x)
-        x = tape.constant(x)
-    generation = tape._generation
-    if x._generation != generation or y._generation != generation or y._tape is not tape:
+        a = float(x)
+        i = tape.constant_id(a)
+        x = None
+        b = y._value
+        j = y._id
+    generation = tape.generation
+    if (x is not None and x._generation != generation) or (
+        y is not None and (y._generation != generation or y._tape is not tape)
+    ):
         _check_operands(x, y)
-    a, b = x._value, y._value
     try:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, b)
-    return tape.append(code, x._id, y._id, value)
+    return Var(tape, tape.push(code, i, j, value), value)
+
+
+def _check_operands(x: Node | None, y: Node | None) -> None:
+    # Only reached when a cheap test in `record` failed: say exactly what is wrong.
+    for node in (x, y):
+        if node is not None:
+            check_live(node)
+    if x is not None and y is not None and x._tape is not y._tape:
+        raise ValueError(
+            f"cannot combine nodes of two different tapes: {x!r} and {y!r}. "
+            "Record every node of one computation on one tape."
+        )
 
 
 def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | ObjectArray:
@@ -136,12 +197,8 @@ def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | Ob
     scalar-node path records array expressions. Anything else is Python's
     business: ``NotImplemented``, so its ``TypeError`` names both types.
     """
-    from fastad import blocks
-
-    if isinstance(other, blocks.Block) or (
-        isinstance(other, np.ndarray) and other.dtype.kind in "biuf"
-    ):
-        return blocks.elementwise(code, x, y)
+    if isinstance(other, Block) or (isinstance(other, np.ndarray) and other.dtype.kind in "biuf"):
+        return cast("Block", elementwise(code, x, y))
     if isinstance(other, np.ndarray) and other.dtype == object:
         with np.errstate(all="ignore"):  # IEEE values per element, as for one node
             return np.frompyfunc(lambda a, b: record(code, a, b), 2, 1)(as_object(x), as_object(y))
@@ -167,53 +224,7 @@ def as_object(x: object) -> object:
     return x
 
 
-class Node:
-    """What every node handle has: its tape, its id, and the tape generation
-    it was recorded in (a reset tape makes older handles stale)."""
-
-    __slots__ = ("_tape", "_id", "_generation")
-    _tape: Tape
-    _id: int
-    _generation: int
-
-    # Let NumPy defer to us: `array * node` comes to our reflected operators
-    # instead of building an object array of nodes behind our back.
-    __array_ufunc__ = None
-
-    def __init__(self, tape: Tape, node_id: int) -> None:
-        self._tape = tape
-        self._id = node_id
-        self._generation = tape._generation
-
-    @property
-    def id(self) -> int:
-        """The node id: its row in the tape's arrays."""
-        return self._id
-
-    @property
-    def tape(self) -> Tape:
-        """The :class:`fastad.Tape` this node was recorded on."""
-        return self._tape
-
-    @property
-    def op(self) -> str:
-        """The op's name in the op table (``'input'`` for a leaf)."""
-        check_live(self)
-        return self._tape.op_name(self._id)
-
-    @property
-    def name(self) -> str | None:
-        """The label shown in tables and drawings, or None."""
-        check_live(self)
-        return self._tape._labels.get(self._id)
-
-    @name.setter
-    def name(self, label: str) -> None:
-        check_live(self)
-        self._tape._labels[self._id] = str(label)
-
-
-class Var(Node):
+class Var(Node, Operators["Var", "Block"]):
     """A scalar node on a tape: its value now, its adjoint after ``backward``.
 
     Create leaves with :func:`fastad.var`; arithmetic between nodes and
@@ -242,13 +253,15 @@ class Var(Node):
 
     __slots__ = ("_value",)
     _value: float
+    _record = staticmethod(record)
+    _record_unary = staticmethod(record_unary)
 
     def __init__(self, tape: Tape, node_id: int, value: float) -> None:
         # Node.__init__ written out: this runs once per recorded node.
         self._tape = tape
         self._id = node_id
         self._value = value
-        self._generation = tape._generation
+        self._generation = tape.generation
 
     # -- what a node is -------------------------------------------------
     @property
@@ -258,7 +271,7 @@ class Var(Node):
         Not available while ``fa.compile`` traces a function: a value read
         then would be frozen into the replay (see :class:`fastad.TraceError`).
         """
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, ".value")
         return self._value
 
@@ -289,12 +302,12 @@ class Var(Node):
 
     # -- Python protocol --------------------------------------------------
     def __float__(self) -> float:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "float()")
         return self._value
 
     def __int__(self) -> int:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "int()")
         return int(self._value)
 
@@ -303,29 +316,29 @@ class Var(Node):
     @overload
     def __round__(self, ndigits: int) -> float: ...
     def __round__(self, ndigits: int | None = None) -> int | float:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "round()")
         return round(self._value, ndigits)
 
     def __trunc__(self) -> int:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "math.trunc()")
         return math.trunc(self._value)
 
     def __floor__(self) -> int:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "math.floor()")
         return math.floor(self._value)
 
     def __ceil__(self) -> int:
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, "math.ceil()")
         return math.ceil(self._value)
 
     def __format__(self, spec: str) -> str:
         if not spec:
             return str(self)
-        if self._tape._guards is not None:
+        if self._tape.guards is not None:
             _escape(self, f"format spec {spec!r}")
         return format(self._value, spec)
 
@@ -333,7 +346,7 @@ class Var(Node):
         # `if x > 0:` lands here. While fa.compile traces, the outcome is
         # recorded as a guard that every replay re-checks.
         truth = self._value != 0.0
-        guards = self._tape._guards
+        guards = self._tape.guards
         if guards is not None:
             guards.append((self._id, truth))
         return truth
@@ -341,149 +354,12 @@ class Var(Node):
     def __repr__(self) -> str:
         # Never raises: error messages use it. While tracing it shows no
         # value, so str(x) cannot smuggle the traced number into the replay.
-        value = "traced" if self._tape._guards is not None else repr(self._value)
-        if self._generation != self._tape._generation:
+        value = "traced" if self._tape.guards is not None else repr(self._value)
+        if self._generation != self._tape.generation:
             return f"Var({value}, id={self._id}, stale)"
-        label = self._tape._labels.get(self._id)
+        label = self._tape.label(self._id)
         named = f", name={label!r}" if label else ""
         return f"Var({value}{named}, id={self._id})"
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    # Comparisons record a node worth 1.0 or 0.0 (zero derivative): `bool()`
-    # of it drives Python control flow, and `fa.where` takes it as a condition.
-    @overload
-    def __eq__(self, other: ScalarOperand) -> Var: ...  # type: ignore[overload-overlap]
-    @overload
-    def __eq__(self, other: ArrayOperand) -> Block: ...  # type: ignore[overload-overlap]
-    @overload
-    def __eq__(self, other: object) -> bool: ...  # Python's fallback: identity
-    def __eq__(self, other: object) -> Var | Block | ObjectArray | bool:
-        return record(EQ, self, other)
-
-    @overload
-    def __ne__(self, other: ScalarOperand) -> Var: ...  # type: ignore[overload-overlap]
-    @overload
-    def __ne__(self, other: ArrayOperand) -> Block: ...  # type: ignore[overload-overlap]
-    @overload
-    def __ne__(self, other: object) -> bool: ...  # Python's fallback: identity
-    def __ne__(self, other: object) -> Var | Block | ObjectArray | bool:
-        return record(NE, self, other)
-
-    @overload
-    def __lt__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __lt__(self, other: ArrayOperand) -> Block: ...
-    def __lt__(self, other: object) -> Var | Block | ObjectArray:
-        return record(LT, self, other)
-
-    @overload
-    def __le__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __le__(self, other: ArrayOperand) -> Block: ...
-    def __le__(self, other: object) -> Var | Block | ObjectArray:
-        return record(LE, self, other)
-
-    @overload
-    def __gt__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __gt__(self, other: ArrayOperand) -> Block: ...
-    def __gt__(self, other: object) -> Var | Block | ObjectArray:
-        return record(GT, self, other)
-
-    @overload
-    def __ge__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __ge__(self, other: ArrayOperand) -> Block: ...
-    def __ge__(self, other: object) -> Var | Block | ObjectArray:
-        return record(GE, self, other)
-
-    # -- arithmetic: one node per operator --------------------------------
-    @overload
-    def __add__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __add__(self, other: ArrayOperand) -> Block: ...
-    def __add__(self, other: object) -> Var | Block | ObjectArray:
-        return record(ADD, self, other)
-
-    @overload
-    def __radd__(self, other: RealNumber) -> Var: ...
-    @overload
-    def __radd__(self, other: NumericArray) -> Block: ...
-    def __radd__(self, other: object) -> Var | Block | ObjectArray:
-        return record(ADD, other, self)
-
-    @overload
-    def __sub__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __sub__(self, other: ArrayOperand) -> Block: ...
-    def __sub__(self, other: object) -> Var | Block | ObjectArray:
-        return record(SUB, self, other)
-
-    @overload
-    def __rsub__(self, other: RealNumber) -> Var: ...
-    @overload
-    def __rsub__(self, other: NumericArray) -> Block: ...
-    def __rsub__(self, other: object) -> Var | Block | ObjectArray:
-        return record(SUB, other, self)
-
-    @overload
-    def __mul__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __mul__(self, other: ArrayOperand) -> Block: ...
-    def __mul__(self, other: object) -> Var | Block | ObjectArray:
-        return record(MUL, self, other)
-
-    @overload
-    def __rmul__(self, other: RealNumber) -> Var: ...
-    @overload
-    def __rmul__(self, other: NumericArray) -> Block: ...
-    def __rmul__(self, other: object) -> Var | Block | ObjectArray:
-        return record(MUL, other, self)
-
-    @overload
-    def __truediv__(self, other: ScalarOperand) -> Var: ...
-    @overload
-    def __truediv__(self, other: ArrayOperand) -> Block: ...
-    def __truediv__(self, other: object) -> Var | Block | ObjectArray:
-        return record(DIV, self, other)
-
-    @overload
-    def __rtruediv__(self, other: RealNumber) -> Var: ...
-    @overload
-    def __rtruediv__(self, other: NumericArray) -> Block: ...
-    def __rtruediv__(self, other: object) -> Var | Block | ObjectArray:
-        return record(DIV, other, self)
-
-    @overload
-    def __pow__(self, exponent: ScalarOperand, modulo: None = None) -> Var: ...
-    @overload
-    def __pow__(self, exponent: ArrayOperand, modulo: None = None) -> Block: ...
-    def __pow__(self, exponent: object, modulo: object = None) -> Var | Block | ObjectArray:
-        if modulo is not None:
-            return NotImplemented
-        # x ** 2 records x * x: one node instead of a constant and a pow, and
-        # the article's graph (its node 12 is d * d).
-        if type(exponent) is not Var and is_number(exponent) and exponent == 2:
-            return record(MUL, self, self)
-        return record(POW, self, exponent)
-
-    @overload
-    def __rpow__(self, base: RealNumber) -> Var: ...
-    @overload
-    def __rpow__(self, base: NumericArray) -> Block: ...
-    def __rpow__(self, base: object) -> Var | Block | ObjectArray:
-        return record(POW, base, self)
-
-    def __neg__(self) -> Var:
-        return record_unary(NEG, self)
-
-    def __pos__(self) -> Var:
-        return self
-
-    def __abs__(self) -> Var:
-        return record_unary(ABS, self)
 
 
 def _escape(node: Node, how: str) -> NoReturn:
@@ -493,3 +369,278 @@ def _escape(node: Node, how: str) -> NoReturn:
         "operations; branch with `if` on a comparison (recorded as a guard) "
         "or use fa.where."
     )
+
+
+# -- recording block ops -----------------------------------------------------------------------
+def is_array(x: object) -> TypeGuard[NumericArray]:
+    """True for a real NumPy array (what becomes a block constant beside a node)."""
+    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
+
+
+@overload
+def tape_of(first: Node, /, *others: object) -> Tape: ...
+@overload
+def tape_of(*operands: object) -> Tape | None: ...
+def tape_of(*operands: object) -> Tape | None:
+    """The one tape of the nodes among ``operands`` (None without any); raise if two or stale."""
+    tape = None
+    for x in operands:
+        if isinstance(x, Node):
+            if tape is None:
+                tape = x._tape
+            elif x._tape is not tape:
+                raise ValueError(
+                    "cannot combine nodes of two different tapes: "
+                    + ", ".join(repr(y) for y in operands if isinstance(y, Node))
+                )
+            if x._generation != tape.generation:
+                raise StaleNodeError(
+                    f"{x!r} belongs to a tape that was reset after it was recorded"
+                )
+    return tape
+
+
+def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
+    """A node for ``x``: nodes pass through, numbers and arrays become constants."""
+    if isinstance(x, Node):
+        return cast("Var | Block", x)
+    if is_number(x):  # Python and NumPy reals, 0-d arrays included
+        return tape.constant(x)
+    if is_array(x):
+        return tape.block_constant(x)
+    shape = f" of shape {np.shape(x)} and dtype {x.dtype}" if hasattr(x, "dtype") else ""
+    raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
+
+
+def _operand_value(node: Var | Block) -> Any:
+    if type(node) is Var:
+        return node._value
+    return node._tape.blocks.values[node._id]
+
+
+def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: object) -> Var | Block:
+    """Append block op ``code`` on live nodes of ``tape``: shape rule, forward, push.
+
+    The forward is the registry's, the one a replay runs, so recording and
+    replay agree bit for bit. A shape of ``()`` gives a scalar node.
+    """
+    entry = registry.rule(code)
+    values = tuple(_operand_value(node) for node in nodes)
+    shape = entry.shape(tuple(np.shape(value) for value in values), params)
+    value = entry.forward(values, params)
+    ids = tuple(node._id for node in nodes)
+    if shape == ():
+        scalar = float(value)
+        return Var(tape, tape.push_block_op(code, ids, scalar, params), scalar)
+    array = as_stored(value)
+    if array.shape != shape:
+        raise AssertionError(
+            f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
+        )
+    return Block(tape, tape.push_block_op(code, ids, array, params))
+
+
+def record_block(
+    code: int, operands: tuple[object, ...], params: object = None, what: str = "operand"
+) -> Var | Block:
+    """Record block op ``code`` on ``operands`` (nodes, numbers or arrays of one tape).
+
+    Numbers and arrays become constants. Returns the new node: a ``Block``,
+    or a ``Var`` where the op gives a scalar (a sum, a dot product, a loss).
+    """
+    tape = tape_of(*operands)
+    if tape is None:
+        raise TypeError(f"no fastad node among the operands of {optable.ALL[code].name}")
+    nodes = tuple(as_operand(tape, x, what) for x in operands)
+    return _append(tape, code, nodes, params)
+
+
+def compute_block(code: int, operands: tuple[Any, ...], params: object = None) -> Any:
+    """What op ``code`` gives on plain arrays and numbers: the same rule, nothing recorded."""
+    entry = registry.rule(code)
+    values = tuple(
+        float(x) if np.ndim(x) == 0 else np.ascontiguousarray(x, dtype=np.float64) for x in operands
+    )
+    entry.shape(tuple(np.shape(value) for value in values), params)
+    return entry.forward(values, params)
+
+
+def elementwise(code: int, *operands: Any) -> Block | FloatArray | float:
+    """Record (or compute) scalar op ``code`` elementwise, with NumPy broadcasting.
+
+    ``operands`` are nodes, numbers and arrays, as many as the op takes.
+    Without any node among them the result is a plain array (or float).
+    """
+    arity = optable.OPS[code].arity
+    if len(operands) != arity:
+        raise TypeError(f"{optable.OPS[code].name} takes {arity} operand(s), got {len(operands)}")
+    tape = tape_of(*operands)
+    if tape is None:  # plain arrays and numbers: compute, record nothing
+        out = compute_block(code, operands)
+        return out if out.ndim else float(out)
+    nodes = tuple(as_operand(tape, v) for v in operands)
+    return cast("Block", _append(tape, code, nodes, None))
+
+
+@overload
+def matmul(x: Block, y: Block | NumericArray) -> Block | Var: ...
+@overload
+def matmul(x: Block | NumericArray, y: Block) -> Block | Var: ...
+@overload
+def matmul(x: Any, y: Any) -> Any: ...
+def matmul(x: Any, y: Any) -> Any:
+    """``x @ y`` for 1-D and 2-D operands; a scalar node for two vectors."""
+    if tape_of(x, y) is None:
+        return np.matmul(x, y)
+    return record_block(MATMUL, (x, y), None, "matmul operand")
+
+
+# -- block nodes ---------------------------------------------------------------------------------
+class Block(Node, Operators["Block", "Block"]):
+    """An array node on a tape: its value now, its gradient after ``backward``.
+
+    Create leaves with ``fa.var(array)``. Elementwise operators and the
+    functions of ``fastad`` broadcast like NumPy; ``@``, ``sum``, ``mean``,
+    ``reshape``, ``T``/``transpose`` and indexing record block nodes;
+    reductions and integer indexing to a single element give scalar nodes.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> with fa.Tape():
+    ...     X = fa.var(np.array([[10.0, 20, 30], [40, 50, 60]]))
+    ...     b = fa.var(np.array([1.0, 2, 3]))
+    ...     L = ((X + b) * np.array([[1.0, 0, 2], [3, 1, 0]])).sum()
+    ...     L.backward()
+    ...     print(b.grad)
+    [4. 1. 2.]
+    """
+
+    __slots__ = ()
+    _record = staticmethod(elementwise)
+    _record_unary = staticmethod(elementwise)
+
+    # -- what it is --------------------------------------------------------------
+    @property
+    def value(self) -> FloatArray:
+        """The array value (read-only).
+
+        Not available while ``fa.compile`` traces a function: the array
+        would be frozen into every replay (see :class:`fastad.TraceError`).
+        """
+        if self._tape.guards is not None:
+            raise TraceError(
+                f".value of {self!r} while fa.compile traces the function: the array would "
+                "be frozen into every replay. Keep computing with fastad operations."
+            )
+        return _array(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return _array(self).shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return _array(self).size
+
+    @property
+    def grad(self) -> FloatArray:
+        """d root / d block from the last ``backward`` (zeros before any), shaped like the value."""
+        check_live(self)
+        return self._tape.block_adjoint(self._id)
+
+    def __repr__(self) -> str:
+        # Never raises: error messages about stale nodes use it.
+        if self._generation != self._tape.generation:
+            return f"Block(id={self._id}, stale)"
+        label = self._tape.label(self._id)
+        named = f", name={label!r}" if label else ""
+        return f"Block(shape={self._tape.blocks.values[self._id].shape}{named}, id={self._id})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __bool__(self) -> NoReturn:
+        raise TypeError(f"the truth value of {self!r} is ambiguous: reduce it first")
+
+    def backward(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            f"backward needs a scalar output, {self!r} is an array: reduce it first "
+            "(e.g. X.sum()) or use a fused loss such as fa.mse_loss"
+        )
+
+    # -- structure -----------------------------------------------------------------------
+    def __matmul__(self, other: Block | NumericArray) -> Block | Var:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Block | NumericArray) -> Block | Var:
+        return matmul(other, self)
+
+    def __getitem__(self, key: Any) -> Block | Var:
+        """``x[key]``: a scalar node for a single element, a block otherwise."""
+        value = _array(self)
+        try:
+            value[key]
+        except (IndexError, TypeError) as error:
+            message = f"cannot index {self!r} of shape {value.shape} with {key!r}: {error}"
+            raise type(error)(message) from None
+        return _append(self._tape, INDEX, (self,), key)
+
+    @overload
+    def sum(self, axis: None = None) -> Var: ...
+    @overload
+    def sum(self, axis: int) -> Block | Var: ...
+    def sum(self, axis: int | None = None) -> Block | Var:
+        """Sum of all elements (a scalar node) or along ``axis`` (a block)."""
+        return _append(self._tape, SUM, (self,), self._axis(axis))
+
+    @overload
+    def mean(self, axis: None = None) -> Var: ...
+    @overload
+    def mean(self, axis: int) -> Block | Var: ...
+    def mean(self, axis: int | None = None) -> Block | Var:
+        """Mean of all elements (a scalar node) or along ``axis`` (a block)."""
+        return _append(self._tape, MEAN, (self,), self._axis(axis))
+
+    def _axis(self, axis: object) -> int | None:
+        if axis is None:
+            return None
+        shape = self.shape
+        if isinstance(axis, (bool, np.bool_)) or not isinstance(
+            axis, (numbers.Integral, np.integer)
+        ):
+            raise TypeError(
+                f"axis must be an integer or None, got {type(axis).__name__} {axis!r} "
+                f"(for {self!r} of shape {shape})"
+            )
+        axis = int(axis)
+        if not -len(shape) <= axis < len(shape):
+            raise ValueError(f"axis {axis} is out of range for {self!r} of shape {shape}")
+        return axis % len(shape)
+
+    def reshape(self, *shape: int | Sequence[int]) -> Block:
+        wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        try:
+            new_shape = np.empty(self.shape, dtype=np.bool_).reshape(wanted).shape
+        except ValueError as error:
+            raise ValueError(
+                f"cannot reshape {self!r} of shape {self.shape} to {wanted}"
+            ) from error
+        return cast("Block", _append(self._tape, RESHAPE, (self,), new_shape))
+
+    def transpose(self) -> Block:
+        return cast("Block", _append(self._tape, TRANSPOSE, (self,), None))
+
+    @property
+    def T(self) -> Block:
+        return self.transpose()
+
+
+def _array(block: Block) -> FloatArray:
+    """A block's array (``.value`` refuses while tracing; recording and rules may read it)."""
+    check_live(block)
+    return block._tape.blocks.values[block._id]

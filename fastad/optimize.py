@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad.kernels import optable, sweeps
+from fastad.kernels import optable
+from fastad.tape import Tape
 
 if TYPE_CHECKING:
     from fastad._typing import IdArray
     from fastad.node import NodeRef
-    from fastad.tape import Tape
 
 # Commutative bit for bit, signed zeros included. maximum and minimum are not:
 # maximum(0.0, -0.0) is -0.0 but maximum(-0.0, 0.0) is 0.0.
@@ -97,8 +97,6 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
     >>> len(t), len(result.tape), result.report.common
     (5, 4, 1)
     """
-    from fastad.tape import Tape  # the optimiser builds tapes; tape.py does not need it
-
     if not isinstance(tape, Tape):
         raise TypeError(f"fa.optimize needs a fastad.Tape, got {type(tape).__name__}")
     if tape.has_blocks:
@@ -114,7 +112,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
     alive = np.zeros(n, np.bool_)
     for root in roots:
         if not alive[root]:
-            sweeps.mark_ancestors(in0, in1, root, alive)
+            alive[: root + 1] |= tape.ancestors(root)[0]
     alive |= opcode == optable.INPUT
 
     new_ids = np.full(n, -1, np.int64)
@@ -122,6 +120,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
     is_constant: list[bool] = []
     seen: dict[tuple[object, ...], int] = {}  # (op, in0, in1) or ("const", bits) -> new id
     labels: dict[int, str] = {}
+    old_labels = tape.labels
     folded = common = merged_constants = 0
 
     def emit(code: int, a: int, b: int, value: float) -> int:
@@ -162,7 +161,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
             elif key[0] != "const":
                 common += 1
         new_ids[i] = new
-        label = tape.labels.get(i)
+        label = old_labels.get(i)
         if label is not None:
             labels.setdefault(new, label)
 

@@ -156,10 +156,13 @@ OPS = (
 
 
 class BlockOp(NamedTuple):
-    """An op on array blocks whose rules live in ``fastad/blocks.py`` (NumPy/BLAS
-    or the fused kernels of ``kernels/fused.py``); the compiled scalar sweeps
-    never see these opcodes. Elementwise ops on blocks reuse the scalar rows
-    above (same opcode, same rule, applied per element)."""
+    """An op on array blocks whose rules live in the block-op registry
+    (``fastad/registry.py``: NumPy/BLAS or the fused kernels of
+    ``kernels/fused.py``); the compiled scalar sweeps never see these
+    opcodes. Elementwise ops on blocks reuse the scalar rows above (same
+    opcode, same rule, applied per element). ``arity`` may exceed two: the
+    tape's ``in0``/``in1`` hold the first two operands, the block table the
+    rest."""
 
     code: int
     name: str
@@ -174,9 +177,8 @@ BLOCK_OPS = (
     BlockOp(67, "reshape", "reshape", 1),
     BlockOp(68, "transpose", "T", 1),
     BlockOp(69, "index", "[]", 1),
-    BlockOp(70, "pair", "pair", 2),  # bundles two operands for a three-operand op
-    BlockOp(71, "linear", "linear", 2),  # (X, pair(W, b))
-    BlockOp(72, "linear_relu", "linear_relu", 2),  # (X, pair(W, b))
+    BlockOp(71, "linear", "linear", 3),  # (X, W, b)
+    BlockOp(72, "linear_relu", "linear_relu", 3),  # (X, W, b)
     BlockOp(73, "mse_loss", "mse_loss", 2),
 )
 

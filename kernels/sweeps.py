@@ -913,18 +913,52 @@ def value_and_grad(
 
 
 @kernel
-def mark_ancestors(in0: IndexArray, in1: IndexArray, root: int, mark: BoolArray) -> None:
-    """Set ``mark[i]`` for ``root`` and every node it depends on."""
+def mark_ancestors(
+    in0: IndexArray,
+    in1: IndexArray,
+    extra_nodes: IndexArray,
+    extra_start: IndexArray,
+    extra_ids: IndexArray,
+    root: int,
+    mark: BoolArray,
+) -> int:
+    """Set ``mark[i]`` for ``root`` and every node it depends on; return the lowest.
+
+    ``in0``/``in1`` hold the first two operands of every node; a block op
+    with more (``fa.linear(X, W, b)``) lists the rest in ``extra_ids``: node
+    ``extra_nodes[p]`` (ascending) has ``extra_ids[extra_start[p]:extra_start[p + 1]]``.
+    The walk stops once no marked node is left below, so an ancestor set
+    costs its own span of ids, not the whole tape (a long-lived tape).
+    """
     mark[root] = True
-    for i in range(root, -1, -1):
-        if not mark[i]:
-            continue
-        j = in0[i]
-        if j >= 0:
-            mark[j] = True
-        k = in1[i]
-        if k >= 0:
-            mark[k] = True
+    pending = 1  # marked nodes not yet visited
+    p = extra_nodes.size - 1
+    while p >= 0 and extra_nodes[p] > root:
+        p -= 1
+    i = root
+    while i >= 0:
+        if mark[i]:
+            pending -= 1
+            j = in0[i]
+            if j >= 0 and not mark[j]:
+                mark[j] = True
+                pending += 1
+            k = in1[i]
+            if k >= 0 and not mark[k]:
+                mark[k] = True
+                pending += 1
+            if p >= 0 and extra_nodes[p] == i:
+                for e in range(extra_start[p], extra_start[p + 1]):
+                    m = extra_ids[e]
+                    if not mark[m]:
+                        mark[m] = True
+                        pending += 1
+            if pending == 0:
+                return i
+        if p >= 0 and extra_nodes[p] == i:
+            p -= 1
+        i -= 1
+    return 0
 
 
 @kernel
@@ -934,6 +968,9 @@ def mark_value_ancestors(
     in1: IndexArray,
     val: FloatArray,
     is_block: BoolArray,
+    extra_nodes: IndexArray,
+    extra_start: IndexArray,
+    extra_ids: IndexArray,
     root: int,
     mark: BoolArray,
 ) -> None:
@@ -946,7 +983,13 @@ def mark_value_ancestors(
     ``is_block`` marks block nodes, whose ``val`` holds no condition.
     """
     mark[root] = True
+    p = extra_nodes.size - 1
+    while p >= 0 and extra_nodes[p] > root:
+        p -= 1
     for i in range(root, -1, -1):
+        listed = p >= 0 and extra_nodes[p] == i
+        if listed:
+            p -= 1
         if not mark[i]:
             continue
         j = in0[i]
@@ -960,6 +1003,9 @@ def mark_value_ancestors(
             )
             if not untaken:
                 mark[k] = True
+        if listed:
+            for e in range(extra_start[p + 1], extra_start[p + 2]):
+                mark[extra_ids[e]] = True
 
 
 # -- Compiled functions: replay in lanes ------------------------------------------

@@ -249,35 +249,23 @@ def test_object_arrays_of_nodes_combine_with_scalar_nodes():
 
 
 def test_every_block_op_has_its_rules_and_an_unknown_one_raises():
-    from fastad import blocks
+    from fastad import registry
     from fastad.kernels import optable
 
-    bundling = {optable.BLOCK_BY_NAME["pair"].code}  # bundles operands, has no rule
-    for op in optable.BLOCK_OPS:
-        if op.code not in bundling:
-            assert op.code in blocks.RULES and op.code in blocks.JVP_RULES, op.name
-    a = np.ones(2)
-    for rule in (
-        lambda code: blocks.forward_rule(code, a, None, None),
-        lambda code: blocks.vjp_rule(code, a, None, a, a, None, True),
-        lambda code: blocks.jvp_rule(code, a, None, a, a, None, None, True),
-    ):
-        for code in (99, optable.INPUT, optable.BLOCK_BY_NAME["pair"].code):
-            with pytest.raises(NotImplementedError, match=f"opcode {code}"):
-                rule(code)
+    for op in (*optable.BLOCK_OPS, *(op for op in optable.OPS if op.arity > 0)):
+        entry = registry.RULES[op.code]
+        assert entry.code == op.code and entry.name == op.name, op.name
+    for code in (99, optable.INPUT, optable.CONST, 70):  # 70 was `pair`, now gone
+        with pytest.raises(NotImplementedError, match=f"opcode {code}"):
+            registry.rule(code)
 
 
 def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monkeypatch):
-    from fastad import blocks
+    from fastad import registry
 
     calls = []
-    vjp_rule, jvp_rule = blocks.vjp_rule, blocks.jvp_rule
-    monkeypatch.setattr(
-        blocks, "vjp_rule", lambda code, *a: calls.append(code) or vjp_rule(code, *a)
-    )
-    monkeypatch.setattr(
-        blocks, "jvp_rule", lambda code, *a: calls.append(code) or jvp_rule(code, *a)
-    )
+    rule = registry.rule
+    monkeypatch.setattr(registry, "rule", lambda code: calls.append(code) or rule(code))
     tape = fa.Tape()
     W = np.ones((3, 2))
     for _ in range(30):  # a PyTorch-style loop: every step on the same tape
@@ -294,9 +282,9 @@ def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monk
 
 
 def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
-    from fastad import tape as tape_module
+    from fastad import storage
 
-    monkeypatch.setattr(tape_module, "GROWTH_WARNING_BYTES", 100_000)
+    monkeypatch.setattr(storage, "GROWTH_WARNING_BYTES", 100_000)
     tape = fa.Tape()
     with pytest.warns(RuntimeWarning, match="with fa.Tape") as caught, tape:
         for _ in range(30):

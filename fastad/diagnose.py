@@ -1,0 +1,107 @@
+"""Checked mode: where a ``nan`` or ``inf`` was made, forward or backward.
+
+``jax_debug_nans`` and ``detect_anomaly`` point at where a ``nan`` is first
+*noticed*; these functions point at where it was *made*: the first node
+whose value is non-finite while its inputs are finite, or the first edge
+that turned a finite adjoint into a non-finite contribution.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fastad.errors import NonFiniteOrigin
+from fastad.kernels import optable, sweeps
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray
+    from fastad.storage import TapeStorage
+
+
+def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFiniteOrigin | None:
+    """The first node below ``stop`` whose value is ``nan``/``inf`` while its inputs are finite.
+
+    With ``root``, only nodes whose values ``root``'s value depends on count
+    (not the side of ``fa.where`` not taken, which the select never reads).
+    A leaf or constant holding ``nan``/``inf`` is its own origin.
+    """
+    opcode, in0, in1, val, _ = tape.columns()
+    bad = ~np.isfinite(val[:stop])
+    for node, block in tape.blocks.values.items():
+        if node < stop:
+            bad[node] = not np.isfinite(block).all()
+    if root is not None and bad.any():
+        bad &= tape.value_ancestors(root)
+    if not bad.any():
+        return None
+    in0, in1 = in0[:stop], in1[:stop]
+    fed_bad = ((in0 >= 0) & bad[in0]) | ((in1 >= 0) & bad[in1])
+    for node in tape.blocks.ops:  # operands past the second
+        if node < stop and any(bad[j] for j in tape.blocks.operands(node)[2:]):
+            fed_bad[node] = True
+    node = int(np.flatnonzero(bad & ~fed_bad)[0])
+    return NonFiniteOrigin(
+        phase="forward",
+        node=node,
+        op=optable.ALL[opcode[node]].name,
+        label=tape.label(node),
+        inputs=operand_summaries(tape, node),
+        value=_first_value(tape, node),
+        source=tape.source(node),
+    )
+
+
+def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
+    """The report for edge ``slot`` of ``node``, found by a checked backward sweep."""
+    opcode, in0, in1, val, _ = tape.columns()
+    block_rule = tape.blocks.is_op(node)
+    partial = float("nan")
+    if not block_rule:
+        partials = np.zeros((1, 2))
+        sweeps.evaluate_partials(opcode, in0, in1, val, np.array([node], np.int64), partials)
+        partial = float(partials[0, slot])
+    return NonFiniteOrigin(
+        phase="backward",
+        node=node,
+        op=optable.ALL[opcode[node]].name,
+        label=tape.label(node),
+        inputs=operand_summaries(tape, node),
+        value=float(val[node]),
+        slot=slot,
+        partial=partial,
+        source=tape.source(node),
+        block_rule=block_rule,
+    )
+
+
+def operand_summaries(tape: TapeStorage, node: int) -> tuple[object, ...]:
+    """How a node's operands appear in a report: floats, or shapes of arrays."""
+    summaries: list[object] = []
+    for j in tape.operands(node):
+        block = tape.block_value(j)
+        summaries.append(ArraySummary(block) if block is not None else float(tape.value(j)))
+    return tuple(summaries)
+
+
+def _first_value(tape: TapeStorage, node: int) -> float:
+    """A node's value, or for a block its first non-finite element."""
+    block = tape.block_value(node)
+    if block is None:
+        return float(tape.value(node))
+    flat = block.ravel()
+    bad = np.flatnonzero(~np.isfinite(flat))
+    return float(flat[bad[0]]) if bad.size else float(flat[0])
+
+
+class ArraySummary:
+    """How a block operand appears in a non-finite report: shape and finiteness."""
+
+    def __init__(self, array: FloatArray) -> None:
+        self.shape, self.nonfinite = array.shape, int(np.count_nonzero(~np.isfinite(array)))
+
+    def __repr__(self) -> str:
+        return f"array of shape {self.shape}" + (
+            f" with {self.nonfinite} non-finite" if self.nonfinite else ""
+        )

@@ -1,0 +1,112 @@
+"""Strong zeros through array rules: which elements an adjoint or tangent reached.
+
+The scalar sweeps' rule (``kernels/sweeps.py``), element by element: an
+adjoint or tangent element nothing reached holds ``UNREACHED`` (-0.0) and
+sends nothing; a reached one is an ordinary number. Every block rule keeps
+that, so a block computation gets the reach of its scalar-node expansion: a
+zero local partial is a strong zero, and an unsent term never becomes
+``0 * inf = nan``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fastad.kernels import sweeps
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, RuleValue
+
+UNREACHED = sweeps.UNREACHED
+
+
+def reached_elements(x: ArrayLike) -> NDArray[np.bool_]:
+    """True where an adjoint or tangent array was reached (anything but -0.0)."""
+    x = np.asarray(x)
+    return (x != 0.0) | ~np.signbit(x)
+
+
+def any_reached(x: RuleValue) -> bool:
+    """Whether any element of an adjoint or tangent was reached."""
+    if isinstance(x, float):
+        return sweeps.reached(x)
+    return bool(reached_elements(x).any())
+
+
+def reach_sum(
+    x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+) -> Any:
+    """``x.sum(axis)`` that keeps strong zeros: a sum of UNREACHED elements only is
+    UNREACHED (NumPy's own sum starts at +0.0, which would mark it reached)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as in the sweeps
+        return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
+
+
+def contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
+    """``sweeps.contribution`` elementwise: ``partial * incoming``, with strong zeros."""
+    with np.errstate(invalid="ignore", over="ignore"):  # discarded where unreached
+        product = partial * incoming + 0.0
+    return np.where((partial != 0.0) & reached_elements(incoming), product, UNREACHED)
+
+
+def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray:
+    """``x @ y`` for a VJP or JVP, where one factor holds adjoints or tangents.
+
+    ``adjoint_left``: ``x`` holds them and ``y`` values, else the reverse.
+    The result is what the scalar-node expansion of the product gives: a
+    term is sent only from a reached adjoint meeting a value that is not
+    exactly zero (a zero local partial is a strong zero), so an element no
+    term reached is UNREACHED and an unsent term can never turn into
+    ``0 * inf = nan``. BLAS computes the product; only the rows (or
+    columns) holding a zero or a non-finite element, where it can differ,
+    are recomputed term by term (``product_reach``). 1-D operands act as a
+    row (``x``) or a column (``y``).
+    """
+    x2 = x[np.newaxis, :] if x.ndim == 1 else x
+    y2 = y[:, np.newaxis] if y.ndim == 1 else y
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, rechecked below
+        product = np.ascontiguousarray(x2 @ y2)
+    out = product_reach(product, x2, y2, adjoint_left)
+    return out.reshape(x.shape[:-1] + y.shape[1:])
+
+
+def product_reach(
+    product: FloatArray, x: FloatArray, y: FloatArray, adjoint_left: bool
+) -> FloatArray:
+    """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
+
+    For products a fused kernel has made already. Changes ``product`` in place.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if adjoint_left:
+        rows = np.zeros(product.shape[0], np.bool_)
+        sweeps.rows_to_recheck(product, rows)
+        if rows.any():
+            sweeps.exact_rows(x, y, np.flatnonzero(rows), product)
+    else:
+        columns = np.zeros(product.shape[1], np.bool_)
+        sweeps.columns_to_recheck(product, columns)
+        if columns.any():
+            sweeps.exact_columns(x, y, np.flatnonzero(columns), product)
+    return product
+
+
+def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | float:
+    """Sum ``gradient`` back to ``shape``: the one place that undoes broadcasting.
+
+    The sums keep strong zeros (``reach_sum``).
+    """
+    gradient = np.asarray(gradient)
+    if gradient.shape == tuple(shape):
+        return gradient
+    extra = gradient.ndim - len(shape)
+    if extra:
+        gradient = reach_sum(gradient, axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and gradient.shape[i] != 1)
+    if stretched:
+        gradient = reach_sum(gradient, axis=stretched, keepdims=True)
+    return gradient if shape else float(gradient)

@@ -1,0 +1,530 @@
+"""Tape storage: the structure-of-arrays record, with nothing else in it.
+
+Five parallel NumPy arrays hold the nodes: ``opcode`` (uint8), ``in0`` and
+``in1`` (int32 operand ids, -1 where unused), ``val`` and ``grad``
+(float64). They grow by amortised doubling while recording. Node ids grow
+monotonically and every node references only smaller ids, so reverse id
+order is a reverse topological order and the compiled sweeps are flat loops.
+
+Beside the arrays: labels, the shared constants, and the block table (array
+values, the operands and parameters of block ops, block adjoints). This
+layer knows no handles (``Var``, ``Block``) and no derivative rules: it
+stores ids and values, and validates ids.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fastad.errors import TraceError
+from fastad.kernels import optable, sweeps
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from fastad._typing import FloatArray, IndexArray, OpcodeArray, RuleValue
+
+OPCODE_DTYPE = np.uint8
+INDEX_DTYPE = np.int32
+VALUE_DTYPE = np.float64
+INITIAL_CAPACITY = 64
+# Recording appends rows to Python lists, which costs a fraction of four
+# NumPy scalar writes; the lists are moved into the arrays in bulk before any
+# sweep or read, and at least every 2**14 nodes to bound their memory.
+_STAGE_MASK = (1 << 14) - 1
+GROWTH_WARNING_BYTES = 1 << 30
+"""A tape holding more than this (node arrays and block arrays) warns once."""
+_COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
+_NO_IDS = np.empty(0, INDEX_DTYPE)
+
+
+class BlockTable:
+    """The block side of a tape: array values, block ops and block adjoints.
+
+    ``values`` maps a block node's id to its read-only float64 array. Block
+    ops (nodes computed by a registry rule, ``fastad/registry.py``) are
+    listed in id order with their operand ids (any number: ``in0``/``in1``
+    of the tape hold the first two) and their parameters (an axis, a key).
+    ``adjoints`` holds the block adjoints of the last backward sweep.
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[int, FloatArray] = {}
+        self.adjoints: dict[int, FloatArray] = {}
+        self.nbytes = 0  # held by the arrays in values
+        self._ops: list[int] = []
+        self._op_ids = np.empty(0, np.int64)  # _ops as an array, grown lazily
+        self._operands: dict[int, tuple[int, ...]] = {}
+        self._params: dict[int, object] = {}
+        self._extra: tuple[IndexArray, IndexArray, IndexArray] | None = None
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.adjoints.clear()
+        self.nbytes = 0
+        self._ops.clear()
+        self._op_ids = np.empty(0, np.int64)
+        self._operands.clear()
+        self._params.clear()
+        self._extra = None
+
+    def store(self, node: int, array: FloatArray) -> None:
+        """Keep ``array`` (read-only float64, owned by the table) as the value of ``node``."""
+        old = self.values.get(node)
+        if old is not None:
+            self.nbytes -= old.nbytes
+        self.values[node] = array
+        self.nbytes += array.nbytes
+
+    def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
+        self._ops.append(node)
+        self._operands[node] = operands
+        if params is not None:
+            self._params[node] = params
+        if len(operands) > 2:
+            self._extra = None
+
+    @property
+    def ops(self) -> list[int]:
+        """Ids of the block-op nodes, ascending (the list itself: do not change it)."""
+        return self._ops
+
+    def operands(self, node: int) -> tuple[int, ...]:
+        return self._operands[node]
+
+    def params(self, node: int) -> object:
+        return self._params.get(node)
+
+    def is_op(self, node: int) -> bool:
+        return node in self._operands
+
+    def op_ids(self) -> NDArray[np.int64]:
+        """``ops`` as an int64 array."""
+        if self._op_ids.size != len(self._ops):
+            new = np.array(self._ops[self._op_ids.size :], np.int64)
+            self._op_ids = np.concatenate([self._op_ids, new])
+        return self._op_ids
+
+    def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
+        """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
+        if self._extra is None:
+            nodes = [node for node in self._ops if len(self._operands[node]) > 2]
+            rest = [self._operands[node][2:] for node in nodes]
+            start = np.zeros(len(nodes) + 1, INDEX_DTYPE)
+            start[1:] = np.cumsum([len(r) for r in rest], dtype=np.int64)
+            ids = np.array([i for r in rest for i in r], INDEX_DTYPE)
+            self._extra = (np.array(nodes, INDEX_DTYPE), start, ids)
+        return self._extra
+
+
+class TapeStorage:
+    """The arrays of a tape, their growth, constants, labels and block values.
+
+    ``fastad.Tape`` adds handles, sweeps and printing on top; this class
+    stores ids and values only. ``guards`` is None on ordinary tapes and, while
+    ``fa.compile`` traces, the list of ``(node id, truth)`` of every
+    ``bool()`` taken of a node. ``generation`` counts resets: handles keep the
+    generation they were recorded in, so a stale one can be refused.
+    """
+
+    def __init__(
+        self, capacity: int = INITIAL_CAPACITY, trace: bool = False, debug: bool = False
+    ) -> None:
+        capacity = max(int(capacity), 1)
+        # Debug recording keeps (file, line) of the user's code for every
+        # node; it swaps in a push of its own so ordinary tapes pay nothing.
+        self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
+        if debug:
+            self.push = self._push_with_source  # type: ignore[method-assign]
+        self.guards: list[tuple[int, bool]] | None = [] if trace else None
+        self.generation = 0
+        self._owner: str | None = None  # what a frozen tape belongs to (see freeze)
+        self._opcode: OpcodeArray = np.zeros(capacity, OPCODE_DTYPE)
+        self._in0: IndexArray = np.zeros(capacity, INDEX_DTYPE)
+        self._in1: IndexArray = np.zeros(capacity, INDEX_DTYPE)
+        self._val: FloatArray = np.zeros(capacity, VALUE_DTYPE)
+        self._grad: FloatArray = np.zeros(capacity, VALUE_DTYPE)
+        self._n = 0
+        # Rows not yet in the arrays, one list per column: appending to four
+        # lists allocates nothing the garbage collector tracks (a row tuple
+        # would), and the collector's passes were the largest recording cost.
+        self._staged_opcode: list[int] = []
+        self._staged_in0: list[int] = []
+        self._staged_in1: list[int] = []
+        self._staged_val: list[float] = []
+        self._push_opcode = self._staged_opcode.append  # bound once: the hot path
+        self._push_in0 = self._staged_in0.append
+        self._push_in1 = self._staged_in1.append
+        self._push_val = self._staged_val.append
+        self._labels: dict[int, str] = {}
+        self._constants: dict[float | tuple[str, float], int] = {}
+        self.blocks = BlockTable()
+        self._warned_growth = False
+
+    def __len__(self) -> int:
+        return self._n
+
+    # -- recording ---------------------------------------------------------------
+    def push(self, code: int, in0: int, in1: int, value: float) -> int:
+        """Append one node and return its id; operands must already exist."""
+        n = self._n
+        self._push_opcode(code)
+        self._push_in0(in0)
+        self._push_in1(in1)
+        self._push_val(value)
+        self._n = n + 1
+        if n & _STAGE_MASK == _STAGE_MASK:
+            self.sync()
+        return n
+
+    def _push_with_source(self, code: int, in0: int, in1: int, value: float) -> int:
+        node = TapeStorage.push(self, code, in0, in1, value)
+        assert self._sources is not None  # debug tapes keep sources
+        self._sources[node] = _user_location()
+        return node
+
+    def constant_id(self, value: float) -> int:
+        """The id of the constant node holding ``value``; repeated constants share one."""
+        # 0.0 and -0.0 compare equal but are different constants (1/-0.0 = -inf).
+        key: float | tuple[str, float] = (
+            value if value != 0.0 else ("zero", math.copysign(1.0, value))
+        )
+        node = self._constants.get(key)
+        if node is None:
+            node = self._constants[key] = self.push(optable.CONST, -1, -1, value)
+        return node
+
+    def push_block(self, code: int, array: FloatArray) -> int:
+        """Append a block leaf or constant holding ``array`` (read-only float64, kept as is)."""
+        node = self.push(code, -1, -1, 0.0)
+        self._store(node, array)
+        return node
+
+    def push_block_op(
+        self, code: int, operands: tuple[int, ...], value: FloatArray | float, params: object
+    ) -> int:
+        """Append a node computed by a block rule: an array value, or a float (a sum)."""
+        in0 = operands[0]
+        in1 = operands[1] if len(operands) > 1 else -1
+        if isinstance(value, np.ndarray):
+            node = self.push(code, in0, in1, 0.0)
+            self._store(node, value)
+        else:
+            node = self.push(code, in0, in1, value)
+        self.blocks.add_op(node, operands, params)
+        return node
+
+    def _store(self, node: int, array: FloatArray) -> None:
+        self.blocks.store(node, array)
+        if self.blocks.nbytes > GROWTH_WARNING_BYTES:
+            self._warn_growth()
+
+    def sync(self) -> None:
+        """Move the staged rows into the arrays (growing them by doubling)."""
+        staged = self._staged_opcode
+        if not staged:
+            return
+        n, start = self._n, self._n - len(staged)
+        if n > self._opcode.size:
+            self._grow(n)
+        for array, column in (
+            (self._opcode, self._staged_opcode),
+            (self._in0, self._staged_in0),
+            (self._in1, self._staged_in1),
+            (self._val, self._staged_val),
+        ):
+            array[start:n] = column
+            column.clear()
+
+    def _grow(self, needed: int) -> None:
+        capacity = self._opcode.size
+        while capacity < needed:
+            capacity *= 2
+        for name in _COLUMNS:
+            old = getattr(self, name)
+            new = np.zeros(capacity, old.dtype)
+            new[: old.size] = old
+            setattr(self, name, new)
+        self._warn_growth()
+
+    def _warn_growth(self) -> None:
+        """Say once that this tape keeps growing: nothing on a live tape is freed."""
+        held = sum(getattr(self, name).nbytes for name in _COLUMNS) + self.blocks.nbytes
+        if self._warned_growth or held <= GROWTH_WARNING_BYTES:
+            return
+        self._warned_growth = True
+        warnings.warn(
+            f"this fastad tape holds {self._n} nodes and {held / 2**30:.1f} GiB: a tape keeps "
+            "every node (and array) recorded on it for as long as it lives. In a loop, record "
+            "each step on a fresh tape (`with fa.Tape():`) or call tape.reset() after the "
+            "optimiser step, and memory stays flat.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+    # -- state ---------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget every node but keep the allocated memory; older handles become stale."""
+        if self._owner is not None:
+            self.refuse("reset")
+        self.sync()
+        self._grad[: self._n] = 0.0
+        self._n = 0
+        self.generation += 1
+        self._labels.clear()
+        self._constants.clear()
+        self.blocks.clear()
+        if self._sources is not None:
+            self._sources.clear()
+        if self.guards is not None:
+            self.guards.clear()
+
+    def freeze(self, owner: str) -> None:
+        """Make the recording final: no more nodes, no reset.
+
+        ``fa.compile`` freezes the tape it keeps (``f.tape``), which users may
+        read, print, draw and replay but not change under the compiled
+        function: a reset or a new node would leave it answering, or saving,
+        something other than what it traced. ``owner`` names it in errors.
+        """
+        self.sync()
+        self._owner = owner
+        self.push = self._refuse_push  # type: ignore[method-assign]
+
+    @property
+    def frozen(self) -> bool:
+        """True for a tape kept by a compiled function (see :meth:`freeze`)."""
+        return self._owner is not None
+
+    def end_trace(self) -> list[tuple[int, bool]]:
+        """Stop tracing: return the guards recorded, and make this an ordinary tape."""
+        guards, self.guards = self.guards, None
+        return list(guards or ())
+
+    def _refuse_push(self, code: int, in0: int, in1: int, value: float) -> NoReturn:
+        self.refuse("record new nodes on")
+
+    def refuse(self, action: str) -> NoReturn:
+        raise ValueError(
+            f"cannot {action} this tape: it belongs to {self._owner}, which replays it as "
+            "traced. Record on a new fa.Tape(), or compile the function again."
+        )
+
+    def refuse_while_tracing(self, what: str) -> None:
+        """Raise ``TraceError`` if ``fa.compile`` is tracing on this tape."""
+        if self.guards is not None:
+            raise TraceError(
+                f"{what} while fa.compile traces the function: the derivative would be a "
+                "number computed at the traced point and frozen into every replay. "
+                "Differentiate the compiled function instead (f.grad, f.jvp, f.vjp); "
+                "derivatives of derivatives inside a trace are not supported yet."
+            )
+
+    # -- reading ---------------------------------------------------------------------
+    def check_id(self, node: object, what: str = "node id") -> int:
+        """``node`` as a valid id of this tape; raise naming ``what`` and the value.
+
+        Ids are integers (Python or NumPy; not bool or float: ``1.5`` is not
+        silently node 1) in ``[0, len(tape))``: ``-1`` does not wrap around.
+        """
+        if isinstance(node, (bool, np.bool_)) or not isinstance(
+            node, (numbers.Integral, np.integer)
+        ):
+            raise TypeError(f"{what} must be an integer, got {type(node).__name__} {node!r}")
+        node = int(node)
+        if not 0 <= node < self._n:
+            raise IndexError(
+                f"{what} {node} is out of range for a tape of {self._n} nodes "
+                f"(ids are 0..{self._n - 1}; negative ids do not wrap around)"
+            )
+        return node
+
+    def value(self, node: int) -> RuleValue:
+        """A node's value: its array for blocks, a float for scalars."""
+        block = self.blocks.values.get(node)
+        if block is not None:
+            return block
+        if node >= self._n - len(self._staged_val):  # still staged
+            return self._staged_val[node - self._n]
+        return float(self._val[node])
+
+    def block_value(self, node: int) -> FloatArray | None:
+        """The array of a block node, None for a scalar node."""
+        return self.blocks.values.get(node)
+
+    def operands(self, node: int) -> tuple[int, ...]:
+        """The operand ids of a node, in order (any number for a block op)."""
+        if self.blocks.is_op(node):
+            return self.blocks.operands(node)
+        self.sync()
+        return tuple(int(j) for j in (self._in0[node], self._in1[node]) if j >= 0)
+
+    def set_leaf_value(self, node: int, value: FloatArray | float) -> None:
+        """Give a leaf a new value (a compiled function's replay); arrays are kept as they are."""
+        if isinstance(value, np.ndarray):
+            self._store(node, value)
+        else:
+            self.sync()
+            self._val[node] = value
+
+    def label(self, node: int) -> str | None:
+        return self._labels.get(node)
+
+    def set_label(self, node: int, label: str) -> None:
+        self._labels[node] = str(label)
+
+    @property
+    def labels(self) -> dict[int, str]:
+        """A copy of the ``{node id: label}`` mapping."""
+        return dict(self._labels)
+
+    def source(self, node: int) -> tuple[str, int] | None:
+        """``(file, line)`` of the user code that recorded a node (debug tapes), or None."""
+        return self._sources.get(node) if self._sources is not None else None
+
+    @property
+    def debug(self) -> bool:
+        """True for a tape that keeps the source line of every node."""
+        return self._sources is not None
+
+    def columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
+        """``opcode, in0, in1, val, grad`` of the first ``len(tape)`` rows, writable.
+
+        For the sweep driver and the kernels; users get read-only views.
+        """
+        self.sync()
+        n = self._n
+        return self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n], self._grad[:n]
+
+    def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
+        """A mask of ``root`` and every node it depends on, and the lowest such id."""
+        _, in0, in1, _, _ = self.columns()
+        mark = np.zeros(root + 1, np.bool_)
+        lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
+        return mark, lowest
+
+    def value_ancestors(self, root: int) -> NDArray[np.bool_]:
+        """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
+        opcode, in0, in1, val, _ = self.columns()
+        mark = np.zeros(root + 1, np.bool_)
+        is_block = np.zeros(root + 1, np.bool_)
+        is_block[[node for node in self.blocks.ops if node <= root]] = True
+        sweeps.mark_value_ancestors(
+            opcode, in0, in1, val, is_block, *self._extra_edges(), root, mark
+        )
+        return mark
+
+    def _extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
+        if not self.blocks.ops:
+            return _NO_IDS, np.zeros(1, INDEX_DTYPE), _NO_IDS
+        return self.blocks.extra_edges()
+
+    def _view(self, name: str) -> Any:
+        self.sync()
+        view = getattr(self, name)[: self._n]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def opcode(self) -> OpcodeArray:
+        """Opcodes (uint8)."""
+        return self._view("_opcode")
+
+    @property
+    def in0(self) -> IndexArray:
+        """First operand ids (int32)."""
+        return self._view("_in0")
+
+    @property
+    def in1(self) -> IndexArray:
+        """Second operand ids (int32)."""
+        return self._view("_in1")
+
+    @property
+    def val(self) -> FloatArray:
+        """Node values (float64).
+
+        Not available while ``fa.compile`` traces a function: a value read
+        then would be frozen into every replay (see :class:`fastad.TraceError`).
+        """
+        if self.guards is not None:
+            raise TraceError(
+                "tape.val while fa.compile traces the function: the values would be frozen "
+                "into every replay. Keep computing with fastad operations."
+            )
+        return self._view("_val")
+
+    @property
+    def grad(self) -> FloatArray:
+        """Node adjoints (float64)."""
+        self.refuse_while_tracing("tape.grad")
+        return self._view("_grad")
+
+    @property
+    def inputs(self) -> NDArray[np.intp]:
+        """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
+        self.sync()
+        return np.flatnonzero(self._opcode[: self._n] == optable.INPUT)
+
+    @property
+    def has_blocks(self) -> bool:
+        """True when the tape holds block (array) nodes."""
+        return bool(self.blocks.values)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the five node arrays (capacity, not just length)."""
+        self.sync()
+        return sum(getattr(self, name).nbytes for name in _COLUMNS)
+
+    def _trim_columns(self) -> None:
+        self.sync()
+        for name in _COLUMNS:
+            setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
+
+    def _fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
+        """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
+        n = len(opcode)
+        if n > self._opcode.size:
+            self._grow(n)
+        self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n] = opcode, in0, in1, val
+        self._n = n
+
+
+def as_stored(value: Any) -> FloatArray:
+    """``value`` as a block value: a read-only C-contiguous float64 array.
+
+    Copied only when it must be: a fresh array a rule made is kept as it
+    is; a writable view of someone else's array is copied, since freezing
+    it would freeze theirs.
+    """
+    array = np.ascontiguousarray(value, dtype=np.float64)
+    if array.flags.writeable and not fresh(array):
+        array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+def fresh(array: NDArray[Any]) -> bool:
+    """True for an array that owns its memory: NumPy's own new array (no base)
+    or a Numba kernel's (its base is the kernel's memory record, viewed by nothing else)."""
+    return array.base is None or type(array.base).__name__ == "_MemInfo"
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_location() -> tuple[str, int] | None:
+    """(file, line) of the innermost caller outside the fastad package."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None

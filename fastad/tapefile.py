@@ -1,0 +1,120 @@
+"""Tapes from raw arrays and ``.npz`` files: every invariant validated first.
+
+The compiled kernels do no bounds checks, so this is what keeps bad data
+(a hand-built array, a damaged file) from crashing them: operand ids must
+precede their node, opcodes must exist, arrays must be one-dimensional of
+one length, ids integer and values floating point. Errors name the first
+offending node (and the file).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fastad import npz
+from fastad.kernels import optable
+from fastad.storage import INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, IndexArray, OpcodeArray, StrPath
+    from fastad.storage import TapeStorage
+
+SAVE_FORMAT = "fastad-tape-1"
+ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
+
+
+def validated_arrays(
+    opcode: ArrayLike, in0: ArrayLike, in1: ArrayLike, val: ArrayLike
+) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray]:
+    """The four arrays as the tape's dtypes, or ``ValueError`` naming the first bad node."""
+    given = {"opcode": opcode, "in0": in0, "in1": in1, "val": val}
+    arrays = {name: np.asarray(a) for name, a in given.items()}
+    for name, a in arrays.items():
+        if a.ndim != 1:
+            raise ValueError(f"tape array {name} must be one-dimensional, got shape {a.shape}")
+        kind_ok = a.dtype.kind == "f" if name == "val" else a.dtype.kind in "iu"
+        if not kind_ok:
+            wanted = "floating point" if name == "val" else "integer"
+            raise ValueError(f"tape array {name} must be {wanted}, got dtype {a.dtype}")
+    lengths = {name: a.size for name, a in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"tape arrays must have equal lengths, got {lengths}")
+    codes = arrays["opcode"]
+    bad = np.flatnonzero((codes < 0) | (codes >= optable.NUM_OPS))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"node {i}: invalid opcode {codes[i]} (valid: 0..{optable.NUM_OPS - 1})")
+    arity = ARITY[codes.astype(np.intp)]
+    ids = np.arange(codes.size)
+    for slot, name in enumerate(("in0", "in1")):
+        operand = arrays[name].astype(np.int64)
+        used = arity > slot
+        wrong = np.flatnonzero(np.where(used, (operand < 0) | (operand >= ids), operand != -1))
+        if wrong.size:
+            i = int(wrong[0])
+            op = optable.ALL[codes[i]]
+            rule = f"an id in [0, {i})" if used[i] else "-1 (unused operand)"
+            raise ValueError(
+                f"node {i} ({op.name}, arity {op.arity}): {name} = {operand[i]}, "
+                f"expected {rule}; operands must be earlier nodes"
+            )
+    return (
+        np.ascontiguousarray(codes, OPCODE_DTYPE),
+        np.ascontiguousarray(arrays["in0"], INDEX_DTYPE),
+        np.ascontiguousarray(arrays["in1"], INDEX_DTYPE),
+        np.ascontiguousarray(arrays["val"], VALUE_DTYPE),
+    )
+
+
+def validated_labels(tape: TapeStorage, labels: object) -> dict[int, str]:
+    """``labels`` as ``{node id: label}`` for ``tape``; keys may be ids or their decimal text."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise TypeError(f"labels must be a dict {{node id: label}}, got {type(labels).__name__}")
+    checked: dict[int, str] = {}
+    for key, label in labels.items():
+        # Keys are ids, or their decimal text (JSON object keys are strings).
+        node_id = int(key) if isinstance(key, str) and key.isdecimal() else key
+        try:
+            node_id = tape.check_id(node_id, "label key")
+        except (TypeError, IndexError) as error:
+            raise ValueError(f"label {label!r}: {error}") from None
+        if not isinstance(label, str):
+            raise TypeError(f"label of node {node_id} must be a str, got {label!r}")
+        checked[node_id] = label
+    return checked
+
+
+def write(tape: TapeStorage, path: StrPath) -> None:
+    """Write a scalar tape to a NumPy ``.npz`` file (no pickle inside)."""
+    if tape.has_blocks:
+        raise NotImplementedError("saving is not available for tapes with blocks yet")
+    np.savez(
+        path,
+        format=np.array(SAVE_FORMAT),
+        opcode=tape.opcode,
+        in0=tape.in0,
+        in1=tape.in1,
+        val=tape.val,
+        labels=np.array(json.dumps({str(k): v for k, v in tape.labels.items()})),
+    )
+
+
+def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
+    """The arrays and labels of a tape file written by :func:`write` (not yet validated)."""
+    data = npz.read_npz(path, "tape")
+    # write() always writes labels: a file without them is damaged, not unlabelled.
+    missing = {"format", "opcode", "in0", "in1", "val", "labels"} - set(data)
+    if missing:
+        raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
+    found = npz.text_field(data, "format", str(path))
+    if found != SAVE_FORMAT:
+        raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
+    text = npz.text_field(data, "labels", str(path))
+    labels: dict[str, Any] = npz.json_object(text, f"{path}: labels")
+    return (data["opcode"], data["in0"], data["in1"], data["val"]), labels
