@@ -14,6 +14,8 @@ from fastad._install_check import require_regular_package
 # the editable finder): say so before anything fails obscurely.
 require_regular_package(fastad)
 
+from fastad import demo  # noqa: E402  (after the check: a namespace fastad has no demo)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fastad", description=__doc__)
@@ -30,8 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from fastad import demo
-
         # Each check carries its own tolerance (see the top of fastad/demo.py).
         passed, final_line = demo.verdict(demo.main(draw_dir=args.draw))
         print(final_line)

@@ -805,7 +805,7 @@ def _thread_count(threads: int | None) -> int:
 
 def _describe(tape: Tape, node: int) -> str:
     op = optable.ALL[tape.opcode[node]]
-    if op.name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    if op.code in optable.COMPARISONS:
         a, b = tape.in0[node], tape.in1[node]
         return f"{_operand(tape, a)} {op.symbol} {_operand(tape, b)}"
     return f"bool({_operand(tape, node)})"

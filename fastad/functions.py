@@ -224,8 +224,8 @@ class BinaryFunction(Protocol):
     def __call__(self, x: object, y: ObjectArray) -> ObjectArray: ...
 
 
-def _unary(name: str, doc: str) -> UnaryFunction:
-    code = optable.BY_NAME[name].code
+def _unary(op: optable.Op) -> UnaryFunction:
+    name, code = op.name, op.code
 
     def function(x: object) -> Var | Block | FloatArray | ObjectArray | float:
         if type(x) is Var:
@@ -236,14 +236,14 @@ def _unary(name: str, doc: str) -> UnaryFunction:
         return _plain_number_result(name, code, (x,))
 
     function.__name__ = function.__qualname__ = name
-    function.__doc__ = doc
+    function.__doc__ = op.doc
     _FUNCTIONS[name] = function
     # Its overloads (UnaryFunction) say which operand gives which result.
     return cast(UnaryFunction, function)
 
 
-def _binary(name: str, doc: str) -> BinaryFunction:
-    code = optable.BY_NAME[name].code
+def _binary(op: optable.Op) -> BinaryFunction:
+    name, code = op.name, op.code
 
     def function(x: object, y: object) -> Var | Block | FloatArray | ObjectArray | float:
         if type(x) is Var or type(y) is Var:
@@ -258,32 +258,29 @@ def _binary(name: str, doc: str) -> BinaryFunction:
         return _plain_number_result(name, code, (x, y))
 
     function.__name__ = function.__qualname__ = name
-    function.__doc__ = doc
+    function.__doc__ = op.doc
     _FUNCTIONS[name] = function
     return cast(BinaryFunction, function)
 
 
+# One public function per op-table row with a doc (optable.PUBLIC), made here
+# from the row. The names are bound one by one below so that type checkers
+# see them; tests/test_ops.py fails when the two lists differ.
 _FUNCTIONS: dict[str, Callable[..., object]] = {}
+_unaries = {op.name: _unary(op) for op in optable.PUBLIC if op.arity == 1}
+_binaries = {op.name: _binary(op) for op in optable.PUBLIC if op.arity == 2}
 
-exp = _unary("exp", "e**x. Derivative: the saved output.")
-log = _unary("log", "Natural logarithm; log(0) = -inf, log(x < 0) = nan.")
-sqrt = _unary("sqrt", "Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0).")
-sin = _unary("sin", "Sine.")
-cos = _unary("cos", "Cosine.")
-tanh = _unary("tanh", "Hyperbolic tangent. Derivative 1 - output**2, from the saved output.")
-sigmoid = _unary(
-    "sigmoid", "Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out)."
-)
-relu = _unary("relu", "max(x, 0), nan propagating. Subgradient relu'(0) = 0.")
-abs = _unary(  # noqa: A001 (mirrors numpy.abs)
-    "abs", "|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1)."
-)
-maximum = _binary(
-    "maximum", "Maximum, NumPy nan semantics; at a tie each side gets half the gradient."
-)
-minimum = _binary(
-    "minimum", "Minimum, NumPy nan semantics; at a tie each side gets half the gradient."
-)
+exp = _unaries["exp"]
+log = _unaries["log"]
+sqrt = _unaries["sqrt"]
+sin = _unaries["sin"]
+cos = _unaries["cos"]
+tanh = _unaries["tanh"]
+sigmoid = _unaries["sigmoid"]
+relu = _unaries["relu"]
+abs = _unaries["abs"]  # noqa: A001 (mirrors numpy.abs)
+maximum = _binaries["maximum"]
+minimum = _binaries["minimum"]
 
 
 _PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code

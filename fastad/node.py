@@ -412,12 +412,6 @@ def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
     raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
 
 
-def _operand_value(node: Var | Block) -> Any:
-    if type(node) is Var:
-        return node._value
-    return node._tape.blocks.values[node._id]
-
-
 def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: object) -> Var | Block:
     """Append block op ``code`` on live nodes of ``tape``: shape rule, forward, push.
 
@@ -425,10 +419,11 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     replay agree bit for bit. A shape of ``()`` gives a scalar node.
     """
     entry = registry.rule(code)
-    values = tuple(_operand_value(node) for node in nodes)
-    shape = entry.shape(tuple(np.shape(value) for value in values), params)
+    block_values = tape.blocks.values
+    values = tuple([node._value if type(node) is Var else block_values[node._id] for node in nodes])
+    shape = entry.shape(tuple([_shape(value) for value in values]), params)
     value = entry.forward(values, params)
-    ids = tuple(node._id for node in nodes)
+    ids = tuple([node._id for node in nodes])
     if shape == ():
         scalar = float(value)
         return Var(tape, tape.push_block_op(code, ids, scalar, params), scalar)
@@ -438,6 +433,10 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
     return Block(tape, tape.push_block_op(code, ids, array, params))
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    return value.shape if type(value) is np.ndarray else ()  # type: ignore[no-any-return]
 
 
 def record_block(

@@ -36,9 +36,6 @@ if TYPE_CHECKING:
     from fastad._typing import IdArray
     from fastad.node import NodeRef
 
-# Commutative bit for bit, signed zeros included. maximum and minimum are not:
-# maximum(0.0, -0.0) is -0.0 but maximum(-0.0, 0.0) is 0.0.
-_COMMUTATIVE = frozenset(optable.BY_NAME[name].code for name in ("add", "mul", "eq", "ne"))
 _ARITY = np.array([op.arity for op in optable.OPS], np.int8)
 
 
@@ -146,7 +143,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
                 key = ("const", np.float64(value).tobytes())
                 folded += folds
             else:
-                if code in _COMMUTATIVE:
+                if code in optable.COMMUTATIVE:  # bit for bit, signed zeros too
                     operands.sort()
                 operands += [-1] * (2 - arity)
                 key = (code, *operands)

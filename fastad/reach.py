@@ -31,8 +31,10 @@ def reached_elements(x: ArrayLike) -> NDArray[np.bool_]:
 
 def any_reached(x: RuleValue) -> bool:
     """Whether any element of an adjoint or tangent was reached."""
+    if type(x) is np.ndarray and x.dtype == np.float64 and x.flags.c_contiguous:
+        return bool(sweeps.any_reached(x))
     if isinstance(x, float):
-        return sweeps.reached(x)
+        return bool(sweeps.reached(x))
     return bool(reached_elements(x).any())
 
 
@@ -80,17 +82,15 @@ def product_reach(
 
     For products a fused kernel has made already. Changes ``product`` in place.
     """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
     if adjoint_left:
         rows = np.zeros(product.shape[0], np.bool_)
-        sweeps.rows_to_recheck(product, rows)
-        if rows.any():
+        if sweeps.rows_to_recheck(product, rows):
+            x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
             sweeps.exact_rows(x, y, np.flatnonzero(rows), product)
     else:
         columns = np.zeros(product.shape[1], np.bool_)
-        sweeps.columns_to_recheck(product, columns)
-        if columns.any():
+        if sweeps.columns_to_recheck(product, columns):
+            x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
             sweeps.exact_columns(x, y, np.flatnonzero(columns), product)
     return product
 
@@ -100,6 +100,8 @@ def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | flo
 
     The sums keep strong zeros (``reach_sum``).
     """
+    if type(gradient) is np.ndarray and gradient.shape == shape:
+        return gradient
     gradient = np.asarray(gradient)
     if gradient.shape == tuple(shape):
         return gradient

@@ -129,11 +129,11 @@ class Elementwise(BlockRule):
         return out
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
-        shape = np.shape(out)
+        shape = out.shape
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
-        sweeps.map_vjp(self.code, a_full, b_full, flat(out, shape), flat(g, shape), da, db)
+        sweeps.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
         da_operand = unbroadcast(da.reshape(shape), np.shape(values[0]))
         if self.arity == 1:
             return (da_operand,)
@@ -210,18 +210,18 @@ class Reduce(BlockRule):
         return a.size if axis is None else a.shape[axis]
 
     def forward(self, values: Values, params: Any) -> RuleValue:
-        reduce = np.sum if self.name == "sum" else np.mean
+        a = values[0]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, silently
-            out = reduce(values[0], axis=params)
+            out = a.sum(axis=params) if self.name == "sum" else a.mean(axis=params)
         return float(out) if params is None else out
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         (a,) = values
-        scale = 1.0 if self.name == "sum" else 1.0 / self._count(a, params)
-        g = np.asarray(g) * scale
-        if params is not None:
-            g = np.expand_dims(g, params)
-        return (np.broadcast_to(g, a.shape).copy(),)
+        if self.name == "mean":
+            g = g * (1.0 / self._count(a, params))
+        if params is None:
+            return (np.full(a.shape, g),)
+        return (np.broadcast_to(np.expand_dims(g, params), a.shape).copy(),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         value = reach_sum(tangents[0], axis=params)

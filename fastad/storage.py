@@ -43,7 +43,6 @@ _STAGE_MASK = (1 << 14) - 1
 GROWTH_WARNING_BYTES = 1 << 30
 """A tape holding more than this (node arrays and block arrays) warns once."""
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
-_NO_IDS = np.empty(0, INDEX_DTYPE)
 
 
 class BlockTable:
@@ -64,6 +63,11 @@ class BlockTable:
         self._op_ids = np.empty(0, np.int64)  # _ops as an array, grown lazily
         self._operands: dict[int, tuple[int, ...]] = {}
         self._params: dict[int, object] = {}
+        # Operands past the second, in CSR form: node _extra_nodes[p] has
+        # _extra_ids[_extra_start[p]:_extra_start[p + 1]].
+        self._extra_nodes: list[int] = []
+        self._extra_start: list[int] = [0]
+        self._extra_ids: list[int] = []
         self._extra: tuple[IndexArray, IndexArray, IndexArray] | None = None
 
     def clear(self) -> None:
@@ -74,6 +78,9 @@ class BlockTable:
         self._op_ids = np.empty(0, np.int64)
         self._operands.clear()
         self._params.clear()
+        self._extra_nodes.clear()
+        self._extra_start[1:] = []
+        self._extra_ids.clear()
         self._extra = None
 
     def store(self, node: int, array: FloatArray) -> None:
@@ -90,6 +97,9 @@ class BlockTable:
         if params is not None:
             self._params[node] = params
         if len(operands) > 2:
+            self._extra_nodes.append(node)
+            self._extra_ids.extend(operands[2:])
+            self._extra_start.append(len(self._extra_ids))
             self._extra = None
 
     @property
@@ -116,12 +126,11 @@ class BlockTable:
     def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
         """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
         if self._extra is None:
-            nodes = [node for node in self._ops if len(self._operands[node]) > 2]
-            rest = [self._operands[node][2:] for node in nodes]
-            start = np.zeros(len(nodes) + 1, INDEX_DTYPE)
-            start[1:] = np.cumsum([len(r) for r in rest], dtype=np.int64)
-            ids = np.array([i for r in rest for i in r], INDEX_DTYPE)
-            self._extra = (np.array(nodes, INDEX_DTYPE), start, ids)
+            self._extra = (
+                np.array(self._extra_nodes, INDEX_DTYPE),
+                np.array(self._extra_start, INDEX_DTYPE),
+                np.array(self._extra_ids, INDEX_DTYPE),
+            )
         return self._extra
 
 
@@ -423,8 +432,6 @@ class TapeStorage:
         return mark
 
     def _extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
-        if not self.blocks.ops:
-            return _NO_IDS, np.zeros(1, INDEX_DTYPE), _NO_IDS
         return self.blocks.extra_edges()
 
     def _view(self, name: str) -> Any:
@@ -506,7 +513,10 @@ def as_stored(value: Any) -> FloatArray:
     is; a writable view of someone else's array is copied, since freezing
     it would freeze theirs.
     """
-    array = np.ascontiguousarray(value, dtype=np.float64)
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.flags.c_contiguous:
+        array = value
+    else:
+        array = np.ascontiguousarray(value, dtype=np.float64)
     if array.flags.writeable and not fresh(array):
         array = array.copy()
     array.flags.writeable = False

@@ -28,7 +28,7 @@ from fastad.storage import as_stored, fresh
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, RuleValue
-    from fastad.storage import BlockTable, TapeStorage
+    from fastad.storage import TapeStorage
 
 
 class Rule(Protocol):
@@ -93,10 +93,16 @@ def block_ops_reaching(tape: TapeStorage, root: int) -> tuple[list[int], int]:
     depend on: nothing reaches those, so the compiled sweeps skip them (or,
     in forward mode, fill their unused scalar slot).
     """
-    ids = tape.blocks.op_ids()
-    ids = ids[: np.searchsorted(ids, root, side="right")]
     mark, lowest = tape.ancestors(root)
+    ops = tape.blocks.ops
+    if len(ops) <= _FEW_OPS:  # a fresh tape per step: a Python loop beats NumPy's calls
+        return [node for node in ops if lowest <= node <= root and mark[node]], lowest
+    ids = tape.blocks.op_ids()
+    ids = ids[np.searchsorted(ids, lowest) : np.searchsorted(ids, root, side="right")]
     return ids[mark[ids]].tolist(), lowest
+
+
+_FEW_OPS = 32
 
 
 def replay(tape: TapeStorage, rules: Rules) -> None:
@@ -144,10 +150,17 @@ def backward(
         if found is None and origin != sweeps.NO_ORIGIN:
             found = (origin // 2, origin % 2)
 
+    block_values = blocks.values
+
+    def value_of(node: int) -> RuleValue:
+        block = block_values.get(node)
+        return block if block is not None else float(val[node])
+
     def step(node: int) -> None:
         nonlocal found
         g: RuleValue
-        if node in blocks.values:
+        out = block_values.get(node)
+        if out is not None:
             g = block_adjoints.get(node)
             if g is None or not any_reached(g):
                 return  # strong zero: nothing reached this block
@@ -155,9 +168,9 @@ def backward(
             g = float(adjoints[node])
             if not sweeps.reached(g):
                 return
+            out = float(val[node])
         operands = blocks.operands(node)
-        values = tuple(tape.value(j) for j in operands)
-        out = tape.value(node)
+        values = tuple([value_of(j) for j in operands])
         partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node))
         if check and found is None and np.isfinite(g).all():
             for slot, contribution in enumerate(partials):
@@ -165,8 +178,14 @@ def backward(
                     found = (node, slot)
                     break
         for j, contribution in zip(operands, partials, strict=True):
-            if contribution is not None:
-                accumulate(blocks, j, contribution, adjoints, block_adjoints)
+            if contribution is None:
+                continue
+            if j not in block_values:
+                adjoints[j] += float(contribution)
+            elif j in block_adjoints:
+                block_adjoints[j] += contribution
+            else:  # a block's first contribution is adopted, not copied
+                block_adjoints[j] = owned(contribution, block_adjoints.values())
 
     if not blocks.ops:  # one compiled sweep, seed included
         origin = sweeps.backward_sweep(opcode, in0, in1, val, adjoints, root, check)
@@ -175,25 +194,6 @@ def backward(
     relevant, lowest = block_ops_reaching(tape, root)
     walk(relevant, lowest, root + 1, True, run, step)
     return found
-
-
-def accumulate(
-    blocks: BlockTable,
-    node: int,
-    contribution: RuleValue,
-    adjoints: FloatArray,
-    block_adjoints: dict[int, FloatArray],
-) -> None:
-    """Add one rule's contribution to ``node``'s adjoint: ``+=``, never ``=``.
-
-    A block's first contribution is adopted (``owned``), not copied.
-    """
-    if node not in blocks.values:
-        adjoints[node] += float(contribution)
-    elif node in block_adjoints:
-        block_adjoints[node] += contribution
-    else:
-        block_adjoints[node] = owned(contribution, block_adjoints.values())
 
 
 def tangent(
@@ -257,13 +257,15 @@ def owned(array: RuleValue, adopted: Iterable[FloatArray]) -> FloatArray:
     must never alias another array, since it is accumulated in place.
     """
     if (
-        isinstance(array, np.ndarray)
-        and fresh(array)
+        type(array) is np.ndarray
         and array.dtype == np.float64
+        and fresh(array)
         and array.flags.writeable
         and array.flags.c_contiguous
-        and all(array is not other for other in adopted)
     ):
+        for other in adopted:
+            if other is array:
+                return array.copy()
         return array
     return np.array(array, dtype=np.float64)
 

@@ -110,7 +110,7 @@ class Tape(TapeStorage):
             number = _as_float(value, "fa.var")
             node = Var(self, self.push(optable.INPUT, -1, -1, number), number)
         if name is not None:
-            self.set_label(node._id, name)
+            self.set_label(node.id, name)
         return node
 
     def constant(self, value: RealNumber) -> Var:
@@ -200,23 +200,18 @@ class Tape(TapeStorage):
             if origin is not None:
                 raise NonFiniteError(origin)
         grad = self.columns()[4]
-        if accumulate or self.blocks.ops:
-            adjoints = np.full(node + 1, UNREACHED)
-        else:  # sweep straight into the tape's adjoints: no buffer, no copy
-            grad[:] = UNREACHED
-            adjoints = grad
         block_adjoints: dict[int, FloatArray] = {}
-        found = sweep.backward(self, registry.rule, node, adjoints, block_adjoints, check)
-        if adjoints is grad:
-            grad += 0.0
-        elif accumulate:
+        if accumulate:
+            adjoints = np.full(node + 1, UNREACHED)
+            found = sweep.backward(self, registry.rule, node, adjoints, block_adjoints, check)
             grad[: node + 1] += adjoints
             for i, gradient in block_adjoints.items():
                 held = self.blocks.adjoints.get(i)
                 self.blocks.adjoints[i] = gradient if held is None else held + gradient
-        else:
-            grad[node + 1 :] = 0.0
-            grad[: node + 1] = adjoints + 0.0
+        else:  # sweep straight into the tape's adjoints: no buffer, no copy
+            grad[:] = UNREACHED
+            found = sweep.backward(self, registry.rule, node, grad, block_adjoints, check)
+            grad += 0.0
             self.blocks.adjoints = block_adjoints
         if found is not None:
             raise NonFiniteError(diagnose.backward_origin(self, *found))

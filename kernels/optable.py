@@ -16,9 +16,12 @@ that is valid both in Python and in Numba-compiled code:
 Everything else follows from this table: ``kernels/sweeps.py`` holds a
 generated block (``python -m fastad.kernels._generate``) with the compiled
 ``forward_value`` and ``local_partials`` dispatch, and the front end builds
-its eager evaluators from the same expressions. Adding an op is one row here
-plus one row in the op test table (``tests/test_ops.py``); a test fails if the
-generated block is out of date or an opcode lacks any part.
+its eager evaluators, its elementwise block rules, the public functions
+(``fa.<name>`` for rows with a ``doc``), the optimiser's commutative ops and
+the compiled functions' branch reports from the same rows. Adding an op is
+one row here plus one row in the op test table (``tests/test_ops.py``); a
+test fails if the generated block is out of date or an opcode lacks any
+part.
 
 Exact zeros are strong: a local derivative or an adjoint (or tangent) that is
 exactly zero contributes exactly zero in every sweep, never ``0 * inf = nan``.
@@ -35,7 +38,16 @@ from typing import NamedTuple
 
 
 class Op(NamedTuple):
-    """One primitive: everything the recorder and the sweeps need to know."""
+    """One primitive: everything the recorder, the sweeps and the front end need to know.
+
+    ``commutative``: ``op(a, b) == op(b, a)`` bit for bit, signed zeros
+    included (the optimiser merges ``a + b`` with ``b + a``; ``maximum`` is
+    not: ``maximum(0.0, -0.0)`` is -0.0, ``maximum(-0.0, 0.0)`` is 0.0).
+    ``comparison``: the op gives 1.0 or 0.0 with zero derivatives (a branch
+    on it is a guard of a compiled function, reported as ``a < b``).
+    ``doc``: the docstring of the public function ``fa.<name>``; ops without
+    one are reached through operators only.
+    """
 
     code: int
     name: str
@@ -43,6 +55,9 @@ class Op(NamedTuple):
     arity: int
     value: str
     partials: tuple[str, ...]
+    commutative: bool = False
+    comparison: bool = False
+    doc: str = ""
 
 
 def sigmoid(a: float) -> float:
@@ -119,31 +134,42 @@ HELPERS: tuple[Callable[..., float], ...] = (
 OPS = (
     Op(0,  "input",   "leaf",    0, "",               ()),
     Op(1,  "const",   "const",   0, "",               ()),
-    Op(2,  "add",     "+",       2, "a + b",          ("1.0", "1.0")),
+    Op(2,  "add",     "+",       2, "a + b",          ("1.0", "1.0"), commutative=True),
     Op(3,  "sub",     "-",       2, "a - b",          ("1.0", "-1.0")),
-    Op(4,  "mul",     "*",       2, "a * b",          ("b", "a")),
+    Op(4,  "mul",     "*",       2, "a * b",          ("b", "a"), commutative=True),
     Op(5,  "div",     "/",       2, "a / b",          ("1.0 / b", "-out / b")),
     Op(6,  "neg",     "neg",     1, "-a",             ("-1.0",)),
     Op(7,  "pow",     "**",      2, "pow(a, b)",      ("pow_partial_base(a, b)",
                                                        "pow_partial_exponent(a, b, out)")),
-    Op(8,  "exp",     "exp",     1, "exp(a)",         ("out",)),
-    Op(9,  "log",     "log",     1, "log(a)",         ("1.0 / a",)),
-    Op(10, "sqrt",    "sqrt",    1, "sqrt(a)",        ("0.5 / out",)),
-    Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",)),
-    Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",)),
-    Op(13, "tanh",    "tanh",    1, "tanh(a)",        ("1.0 - out * out",)),
-    Op(14, "sigmoid", "sigmoid", 1, "sigmoid(a)",     ("out * (1.0 - out)",)),
-    Op(15, "relu",    "relu",    1, "relu(a)",        ("relu_partial(a)",)),
-    Op(16, "abs",     "abs",     1, "fabs(a)",        ("sign(a)",)),
-    Op(17, "maximum", "maximum", 2, "maximum(a, b)",  ("max_partial(a, b)", "max_partial(b, a)")),
-    Op(18, "minimum", "minimum", 2, "minimum(a, b)",  ("max_partial(b, a)", "max_partial(a, b)")),
+    Op(8,  "exp",     "exp",     1, "exp(a)",         ("out",),
+       doc="e**x. Derivative: the saved output."),
+    Op(9,  "log",     "log",     1, "log(a)",         ("1.0 / a",),
+       doc="Natural logarithm; log(0) = -inf, log(x < 0) = nan."),
+    Op(10, "sqrt",    "sqrt",    1, "sqrt(a)",        ("0.5 / out",),
+       doc="Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0)."),
+    Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",), doc="Sine."),
+    Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",), doc="Cosine."),
+    Op(13, "tanh",    "tanh",    1, "tanh(a)",        ("1.0 - out * out",),
+       doc="Hyperbolic tangent. Derivative 1 - output**2, from the saved output."),
+    Op(14, "sigmoid", "sigmoid", 1, "sigmoid(a)",     ("out * (1.0 - out)",),
+       doc="Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out)."),
+    Op(15, "relu",    "relu",    1, "relu(a)",        ("relu_partial(a)",),
+       doc="max(x, 0), nan propagating. Subgradient relu'(0) = 0."),
+    Op(16, "abs",     "abs",     1, "fabs(a)",        ("sign(a)",),
+       doc="|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1)."),
+    Op(17, "maximum", "maximum", 2, "maximum(a, b)",  ("max_partial(a, b)", "max_partial(b, a)"),
+       doc="Maximum, NumPy nan semantics; at a tie each side gets half the gradient."),
+    Op(18, "minimum", "minimum", 2, "minimum(a, b)",  ("max_partial(b, a)", "max_partial(a, b)"),
+       doc="Minimum, NumPy nan semantics; at a tie each side gets half the gradient."),
     # Comparisons give 1.0 or 0.0 and have zero derivatives; `x > y` records one.
-    Op(19, "lt",      "<",       2, "1.0 if a < b else 0.0",  ("0.0", "0.0")),
-    Op(20, "le",      "<=",      2, "1.0 if a <= b else 0.0", ("0.0", "0.0")),
-    Op(21, "gt",      ">",       2, "1.0 if a > b else 0.0",  ("0.0", "0.0")),
-    Op(22, "ge",      ">=",      2, "1.0 if a >= b else 0.0", ("0.0", "0.0")),
-    Op(23, "eq",      "==",      2, "1.0 if a == b else 0.0", ("0.0", "0.0")),
-    Op(24, "ne",      "!=",      2, "1.0 if a != b else 0.0", ("0.0", "0.0")),
+    Op(19, "lt",      "<",       2, "1.0 if a < b else 0.0",  ("0.0", "0.0"), comparison=True),
+    Op(20, "le",      "<=",      2, "1.0 if a <= b else 0.0", ("0.0", "0.0"), comparison=True),
+    Op(21, "gt",      ">",       2, "1.0 if a > b else 0.0",  ("0.0", "0.0"), comparison=True),
+    Op(22, "ge",      ">=",      2, "1.0 if a >= b else 0.0", ("0.0", "0.0"), comparison=True),
+    Op(23, "eq",      "==",      2, "1.0 if a == b else 0.0", ("0.0", "0.0"), comparison=True,
+       commutative=True),
+    Op(24, "ne",      "!=",      2, "1.0 if a != b else 0.0", ("0.0", "0.0"), comparison=True,
+       commutative=True),
     # fa.where(c, x, y) records pick(c, x) + pick_not(c, y). The side not taken
     # is -0.0, the exact identity of +, and gets an exactly zero derivative, so
     # its value (inf, nan) never reaches the result or the gradient.
@@ -186,6 +212,10 @@ BY_NAME = {op.name: op for op in OPS}
 BLOCK_BY_NAME = {op.name: op for op in BLOCK_OPS}
 ALL = {op.code: op for op in (*OPS, *BLOCK_OPS)}
 """Every opcode, scalar or block, to its row (for names, symbols and arity)."""
+COMMUTATIVE = frozenset(op.code for op in OPS if op.commutative)
+COMPARISONS = frozenset(op.code for op in OPS if op.comparison)
+PUBLIC = tuple(op for op in OPS if op.doc)
+"""The ops users call as ``fa.<name>`` (``fastad/functions.py``)."""
 INPUT = BY_NAME["input"].code
 CONST = BY_NAME["const"].code
 NUM_OPS = len(OPS)

@@ -1352,7 +1352,7 @@ def map_jvp(
 
 
 @kernel
-def rows_to_recheck(out: FloatArray, rows: BoolArray) -> None:
+def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
     """Mark in ``rows`` each row of the 2-D product ``out`` holding a zero or a non-finite value.
 
     A BLAS product of adjoints (or tangents) with values is exact except in
@@ -1360,27 +1360,45 @@ def rows_to_recheck(out: FloatArray, rows: BoolArray) -> None:
     from a term the scalar rule never sends (an unreached ``-0.0`` times
     ``inf``, or an ``inf`` adjoint times a zero value). Only rows holding
     such an element need the term-by-term product (``exact_rows``). One read.
+    Returns how many rows it marked.
     """
+    count = 0
     for i in range(out.shape[0]):
         for k in range(out.shape[1]):
             value = out[i, k]
             if value == 0.0 or not isfinite(value):
                 rows[i] = True
+                count += 1
                 break
+    return count
 
 
 @kernel
-def columns_to_recheck(out: FloatArray, columns: BoolArray) -> None:
+def columns_to_recheck(out: FloatArray, columns: BoolArray) -> int:
     """Mark in ``columns`` each column of ``out`` holding a zero or a non-finite value.
 
     ``rows_to_recheck(out.T)`` in effect, but it reads ``out`` in memory order:
     a strided pass over a (512, 1024) weight gradient costs several times more.
+    Returns how many elements it found (a column may count more than once).
     """
+    count = 0
     for i in range(out.shape[0]):
         for k in range(out.shape[1]):
             value = out[i, k]
             if value == 0.0 or not isfinite(value):
                 columns[k] = True
+                count += 1
+    return count
+
+
+@kernel
+def any_reached(x: FloatArray) -> bool:
+    """Whether any element of a (C-contiguous) adjoint or tangent array was reached."""
+    flat = x.reshape(x.size)
+    for t in range(flat.size):
+        if reached(flat[t]):
+            return True
+    return False
 
 
 @kernel

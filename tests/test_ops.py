@@ -50,6 +50,34 @@ def test_generated_rules_are_current():
     )
 
 
+def test_public_functions_are_the_rows_with_a_doc():
+    # fastad/functions.py makes one function per row with a doc, bound by name.
+    for op in optable.OPS:
+        function = getattr(fa, op.name, None)
+        if op.doc:
+            assert callable(function) and function.__name__ == op.name, op.name
+            assert function.__doc__ == op.doc and op.name in fa.__all__, op.name
+        else:
+            assert function is None, f"fa.{op.name} exists but its row has no doc"
+
+
+@pytest.mark.parametrize("op", [op for op in optable.OPS if op.arity == 2], ids=lambda op: op.name)
+def test_commutative_and_comparison_flags_are_true_to_the_rules(op):
+    # The optimiser merges a + b with b + a for commutative ops, bit for bit;
+    # comparisons give 1.0 or 0.0 with zero partials.
+    values = [-2.0, -0.0, 0.0, 0.5, 3.0, math.inf, -math.inf]
+    pairs = [(a, b) for a in values for b in values]
+    swapped = all(
+        np.float64(rules.value(op.code, a, b)).tobytes()
+        == np.float64(rules.value(op.code, b, a)).tobytes()
+        for a, b in pairs
+    )
+    assert op.commutative == swapped
+    if op.comparison:
+        assert {rules.value(op.code, a, b) for a, b in pairs} == {0.0, 1.0}
+        assert op.partials == ("0.0", "0.0")
+
+
 def test_public_function_for_every_named_op():
     for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs"):
         assert getattr(fa, name)(0.5) == rules.value(optable.BY_NAME[name].code, 0.5)
