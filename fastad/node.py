@@ -436,7 +436,7 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
 
 
 def _shape(value: Any) -> tuple[int, ...]:
-    return value.shape if type(value) is np.ndarray else ()  # type: ignore[no-any-return]
+    return value.shape if type(value) is np.ndarray else ()
 
 
 def record_block(

@@ -159,7 +159,7 @@ def backward(
     def step(node: int) -> None:
         nonlocal found
         g: RuleValue
-        out = block_values.get(node)
+        out: RuleValue = block_values.get(node)
         if out is not None:
             g = block_adjoints.get(node)
             if g is None or not any_reached(g):
