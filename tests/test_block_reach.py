@@ -324,3 +324,35 @@ def test_adopted_adjoints_are_never_shared(rng):
         np.testing.assert_allclose(Xv.grad, 2 * (dZ @ W.T + 2 * X), rtol=1e-12)
         np.testing.assert_allclose(Wv.grad, 2 * (X.T @ dZ), rtol=1e-12)
         np.testing.assert_allclose(bv.grad, 2 * dZ.sum(axis=0), rtol=1e-12)
+
+
+def test_a_training_loop_that_resets_its_tape_runs_in_bounded_memory(rng):
+    # The loop the growth warning recommends: one tape, reset after each step.
+    import tracemalloc
+
+    X, T = rng.normal(size=(16, 8)), rng.normal(size=(16, 4))
+    W, b = rng.normal(size=(8, 4)), np.zeros(4)
+    tape = fa.Tape()
+
+    def step():
+        nonlocal W, b
+        with tape:
+            Wv, bv = fa.var(W), fa.var(b)
+            loss = fa.mse_loss(fa.linear_relu(X, Wv, bv), T)
+            loss.backward()
+            W, b = W - 0.01 * Wv.grad, b - 0.01 * bv.grad
+        tape.reset()
+
+    for _ in range(20):
+        step()
+    nbytes = tape.nbytes
+    tracemalloc.start()
+    for _ in range(50):
+        step()
+    early = tracemalloc.get_traced_memory()[0]
+    for _ in range(300):
+        step()
+    late = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert tape.nbytes == nbytes and len(tape) == 0 and tape.blocks.nbytes == 0
+    assert late - early < 64_000  # a step holds ~3 kB of arrays: 300 kept would be ~1 MB
