@@ -114,6 +114,10 @@ def flat(x: RuleValue, shape: Shape) -> FloatArray:
     return np.ascontiguousarray(np.broadcast_to(x, shape), dtype=np.float64).reshape(-1)
 
 
+def _shape(value: RuleValue) -> Shape:
+    return value.shape if type(value) is np.ndarray else np.shape(value)
+
+
 class Elementwise(BlockRule):
     """A scalar op (``kernels/optable.py``) applied per element, with broadcasting."""
 
@@ -123,7 +127,7 @@ class Elementwise(BlockRule):
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
         b = a if self.arity == 1 else values[1]
-        shape = broadcast_shape(np.shape(a), np.shape(b))
+        shape = broadcast_shape(_shape(a), _shape(b))
         out = np.empty(shape)
         sweeps.map_forward(self.code, flat(a, shape), flat(b, shape), out.reshape(-1))
         return out
@@ -134,10 +138,10 @@ class Elementwise(BlockRule):
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
         sweeps.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
-        da_operand = unbroadcast(da.reshape(shape), np.shape(values[0]))
+        da_operand = unbroadcast(da.reshape(shape), _shape(values[0]))
         if self.arity == 1:
             return (da_operand,)
-        return da_operand, unbroadcast(db.reshape(shape), np.shape(values[1]))
+        return da_operand, unbroadcast(db.reshape(shape), _shape(values[1]))
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         shape = np.shape(out)

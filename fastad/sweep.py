@@ -89,14 +89,18 @@ def walk(
 def block_ops_reaching(tape: TapeStorage, root: int) -> tuple[list[int], int]:
     """The block ops ``root`` depends on (ascending), and the lowest id it depends on.
 
+    On a tape with few block ops: all of them up to ``root``, and 0.
+
     The scalar runs between them may cross block nodes ``root`` does not
     depend on: nothing reaches those, so the compiled sweeps skip them (or,
     in forward mode, fill their unused scalar slot).
     """
-    mark, lowest = tape.ancestors(root)
     ops = tape.blocks.ops
-    if len(ops) <= _FEW_OPS:  # a fresh tape per step: a Python loop beats NumPy's calls
-        return [node for node in ops if lowest <= node <= root and mark[node]], lowest
+    if len(ops) <= _FEW_OPS:
+        # A fresh tape per step: visiting a few ops costs less than finding
+        # which ones matter. One that nothing reaches is skipped by its step.
+        return [node for node in ops if node <= root], 0
+    mark, lowest = tape.ancestors(root)
     ids = tape.blocks.op_ids()
     ids = ids[np.searchsorted(ids, lowest) : np.searchsorted(ids, root, side="right")]
     return ids[mark[ids]].tolist(), lowest

@@ -160,7 +160,13 @@ class Tape(TapeStorage):
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
         """The adjoint array of a block node (zeros before any backward)."""
         self.refuse_while_tracing("a block gradient")
-        node = self.node_id(node_id)
+        node = node_id if type(node_id) is int and node_id in self.blocks.values else None
+        if node is None:
+            node = self.node_id(node_id)
+            if node not in self.blocks.values:
+                raise TypeError(
+                    f"node {node} is a scalar node: its adjoint is tape.adjoint({node})"
+                )
         gradient = self.blocks.adjoints.get(node)
         if gradient is None:
             return np.zeros(self.blocks.values[node].shape)

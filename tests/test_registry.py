@@ -61,9 +61,7 @@ BLOCK_CASES = [
 ]
 # Domains where the elementwise ops are smooth and defined.
 _DOMAINS = {"div": (0.5, 3.0), "pow": (0.2, 2.5), "log": (0.1, 5.0), "sqrt": (0.1, 5.0)}
-BLOCK_CASES = [
-    case._replace(domain=_DOMAINS.get(case.name, case.domain)) for case in BLOCK_CASES
-]
+BLOCK_CASES = [case._replace(domain=_DOMAINS.get(case.name, case.domain)) for case in BLOCK_CASES]
 
 
 def test_every_entry_has_a_row():
