@@ -143,33 +143,36 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     """
     # Hinted Any: one operand is a Var (the callers see to it), and narrowing
     # for the type checker here would cost the hot path a call.
-    if type(x) is Var:
+    if type(x) is Var and type(y) is Var:  # the commonest case, first and straight
         tape = x._tape
-        a = x._value
-        if type(y) is Var:
-            b = y._value
-            j = y._id
-        elif is_number(y):
-            b = float(y)
-            j = tape.constant_id(b)
-            y = None
-        else:
+        generation = tape.generation
+        if x._generation != generation or y._generation != generation or y._tape is not tape:
+            _check_operands(x, y)
+        a, b = x._value, y._value
+        try:
+            value = _eager[code](a, b)
+        except (ArithmeticError, ValueError):
+            value = _ieee_value(code, a, b)
+        return Var(tape, tape.push(code, x._id, y._id, value), value)
+    return _record_with_number(code, x, y)
+
+
+def _record_with_number(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
+    """``record`` where one operand is not a ``Var``: a number becomes a constant node."""
+    if type(x) is Var:
+        tape, node = x._tape, x
+        if not is_number(y):
             return _other_operand(code, x, y, y)
-        i = x._id
+        a, b = x._value, float(y)
+        i, j = x._id, tape.constant_id(b)
     else:
-        tape = y._tape
+        tape, node = y._tape, y
         if not is_number(x):
             return _other_operand(code, x, y, x)
-        a = float(x)
-        i = tape.constant_id(a)
-        x = None
-        b = y._value
-        j = y._id
-    generation = tape.generation
-    if (x is not None and x._generation != generation) or (
-        y is not None and (y._generation != generation or y._tape is not tape)
-    ):
-        _check_operands(x, y)
+        a, b = float(x), y._value
+        i, j = tape.constant_id(a), y._id
+    if node._generation != tape.generation:
+        _check_operands(node, None)
     try:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):
