@@ -28,8 +28,6 @@ from numpy.typing import ArrayLike
 
 from fastad.kernels import optable
 from fastad.node import Block, Node, Var, compute_block, elementwise, matmul, record_block, tape_of
-from fastad.reach import any_reached, reach_sum, reached_elements, unbroadcast
-from fastad.registry import RULES, broadcast_shape, rule
 from fastad.tape import current_tape
 
 if TYPE_CHECKING:
@@ -39,22 +37,7 @@ if TYPE_CHECKING:
     ArrayInput: TypeAlias = "Block | ArrayLike"
     """An operand of the fused ops: a block node or array data."""
 
-__all__ = [
-    "RULES",
-    "Block",
-    "any_reached",
-    "broadcast_shape",
-    "elementwise",
-    "linear",
-    "linear_relu",
-    "matmul",
-    "mse_loss",
-    "reach_sum",
-    "reached_elements",
-    "rule",
-    "scalar_nodes",
-    "unbroadcast",
-]
+__all__ = ["Block", "elementwise", "linear", "linear_relu", "matmul", "mse_loss", "scalar_nodes"]
 
 _BLOCK = optable.BLOCK_BY_NAME
 LINEAR, LINEAR_RELU = _BLOCK["linear"].code, _BLOCK["linear_relu"].code

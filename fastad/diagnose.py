@@ -29,11 +29,12 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     """
     opcode, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
+    relevant = tape.value_ancestors(root) if root is not None else None
     for node, block in tape.blocks.values.items():
-        if node < stop:
+        if node < stop and (relevant is None or relevant[node]):
             bad[node] = not np.isfinite(block).all()
-    if root is not None and bad.any():
-        bad &= tape.value_ancestors(root)
+    if relevant is not None:
+        bad &= relevant
     if not bad.any():
         return None
     in0, in1 = in0[:stop], in1[:stop]
@@ -68,7 +69,7 @@ def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
         op=optable.ALL[opcode[node]].name,
         label=tape.label(node),
         inputs=operand_summaries(tape, node),
-        value=float(val[node]),
+        value=_first_value(tape, node),
         slot=slot,
         partial=partial,
         source=tape.source(node),

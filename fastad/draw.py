@@ -49,13 +49,14 @@ def table(
         ids = ids[:half] + [None] + ids[-half:]
     opcode, _, _, val, adjoint = tape.columns()
     header = f"{'id':>7}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
-    header += f"  {'inputs':<14} label"
+    inputs = {i: ", ".join(f"#{j}" for j in tape.operands(i)) or "-" for i in ids if i is not None}
+    width = max([14, *(len(text) for text in inputs.values())])
+    header += f"  {'inputs':<{width}} label"
     rows = [header + ("  where" if tape.debug else "")]
     for i in ids:
         if i is None:
             rows.append(f"{'...':>7}  ({stop - start - 2 * half} rows not shown)")
             continue
-        operands = [f"#{j}" for j in tape.operands(i)]
         mark = ">" if i == around else " "
         row = f"{mark}{i:>6}  {optable.ALL[opcode[i]].symbol:<8} "
         block = tape.block_value(i)
@@ -67,7 +68,7 @@ def table(
             row += f"{_fmt(val[i], 4):>12}"
             if grad:
                 row += f" {_fmt(adjoint[i], 8):>14}"
-        row += f"  {', '.join(operands) or '-':<14} {tape.label(i) or '':<5}"
+        row += f"  {inputs[i]:<{width}} {tape.label(i) or '':<5}"
         source = tape.source(i)
         if source is not None:
             row += f"  {os.path.basename(source[0])}:{source[1]}"
@@ -106,7 +107,8 @@ def to_dot(
         )
     opcode, in0, in1, val, adjoint = tape.opcode, tape.in0, tape.in1, tape.val, tape.grad
     labels = tape.labels
-    partials = tape.local_partials(ids)
+    scalar_ids = [i for i in ids.tolist() if not tape.blocks.is_op(i)]
+    partials = dict(zip(scalar_ids, tape.local_partials(scalar_ids).tolist(), strict=True))
     lines = [
         "digraph fastad {",
         "  rankdir=LR;",
@@ -125,13 +127,13 @@ def to_dot(
             text.append(f"grad {float(adjoint[i]):.4g}")
         shape = ", shape=ellipse" if op.arity == 0 else ""
         lines.append(f'  n{i} [label="{_escape(chr(10).join(text))}"{shape}];')
-    for row, i in enumerate(ids.tolist()):
-        if tape.blocks.is_op(i):  # its edges carry arrays, not one number
+    for i in ids.tolist():
+        if i not in partials:  # a block op: its edges carry arrays, not one number
             lines.extend(f"  n{operand} -> n{i};" for operand in tape.operands(i))
             continue
         for slot, operand in enumerate((in0[i], in1[i])):
             if operand >= 0:
-                lines.append(f'  n{operand} -> n{i} [label="{partials[row, slot]:.4g}"];')
+                lines.append(f'  n{operand} -> n{i} [label="{partials[i][slot]:.4g}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -159,20 +159,19 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
 
 def _record_with_number(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     """``record`` where one operand is not a ``Var``: a number becomes a constant node."""
-    if type(x) is Var:
-        tape, node = x._tape, x
-        if not is_number(y):
-            return _other_operand(code, x, y, y)
+    node = x if type(x) is Var else y
+    tape = node._tape
+    other = y if node is x else x
+    if not is_number(other):
+        return _other_operand(code, x, y, other)
+    if node._generation != tape.generation:
+        _check_operands(node, None)  # before a constant lands on the reset tape
+    if node is x:
         a, b = x._value, float(y)
         i, j = x._id, tape.constant_id(b)
     else:
-        tape, node = y._tape, y
-        if not is_number(x):
-            return _other_operand(code, x, y, x)
         a, b = float(x), y._value
         i, j = tape.constant_id(a), y._id
-    if node._generation != tape.generation:
-        _check_operands(node, None)
     try:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):
@@ -421,6 +420,9 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     The forward is the registry's, the one a replay runs, so recording and
     replay agree bit for bit. A shape of ``()`` gives a scalar node.
     """
+    for node in nodes:
+        if node._generation != tape.generation:
+            check_live(node)  # raises: a stale handle's id names another node now
     entry = registry.rule(code)
     block_values = tape.blocks.values
     values = tuple([node._value if type(node) is Var else block_values[node._id] for node in nodes])
@@ -590,7 +592,7 @@ class Block(Node, Operators["Block", "Block"]):
         except (IndexError, TypeError) as error:
             message = f"cannot index {self!r} of shape {value.shape} with {key!r}: {error}"
             raise type(error)(message) from None
-        return _append(self._tape, INDEX, (self,), key)
+        return _append(self._tape, INDEX, (self,), _frozen_key(key))
 
     @overload
     def sum(self, axis: None = None) -> Var: ...
@@ -640,6 +642,21 @@ class Block(Node, Operators["Block", "Block"]):
     @property
     def T(self) -> Block:
         return self.transpose()
+
+
+def _frozen_key(key: Any) -> Any:
+    """An index key the caller can no longer change: arrays and lists become read-only copies.
+
+    The key is kept as the index op's parameter for every backward and
+    replay, so a caller's array that changed later must not change them.
+    """
+    if isinstance(key, tuple):
+        return tuple(_frozen_key(part) for part in key)
+    if isinstance(key, (list, np.ndarray)):
+        frozen = np.array(key)
+        frozen.flags.writeable = False
+        return frozen
+    return key
 
 
 def _array(block: Block) -> FloatArray:

@@ -87,9 +87,9 @@ class BlockTable:
         """Keep ``array`` (read-only float64, owned by the table) as the value of ``node``."""
         old = self.values.get(node)
         if old is not None:
-            self.nbytes -= old.nbytes
+            self.nbytes -= _owned_bytes(old)
         self.values[node] = array
-        self.nbytes += array.nbytes
+        self.nbytes += _owned_bytes(array)
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
         self._ops.append(node)
@@ -132,6 +132,11 @@ class BlockTable:
                 np.array(self._extra_ids, INDEX_DTYPE),
             )
         return self._extra
+
+
+def _owned_bytes(array: FloatArray) -> int:
+    # A reshape's value is a view of its operand's array: count memory once.
+    return array.nbytes if fresh(array) else 0
 
 
 class TapeStorage:
@@ -492,12 +497,13 @@ class TapeStorage:
         self.sync()
         return sum(getattr(self, name).nbytes for name in _COLUMNS)
 
-    def _trim_columns(self) -> None:
+    def trim_columns(self) -> None:
+        """Release the arrays' spare capacity (``Tape.trim``)."""
         self.sync()
         for name in _COLUMNS:
             setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
 
-    def _fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
+    def fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
         """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
         n = len(opcode)
         if n > self._opcode.size:
@@ -509,9 +515,10 @@ class TapeStorage:
 def as_stored(value: Any) -> FloatArray:
     """``value`` as a block value: a read-only C-contiguous float64 array.
 
-    Copied only when it must be: a fresh array a rule made is kept as it
-    is; a writable view of someone else's array is copied, since freezing
-    it would freeze theirs.
+    For arrays nobody else holds (a rule's output, a private copy): a fresh
+    array is kept as it is and made read-only in place; a writable view of
+    someone else's array is copied, since freezing it would freeze theirs.
+    Callers storing a user's array copy it first (``Tape.input``).
     """
     if type(value) is np.ndarray and value.dtype == np.float64 and value.flags.c_contiguous:
         array = value

@@ -122,11 +122,12 @@ class Tape(TapeStorage):
         """A constant block node holding a copy of the array ``value``."""
         return Block(self, self.push_block(optable.CONST, _block_copy(value)))
 
-    def node(self, node_id: NodeRef) -> Var:
-        """A ``Var`` handle for an existing scalar node id (e.g. on a loaded tape)."""
+    def node(self, node_id: NodeRef) -> Var | Block:
+        """The handle of an existing node id (e.g. on a loaded tape): a ``Var``, or a
+        ``Block`` for an array node."""
         node = self.node_id(node_id)
         if self.block_value(node) is not None:
-            return Block(self, node)  # type: ignore[return-value]
+            return Block(self, node)
         return Var(self, node, float(self.value(node)))
 
     def node_id(self, node: object, what: str = "node id") -> int:
@@ -155,6 +156,10 @@ class Tape(TapeStorage):
         """The adjoint of one node (what ``Var.grad`` returns)."""
         self.refuse_while_tracing("a gradient (.grad)")
         node = self.node_id(node_id)
+        if node in self.blocks.values:
+            raise TypeError(
+                f"node {node} is a block node: its adjoint is tape.block_adjoint({node})"
+            )
         return float(self.columns()[4][node])
 
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
@@ -178,7 +183,7 @@ class Tape(TapeStorage):
 
     def trim(self) -> Tape:
         """Release the spare capacity: 25 bytes per node on a finished tape."""
-        self._trim_columns()
+        self.trim_columns()
         return self
 
     # -- sweeps ----------------------------------------------------------------
@@ -216,7 +221,11 @@ class Tape(TapeStorage):
                 self.blocks.adjoints[i] = gradient if held is None else held + gradient
         else:  # sweep straight into the tape's adjoints: no buffer, no copy
             grad[:] = UNREACHED
-            found = sweep.backward(self, registry.rule, node, grad, block_adjoints, check)
+            try:
+                found = sweep.backward(self, registry.rule, node, grad, block_adjoints, check)
+            except BaseException:
+                self.zero_grad()  # never half a sweep beside the last one's block adjoints
+                raise
             grad += 0.0
             self.blocks.adjoints = block_adjoints
         if found is not None:
@@ -348,7 +357,20 @@ class Tape(TapeStorage):
         node's adjoint is multiplied by on its way to each operand.
         """
         self.refuse_while_tracing("local partials")
-        ids = np.array([self.node_id(i) for i in np.asarray(nodes).reshape(-1).tolist()], np.int64)
+        items: list[Any]
+        if isinstance(nodes, Node) or not isinstance(nodes, Iterable):
+            items = [nodes]  # one node (a Block handle is not a sequence of elements here)
+        elif isinstance(nodes, np.ndarray):
+            items = nodes.reshape(-1).tolist()
+        else:
+            items = list(nodes)
+        ids = np.array([self.node_id(i) for i in items], np.int64)
+        for node in ids.tolist():
+            if self.blocks.is_op(node):
+                raise TypeError(
+                    f"node {node} ({self.op_name(node)}) is a block op: its rule is a "
+                    "vector-Jacobian product, it has no local partial per operand"
+                )
         partials = np.zeros((ids.size, 2), VALUE_DTYPE)
         opcode, in0, in1, val, _ = self.columns()
         sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
@@ -410,7 +432,7 @@ class Tape(TapeStorage):
         """
         arrays = tapefile.validated_arrays(opcode, in0, in1, val)
         tape = cls(capacity=max(arrays[0].size, 1))
-        tape._fill(*arrays)
+        tape.fill(*arrays)
         for node, label in tapefile.validated_labels(tape, labels).items():
             tape.set_label(node, label)
         tape.forward()

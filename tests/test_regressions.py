@@ -179,3 +179,109 @@ def test_nodes_nothing_reached_report_plus_zero():
         X[0].backward()
         assert [math.copysign(1.0, g) for g in X.grad] == [1.0, 1.0, 1.0]
         assert X.grad.tolist() == [1.0, 0.0, 0.0]
+
+
+# -- issue 11: the layered front end ------------------------------------------------------------
+def test_stale_block_handles_raise_in_every_block_method():
+    tape = fa.Tape()
+    with tape:
+        X = fa.var(np.array([[1.0, 2.0, 3.0]]))
+    tape.reset()
+    with tape:
+        fa.var(np.array([[10.0], [20.0], [30.0]]))  # takes the stale handle's id
+        for use in (X.sum, X.mean, X.transpose, lambda: X.T, lambda: X[0], lambda: X + 1.0):
+            with pytest.raises(fa.StaleNodeError):
+                use()
+    tape.reset()
+    with pytest.raises(fa.StaleNodeError):
+        X.sum()  # nothing at its id now: still StaleNodeError, not KeyError
+
+
+def test_an_index_key_changed_after_recording_changes_nothing():
+    key = np.array([1, 0])
+    with fa.Tape() as tape:
+        X = fa.var(np.array([1.0, 2.0, 3.0, 4.0]))
+        Y = X[key]
+        L = (Y * np.array([10.0, 100.0])).sum()
+        key[:] = 3  # the caller reuses its array
+        L.backward()
+        tape.forward()
+    assert X.grad.tolist() == [100.0, 10.0, 0.0, 0.0]
+    assert Y.value.tolist() == [2.0, 1.0] and L.value == 120.0
+    f = fa.compile(lambda A: A[key].sum(), example=(np.zeros(4),))
+    key[:] = 0
+    assert f((np.array([1.0, 2.0, 3.0, 4.0]),)) == 8.0  # key [3, 3] as traced
+
+
+def test_checked_backward_ignores_a_block_power_s_constant_exponent():
+    # As for scalars: d(x**3)/d3 = x**3 log(x) is nan at x < 0, but a constant's
+    # adjoint reaches nothing, so it is no alarm.
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 2.0]))
+        (X**3.0).sum().backward(check=True)
+        assert X.grad.tolist() == [3.0, 12.0]
+
+
+def test_a_stale_var_with_a_number_records_nothing():
+    tape = fa.Tape()
+    with tape:
+        x = fa.var(1.0)
+    tape.reset()
+    with tape:
+        fa.var(2.0)
+        with pytest.raises(fa.StaleNodeError):
+            x + 5.0
+        assert len(tape) == 1
+
+
+def test_scalar_accessors_refuse_block_nodes_by_name():
+    with fa.Tape() as tape:
+        X = fa.var(np.ones(2))
+        S = X * 2.0
+        L = S.sum()
+        L.backward()
+        with pytest.raises(TypeError, match="block_adjoint"):
+            tape.adjoint(X)
+        with pytest.raises(TypeError, match="scalar node"):
+            tape.block_adjoint(L)
+        with pytest.raises(TypeError, match="block op"):
+            tape.local_partials([S])
+        assert isinstance(tape.node(X.id), fa.Block) and isinstance(tape.node(L.id), fa.Var)
+        assert len(tape) == 4  # asking about S recorded nothing (no S[0], S[1])
+        assert "n0 -> n2;" in tape.to_dot()  # S's edges are unlabelled
+
+
+def test_a_backward_that_fails_midway_leaves_no_half_sweep(monkeypatch):
+    from fastad import registry
+
+    with fa.Tape() as tape:
+        x = fa.var(3.0)
+        X = fa.var(np.ones(2))
+        L = (X * x).sum() + x * x
+        L.backward()
+        assert x.grad == 8.0
+        rule = registry.rule
+        failing = fa.kernels.optable.BLOCK_BY_NAME["sum"].code
+
+        def refuse(code):
+            if code == failing:
+                raise NotImplementedError("planted")
+            return rule(code)
+
+        monkeypatch.setattr(registry, "rule", refuse)
+        with pytest.raises(NotImplementedError, match="planted"):
+            L.backward()
+        assert x.grad == 0.0 and X.grad.tolist() == [0.0, 0.0]
+        assert tape.grad.tolist() == [0.0] * len(tape)
+
+
+def test_the_table_fits_three_operands_with_long_ids():
+    with fa.Tape() as tape:
+        for _ in range(1000):
+            fa.var(1.0)
+        X, W, b = fa.var(np.ones((2, 3))), fa.var(np.ones((3, 2))), fa.var(np.ones(2))
+        fa.linear(X, W, b)
+    rows = tape.table(start=1000).splitlines()
+    assert rows[-1].split()[-3:] == ["#1000,", "#1001,", "#1002"]
+    header_label = rows[0].index("label")
+    assert rows[-1].index("#1000") < header_label <= rows[-1].index("#1002") + 6
