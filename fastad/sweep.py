@@ -168,8 +168,12 @@ def backward(
         out: RuleValue = block_values.get(node)
         if out is not None:
             g = block_adjoints.get(node)
-            if g is None or not any_reached(g):
+            if g is None:
                 return  # strong zero: nothing reached this block
+            # A block adjoint is here because a rule sent to it. If every
+            # element it sent was UNREACHED, every rule maps that to UNREACHED
+            # again (reach is kept element by element), so no pass over g
+            # looks for a reached element first.
         else:
             g = float(adjoints[node])
             if not sweeps.reached(g):
