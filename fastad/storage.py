@@ -40,6 +40,8 @@ INITIAL_CAPACITY = 64
 # NumPy scalar writes; the lists are moved into the arrays in bulk before any
 # sweep or read, and at least every 2**14 nodes to bound their memory.
 _STAGE_MASK = (1 << 14) - 1
+CONSTANT_REACH = 1 << 12
+"""How far back (in nodes) a repeated constant reuses an earlier constant node."""
 GROWTH_WARNING_BYTES = 1 << 30
 """A tape holding more than this (node arrays and block arrays) warns once."""
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
@@ -167,6 +169,8 @@ class TapeStorage:
         self._val: FloatArray = np.zeros(capacity, VALUE_DTYPE)
         self._grad: FloatArray = np.zeros(capacity, VALUE_DTYPE)
         self._n = 0
+        self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
+        self._scratch = np.zeros(0, np.bool_)  # all False between uses (see reaching)
         # Rows not yet in the arrays, one list per column: appending to four
         # lists allocates nothing the garbage collector tracks (a row tuple
         # would), and the collector's passes were the largest recording cost.
@@ -185,6 +189,21 @@ class TapeStorage:
 
     def __len__(self) -> int:
         return self._n
+
+    # -- adjoints ----------------------------------------------------------------
+    # Sweeps touch only the span of ids from the lowest node their root depends
+    # on to the root, so zeroing adjoints zeroes that span, not the whole tape:
+    # on a long-lived tape, earlier history costs nothing per backward.
+    def clear_adjoints(self) -> None:
+        """Zero every scalar adjoint (those outside the span written since are zero)."""
+        lo, hi = self._adjoint_span
+        self._grad[lo:hi] = 0.0
+        self._adjoint_span = (0, 0)
+
+    def widen_adjoints(self, lo: int, hi: int) -> None:
+        """Note that a sweep writes adjoints ``[lo, hi)``."""
+        old_lo, old_hi = self._adjoint_span
+        self._adjoint_span = (lo, hi) if old_hi == 0 else (min(lo, old_lo), max(hi, old_hi))
 
     # -- recording ---------------------------------------------------------------
     def push(self, code: int, in0: int, in1: int, value: float) -> int:
@@ -206,13 +225,19 @@ class TapeStorage:
         return node
 
     def constant_id(self, value: float) -> int:
-        """The id of the constant node holding ``value``; repeated constants share one."""
+        """The id of the constant node holding ``value``; repeated constants share one.
+
+        Sharing reaches back ``CONSTANT_REACH`` nodes: past that a constant is
+        recorded again. A node's ancestors then stay near it, so on a
+        long-lived tape a sweep's span (from the lowest node its root depends
+        on) does not stretch back to the first step that used ``2.0``.
+        """
         # 0.0 and -0.0 compare equal but are different constants (1/-0.0 = -inf).
         key: float | tuple[str, float] = (
             value if value != 0.0 else ("zero", math.copysign(1.0, value))
         )
         node = self._constants.get(key)
-        if node is None:
+        if node is None or node < self._n - CONSTANT_REACH:
             node = self._constants[key] = self.push(optable.CONST, -1, -1, value)
         return node
 
@@ -290,7 +315,7 @@ class TapeStorage:
         if self._owner is not None:
             self.refuse("reset")
         self.sync()
-        self._grad[: self._n] = 0.0
+        self.clear_adjoints()
         self._n = 0
         self.generation += 1
         self._labels.clear()
@@ -424,6 +449,28 @@ class TapeStorage:
         mark = np.zeros(root + 1, np.bool_)
         lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         return mark, lowest
+
+    def reaching(self, root: int) -> tuple[list[int], int]:
+        """The block ops ``root`` depends on (ascending), and the lowest id it depends on.
+
+        What a sweep from ``root`` must visit. The marks go into a scratch
+        mask kept with the tape and cleared again over the span they used,
+        so the cost is that span, not the tape's length.
+        """
+        _, in0, in1, _, _ = self.columns()
+        if self._scratch.size <= root:
+            self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
+        mark = self._scratch
+        lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
+        ops = self.blocks.ops
+        if len(ops) <= 32:
+            picked = [node for node in ops if lowest <= node <= root and mark[node]]
+        else:
+            ids = self.blocks.op_ids()
+            ids = ids[np.searchsorted(ids, lowest) : np.searchsorted(ids, root, side="right")]
+            picked = ids[mark[ids]].tolist()
+        mark[lowest : root + 1] = False
+        return picked, lowest
 
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
         """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""

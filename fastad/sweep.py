@@ -11,7 +11,7 @@ block op. A second-order sweep is one more pair of those, not a fourth copy.
 The rules come from the caller (``fastad/registry.py`` provides them): this
 layer knows how to walk and accumulate, not what any op computes.
 
-Only block ops the root depends on are visited (:func:`block_ops_reaching`),
+Only nodes the root depends on are visited (:func:`plan`),
 so the history of a long-lived tape costs nothing per backward step.
 """
 
@@ -87,27 +87,31 @@ def walk(
 
 
 _FEW_OPS = 32
-"""Up to this many block ops, a backward visits them all instead of finding those that matter."""
+_SHORT = 4096
+"""On a tape this short with this few block ops, a sweep visits everything up to its root."""
+
+Plan = tuple[list[int], int]
+"""What a sweep from a root visits: block ops (ascending) and the lowest id."""
 
 
-def block_ops_reaching(tape: TapeStorage, root: int) -> tuple[list[int], int]:
+def plan(tape: TapeStorage, root: int) -> Plan:
     """The block ops ``root`` depends on (ascending), and the lowest id it depends on.
 
-    On a tape with few block ops: all of them up to ``root``, and 0.
+    Sweeps visit only these, so the history of a long-lived tape (every
+    step of a PyTorch-style loop on one tape) costs nothing per sweep: one
+    compiled pass marks the ancestors, stopping at the lowest. On a short
+    tape with few block ops (a fresh tape per step), finding them costs more
+    than visiting everything: then all block ops up to ``root``, and 0; one
+    that nothing reaches is skipped by its step.
 
-    The scalar runs between them may cross block nodes ``root`` does not
-    depend on: nothing reaches those, so the compiled sweeps skip them (or,
-    in forward mode, fill their unused scalar slot).
+    The scalar runs between the block ops may cross block nodes ``root`` does
+    not depend on: nothing reaches those, so the compiled sweeps skip them
+    (or, in forward mode, fill their unused scalar slot).
     """
     ops = tape.blocks.ops
-    if len(ops) <= _FEW_OPS:
-        # A fresh tape per step: visiting a few ops costs less than finding
-        # which ones matter. One that nothing reaches is skipped by its step.
+    if root < _SHORT and len(ops) <= _FEW_OPS:
         return [node for node in ops if node <= root], 0
-    mark, lowest = tape.ancestors(root)
-    ids = tape.blocks.op_ids()
-    ids = ids[np.searchsorted(ids, lowest) : np.searchsorted(ids, root, side="right")]
-    return ids[mark[ids]].tolist(), lowest
+    return tape.reaching(root)
 
 
 def replay(tape: TapeStorage, rules: Rules) -> None:
@@ -136,10 +140,12 @@ def backward(
     adjoints: FloatArray,
     block_adjoints: dict[int, FloatArray],
     check: bool = False,
+    visits: Plan | None = None,
 ) -> tuple[int, int] | None:
     """Reverse sweep from ``root`` into ``adjoints`` (scalars) and ``block_adjoints``.
 
-    Seeds ``adjoints[root] += 1``; the caller fills ``adjoints`` with
+    Seeds ``adjoints[root] += 1``; the caller fills ``adjoints[lowest:root + 1]``
+    (``visits``, from :func:`plan`, computed here when not given) with
     UNREACHED (-0.0) first unless it means to accumulate. With ``check``,
     returns ``(node, slot)`` of the first node (in sweep order) that turned
     a finite adjoint into a non-finite contribution, else None; the sweep
@@ -204,11 +210,11 @@ def backward(
                 block_adjoints[j] = adopted = owned(contribution, adopted_ids)
                 adopted_ids.add(id(adopted))
 
-    if not blocks.ops:  # one compiled sweep, seed included
+    relevant, lowest = plan(tape, root) if visits is None else visits
+    if lowest == 0 and not blocks.ops:  # one compiled sweep, seed included
         origin = sweeps.backward_sweep(opcode, in0, in1, val, adjoints, root, check)
         return None if origin == sweeps.NO_ORIGIN else (origin // 2, origin % 2)
     adjoints[root] += 1.0
-    relevant, lowest = block_ops_reaching(tape, root)
     walk(relevant, lowest, root + 1, True, run, step)
     return found
 
@@ -220,6 +226,7 @@ def tangent(
     tangents: FloatArray,
     block_tangents: dict[int, FloatArray],
     seeded: np.ndarray,
+    visits: Plan | None = None,
 ) -> float:
     """Forward mode: the tangent of ``root`` from the seeded ones.
 
@@ -255,11 +262,8 @@ def tangent(
         else:
             tangents[node] = float(t)
 
-    if not blocks.ops:
-        run(0, root + 1)
-    else:
-        relevant, lowest = block_ops_reaching(tape, root)
-        walk(relevant, lowest, root + 1, False, run, step)
+    relevant, lowest = plan(tape, root) if visits is None else visits
+    walk(relevant, lowest, root + 1, False, run, step)
     return float(tangents[root]) + 0.0
 
 

@@ -193,7 +193,7 @@ class Tape(TapeStorage):
 
     def zero_grad(self) -> None:
         """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
-        self.columns()[4][:] = 0.0
+        self.clear_adjoints()
         self.blocks.adjoints = {}
 
     def backward(self, root: NodeRef, accumulate: bool = False, check: bool = False) -> None:
@@ -212,21 +212,31 @@ class Tape(TapeStorage):
                 raise NonFiniteError(origin)
         grad = self.columns()[4]
         block_adjoints: dict[int, FloatArray] = {}
+        visits = sweep.plan(self, node)
+        lowest, stop = visits[1], node + 1  # the sweep touches adjoints[lowest:stop] only
         if accumulate:
-            adjoints = np.full(node + 1, UNREACHED)
-            found = sweep.backward(self, registry.rule, node, adjoints, block_adjoints, check)
-            grad[: node + 1] += adjoints
+            adjoints = np.empty(stop)
+            adjoints[lowest:] = UNREACHED
+            found = sweep.backward(
+                self, registry.rule, node, adjoints, block_adjoints, check, visits
+            )
+            grad[lowest:stop] += adjoints[lowest:]
+            self.widen_adjoints(lowest, stop)
             for i, gradient in block_adjoints.items():
                 held = self.blocks.adjoints.get(i)
                 self.blocks.adjoints[i] = gradient if held is None else held + gradient
         else:  # sweep straight into the tape's adjoints: no buffer, no copy
-            grad[:] = UNREACHED
+            self.clear_adjoints()  # the last sweep's span, not the whole tape
+            grad[lowest:stop] = UNREACHED
+            self.widen_adjoints(lowest, stop)
             try:
-                found = sweep.backward(self, registry.rule, node, grad, block_adjoints, check)
+                found = sweep.backward(
+                    self, registry.rule, node, grad, block_adjoints, check, visits
+                )
             except BaseException:
                 self.zero_grad()  # never half a sweep beside the last one's block adjoints
                 raise
-            grad += 0.0
+            grad[lowest:stop] += 0.0
             self.blocks.adjoints = block_adjoints
         if found is not None:
             raise NonFiniteError(diagnose.backward_origin(self, *found))
@@ -253,9 +263,11 @@ class Tape(TapeStorage):
         self.refuse_while_tracing("fa.grad")
         node = self._scalar_root(root, "a gradient")
         ids = [self.node_id(i, "wrt") for i in wrt]
-        adjoints = np.full(len(self), UNREACHED)
+        visits = sweep.plan(self, node)
+        adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
+        adjoints[visits[1] : node + 1] = UNREACHED
         block_adjoints: dict[int, FloatArray] = {}
-        sweep.backward(self, registry.rule, node, adjoints, block_adjoints)
+        sweep.backward(self, registry.rule, node, adjoints, block_adjoints, False, visits)
         if not any(self.block_value(i) is not None for i in ids):
             return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         return [self._result(i, adjoints, block_adjoints) for i in ids]
@@ -287,7 +299,9 @@ class Tape(TapeStorage):
         self.refuse_while_tracing("fa.jvp")
         node = self._scalar_root(root, "forward mode (a tangent)")
         ids = [self.node_id(i, "wrt") for i in wrt]
-        tangents = np.full(node + 1, UNREACHED)
+        visits = sweep.plan(self, node)
+        tangents = np.zeros(node + 1)  # only [lowest, root] is swept and read
+        tangents[visits[1] :] = UNREACHED
         block_tangents: dict[int, FloatArray] = {}
         seeded = np.zeros(node + 1, np.bool_)
         if not self.has_blocks:
@@ -301,7 +315,7 @@ class Tape(TapeStorage):
             seeded[nodes[inside]] = True
         else:
             self._seed_blocks(node, ids, list(direction), tangents, block_tangents, seeded)
-        return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded)
+        return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded, visits)
 
     def _seed_blocks(
         self,

@@ -356,3 +356,56 @@ def test_a_training_loop_that_resets_its_tape_runs_in_bounded_memory(rng):
     tracemalloc.stop()
     assert tape.nbytes == nbytes and len(tape) == 0 and tape.blocks.nbytes == 0
     assert late - early < 64_000  # a step holds ~3 kB of arrays: 300 kept would be ~1 MB
+
+
+def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypatch):
+    # A PyTorch-style scalar loop on one tape: each backward touches the nodes
+    # from the lowest its root depends on up to the root, however long the
+    # history; earlier adjoints are still replaced (zero), as the API says.
+    from fastad import sweep
+    from fastad.kernels import sweeps
+
+    tape = fa.Tape()
+    with tape:
+        w = fa.var(0.5)
+        first = w * w
+        first.backward()
+        assert w.grad == 1.0
+        for _ in range(3000):
+            u = w
+            for _ in range(3):
+                u = fa.sin(u) * 1.5  # history: 12,000 nodes
+        x = fa.var(2.0)
+        later = x * x + 3.0 * x
+    ranges = []
+    original = sweeps.backward_range
+    monkeypatch.setattr(
+        sweeps, "backward_range", lambda *a: ranges.append((a[-2], a[-3])) or original(*a)
+    )
+    later.backward()
+    assert x.grad == 7.0 and w.grad == 0.0 and first.grad == 0.0
+    assert ranges == [(x.id, later.id + 1)]  # (lowest, stop): not from node 0
+    assert sweep.plan(tape, later.id) == ([], x.id)
+    later.backward(accumulate=True)
+    assert x.grad == 14.0
+    assert fa.grad(later, [x, w]).tolist() == [7.0, 0.0]
+    assert fa.jvp(later, [x], [1.0]) == 7.0
+    tape.zero_grad()
+    assert not tape.grad.any()
+
+
+def test_repeated_constants_are_shared_only_within_reach():
+    from fastad import storage, sweep
+
+    with fa.Tape() as tape:
+        x = fa.var(1.0)
+        early, again = x * 2.0, x * 2.0
+        assert early.tape.in1[early.id] == again.tape.in1[again.id]  # one constant node
+        for _ in range(storage.CONSTANT_REACH):
+            fa.var(0.0)
+        y = fa.var(3.0)
+        late = y * 2.0
+        assert tape.in1[late.id] != tape.in1[early.id]  # recorded again, near its use
+        assert sweep.plan(tape, late.id)[1] == y.id
+        late.backward()
+        assert y.grad == 2.0 and late.value == 6.0
