@@ -28,6 +28,8 @@ from numpy.typing import ArrayLike
 
 from fastad.kernels import optable
 from fastad.node import Block, Node, Var, compute_block, elementwise, matmul, record_block, tape_of
+from fastad.reach import any_reached, reach_sum, reached_elements, unbroadcast
+from fastad.registry import broadcast_shape
 from fastad.tape import current_tape
 
 if TYPE_CHECKING:
@@ -37,7 +39,22 @@ if TYPE_CHECKING:
     ArrayInput: TypeAlias = "Block | ArrayLike"
     """An operand of the fused ops: a block node or array data."""
 
-__all__ = ["Block", "elementwise", "linear", "linear_relu", "matmul", "mse_loss", "scalar_nodes"]
+__all__ = [
+    "Block",
+    "elementwise",
+    "linear",
+    "linear_relu",
+    "matmul",
+    "mse_loss",
+    "scalar_nodes",
+    # Defined here before the layers; they live in fastad.reach and
+    # fastad.registry now and keep working from here.
+    "any_reached",
+    "broadcast_shape",
+    "reach_sum",
+    "reached_elements",
+    "unbroadcast",
+]
 
 _BLOCK = optable.BLOCK_BY_NAME
 LINEAR, LINEAR_RELU = _BLOCK["linear"].code, _BLOCK["linear_relu"].code

@@ -326,6 +326,8 @@ def where(condition: Var | RealNumber, x: Var | RealNumber, y: Var | RealNumber)
     if not nodes:
         return float(x) if condition != 0 or condition != condition else float(y)
     tape = nodes[0].tape
+    for node in nodes:  # before any constant lands on a tape that was reset
+        check_live(node)
     condition, x, y = (
         value if isinstance(value, Var) else tape.constant(value) for value in operands.values()
     )

@@ -215,12 +215,19 @@ class Reduce(BlockRule):
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         a = values[0]
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, silently
-            out = a.sum(axis=params) if self.name == "sum" else a.mean(axis=params)
+        # IEEE results, silently: inf - inf is nan, and so is the mean of
+        # nothing (0 / 0), where np.mean would warn. Sum, then divide: what
+        # np.mean computes, bit for bit.
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            out = a.sum(axis=params)
+            if self.name == "mean":
+                out = out / self._count(a, params)
         return float(out) if params is None else out
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         (a,) = values
+        if a.size == 0:
+            return (np.zeros(a.shape),)  # nothing to send a gradient to
         if self.name == "mean":
             g = g * (1.0 / self._count(a, params))
         if params is None:
@@ -229,7 +236,7 @@ class Reduce(BlockRule):
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         value = reach_sum(tangents[0], axis=params)
-        if self.name == "mean":
+        if self.name == "mean" and values[0].size:
             value = value / self._count(values[0], params)
         return float(value) if params is None else value
 

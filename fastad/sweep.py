@@ -174,12 +174,12 @@ def backward(
         out: RuleValue = block_values.get(node)
         if out is not None:
             g = block_adjoints.get(node)
-            if g is None:
-                return  # strong zero: nothing reached this block
-            # A block adjoint is here because a rule sent to it. If every
-            # element it sent was UNREACHED, every rule maps that to UNREACHED
-            # again (reach is kept element by element), so no pass over g
-            # looks for a reached element first.
+            if g is None or not any_reached(g):
+                # Strong zero: nothing reached this block. Rules would map an
+                # all-UNREACHED adjoint to UNREACHED again, but at a cost (a
+                # product rechecked row by row); the scan stops at the first
+                # reached element, which in the common case is the first.
+                return
         else:
             g = float(adjoints[node])
             if not sweeps.reached(g):

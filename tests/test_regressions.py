@@ -1,6 +1,7 @@
 """Regressions found in review: each test pins one bug that once existed."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -285,3 +286,50 @@ def test_the_table_fits_three_operands_with_long_ids():
     assert rows[-1].split()[-3:] == ["#1000,", "#1001,", "#1002"]
     header_label = rows[0].index("label")
     assert rows[-1].index("#1000") < header_label <= rows[-1].index("#1002") + 6
+
+
+def test_where_with_a_stale_node_records_nothing():
+    tape = fa.Tape()
+    with tape:
+        x = fa.var(1.0)
+    tape.reset()
+    with tape:
+        fa.var(2.0)
+        with pytest.raises(fa.StaleNodeError):
+            fa.where(x, 1.0, 2.0)
+        assert len(tape) == 1
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0), (0, 3)])
+def test_a_mean_over_nothing_is_nan_with_an_empty_gradient(shape, axis):
+    # NumPy's values (0 / 0 = nan where a mean has no elements), without its
+    # warning, and no ZeroDivisionError in the backward or forward mode rule.
+    with fa.Tape():
+        X = fa.var(np.zeros(shape))
+        Y = X.mean(axis=axis)
+        L = Y if axis is None else Y.sum()
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.zeros(shape).mean(axis=axis)
+        np.testing.assert_array_equal(Y.value, expected)
+        L.backward()
+        assert X.grad.shape == shape
+        assert fa.jvp(L, X, np.ones(shape)) == 0.0  # no element to move
+
+
+def test_block_bytes_count_a_view_once():
+    with fa.Tape() as tape:
+        X = fa.var(np.ones((100, 100)))
+        held = tape.blocks.nbytes
+        X.reshape(10_000).reshape(100, 100)  # views of X's array
+        assert tape.blocks.nbytes == held == 80_000
+
+
+def test_the_old_blocks_helpers_still_import():
+    from fastad.blocks import any_reached, broadcast_shape, reach_sum, reached_elements, unbroadcast
+
+    assert broadcast_shape((3, 1), (4,)) == (3, 4)
+    assert not any_reached(np.array([-0.0])) and reached_elements(np.array([0.0])).all()
+    assert unbroadcast(np.ones((3, 4)), (4,)).tolist() == [3.0] * 4
+    assert np.signbit(reach_sum(np.array([-0.0, -0.0])))
