@@ -47,6 +47,30 @@ GROWTH_WARNING_BYTES = 1 << 30
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
 
 
+class _Growing:
+    """A 1-D array appended to in place, by amortised doubling (views of it stay cheap)."""
+
+    def __init__(self, dtype: Any, first: tuple[int, ...] = ()) -> None:
+        self._array = np.empty(max(16, len(first)), dtype)
+        self._array[: len(first)] = first
+        self.size = len(first)
+
+    def extend(self, values: list[int] | tuple[int, ...]) -> None:
+        end = self.size + len(values)
+        if end > self._array.size:
+            grown = np.empty(max(end, 2 * self._array.size), self._array.dtype)
+            grown[: self.size] = self._array[: self.size]
+            self._array = grown
+        self._array[self.size : end] = values
+        self.size = end
+
+    def view(self) -> NDArray[Any]:
+        return self._array[: self.size]
+
+    def clear(self, keep: int = 0) -> None:
+        self.size = keep
+
+
 class BlockTable:
     """The block side of a tape: array values, block ops and block adjoints.
 
@@ -62,28 +86,27 @@ class BlockTable:
         self.adjoints: dict[int, FloatArray] = {}
         self.nbytes = 0  # held by the arrays in values
         self._ops: list[int] = []
-        self._op_ids = np.empty(0, np.int64)  # _ops as an array, grown lazily
+        self._op_ids = _Growing(np.int64)  # _ops as an array, extended lazily
         self._operands: dict[int, tuple[int, ...]] = {}
         self._params: dict[int, object] = {}
         # Operands past the second, in CSR form: node _extra_nodes[p] has
-        # _extra_ids[_extra_start[p]:_extra_start[p + 1]].
-        self._extra_nodes: list[int] = []
-        self._extra_start: list[int] = [0]
-        self._extra_ids: list[int] = []
-        self._extra: tuple[IndexArray, IndexArray, IndexArray] | None = None
+        # _extra_ids[_extra_start[p]:_extra_start[p + 1]]. Grown in place: a
+        # long-lived tape must not rebuild them from lists every step.
+        self._extra_nodes = _Growing(INDEX_DTYPE)
+        self._extra_start = _Growing(INDEX_DTYPE, (0,))
+        self._extra_ids = _Growing(INDEX_DTYPE)
 
     def clear(self) -> None:
         self.values.clear()
         self.adjoints.clear()
         self.nbytes = 0
         self._ops.clear()
-        self._op_ids = np.empty(0, np.int64)
+        self._op_ids.clear()
         self._operands.clear()
         self._params.clear()
         self._extra_nodes.clear()
-        self._extra_start[1:] = []
+        self._extra_start.clear(keep=1)
         self._extra_ids.clear()
-        self._extra = None
 
     def store(self, node: int, array: FloatArray) -> None:
         """Keep ``array`` (read-only float64, owned by the table) as the value of ``node``."""
@@ -99,10 +122,9 @@ class BlockTable:
         if params is not None:
             self._params[node] = params
         if len(operands) > 2:
-            self._extra_nodes.append(node)
+            self._extra_nodes.extend((node,))
             self._extra_ids.extend(operands[2:])
-            self._extra_start.append(len(self._extra_ids))
-            self._extra = None
+            self._extra_start.extend((self._extra_ids.size,))
 
     @property
     def ops(self) -> list[int]:
@@ -121,19 +143,12 @@ class BlockTable:
     def op_ids(self) -> NDArray[np.int64]:
         """``ops`` as an int64 array."""
         if self._op_ids.size != len(self._ops):
-            new = np.array(self._ops[self._op_ids.size :], np.int64)
-            self._op_ids = np.concatenate([self._op_ids, new])
-        return self._op_ids
+            self._op_ids.extend(self._ops[self._op_ids.size :])
+        return self._op_ids.view()
 
     def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
         """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
-        if self._extra is None:
-            self._extra = (
-                np.array(self._extra_nodes, INDEX_DTYPE),
-                np.array(self._extra_start, INDEX_DTYPE),
-                np.array(self._extra_ids, INDEX_DTYPE),
-            )
-        return self._extra
+        return self._extra_nodes.view(), self._extra_start.view(), self._extra_ids.view()
 
 
 def _owned_bytes(array: FloatArray) -> int:
