@@ -48,17 +48,21 @@ _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
 
 
 class _Growing:
-    """A 1-D array appended to in place, by amortised doubling (views of it stay cheap)."""
+    """A 1-D array appended to in place, by amortised doubling (views of it stay cheap).
+
+    Nothing is allocated until the first append: a fresh tape per step makes
+    several of these, most of which stay empty.
+    """
 
     def __init__(self, dtype: Any, first: tuple[int, ...] = ()) -> None:
-        self._array = np.empty(max(16, len(first)), dtype)
-        self._array[: len(first)] = first
+        # A shared read-only start, replaced (never written) on the first append.
+        self._array = _SHARED[dtype, first]
         self.size = len(first)
 
     def extend(self, values: list[int] | tuple[int, ...]) -> None:
         end = self.size + len(values)
-        if end > self._array.size:
-            grown = np.empty(max(end, 2 * self._array.size), self._array.dtype)
+        if end > self._array.size or not self._array.flags.writeable:
+            grown = np.empty(max(end, 2 * self._array.size, 16), self._array.dtype)
             grown[: self.size] = self._array[: self.size]
             self._array = grown
         self._array[self.size : end] = values
@@ -69,6 +73,15 @@ class _Growing:
 
     def clear(self, keep: int = 0) -> None:
         self.size = keep
+
+
+_SHARED = {
+    (dtype, first): np.array(first, dtype)
+    for dtype in (np.int64, INDEX_DTYPE)
+    for first in ((), (0,))
+}
+for _array in _SHARED.values():
+    _array.flags.writeable = False
 
 
 class BlockTable:
