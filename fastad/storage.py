@@ -75,7 +75,7 @@ class _Growing:
         self.size = keep
 
 
-_SHARED = {
+_SHARED: dict[tuple[Any, tuple[int, ...]], NDArray[Any]] = {
     (dtype, first): np.array(first, dtype)
     for dtype in (np.int64, INDEX_DTYPE)
     for first in ((), (0,))
