@@ -27,7 +27,16 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.kernels import optable
-from fastad.node import Block, Node, Var, compute_block, elementwise, matmul, record_block, tape_of
+from fastad.node import (
+    Block,
+    Node,
+    Var,
+    compute_block,
+    elementwise,
+    matmul,
+    record_block_on,
+    tape_of,
+)
 from fastad.reach import any_reached, reach_sum, reached_elements, unbroadcast
 from fastad.registry import broadcast_shape
 from fastad.tape import current_tape
@@ -63,10 +72,12 @@ MSE_LOSS = _BLOCK["mse_loss"].code
 
 def _fused(code: int, name: str, unfused: str, operands: tuple[Any, ...]) -> Any:
     """Record fused op ``code`` on ``operands``, or compute it when none is a node."""
-    _refuse_scalar_nodes(name, unfused, *operands)
-    if tape_of(*operands) is None:
+    if not all(isinstance(x, Node) for x in operands):
+        _refuse_scalar_nodes(name, unfused, *operands)
+    tape = tape_of(*operands)
+    if tape is None:
         return compute_block(code, operands)
-    return record_block(code, operands, None, f"{name} operand")
+    return record_block_on(tape, code, operands, None, name + " operand")
 
 
 @overload

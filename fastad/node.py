@@ -455,7 +455,14 @@ def record_block(
     tape = tape_of(*operands)
     if tape is None:
         raise TypeError(f"no fastad node among the operands of {optable.ALL[code].name}")
-    nodes = tuple(as_operand(tape, x, what) for x in operands)
+    return record_block_on(tape, code, operands, params, what)
+
+
+def record_block_on(
+    tape: Tape, code: int, operands: tuple[object, ...], params: object, what: str
+) -> Var | Block:
+    """``record_block`` where ``tape = tape_of(*operands)`` is known already."""
+    nodes = tuple([as_operand(tape, x, what) for x in operands])
     return _append(tape, code, nodes, params)
 
 
@@ -482,7 +489,7 @@ def elementwise(code: int, *operands: Any) -> Block | FloatArray | float:
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)
         return out if out.ndim else float(out)
-    nodes = tuple(as_operand(tape, v) for v in operands)
+    nodes = tuple([as_operand(tape, v) for v in operands])
     return cast("Block", _append(tape, code, nodes, None))
 
 

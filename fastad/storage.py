@@ -54,10 +54,10 @@ class _Growing:
     several of these, most of which stay empty.
     """
 
-    def __init__(self, dtype: Any, first: tuple[int, ...] = ()) -> None:
-        # A shared read-only start, replaced (never written) on the first append.
-        self._array = _SHARED[dtype, first]
-        self.size = len(first)
+    def __init__(self, dtype: Any) -> None:
+        # A shared empty read-only start, replaced (never written) on the first append.
+        self._array = _EMPTY[dtype]
+        self.size = 0
 
     def extend(self, values: list[int] | tuple[int, ...]) -> None:
         end = self.size + len(values)
@@ -71,16 +71,12 @@ class _Growing:
     def view(self) -> NDArray[Any]:
         return self._array[: self.size]
 
-    def clear(self, keep: int = 0) -> None:
-        self.size = keep
+    def clear(self) -> None:
+        self.size = 0
 
 
-_SHARED: dict[tuple[Any, tuple[int, ...]], NDArray[Any]] = {
-    (dtype, first): np.array(first, dtype)
-    for dtype in (np.int64, INDEX_DTYPE)
-    for first in ((), (0,))
-}
-for _array in _SHARED.values():
+_EMPTY: dict[Any, NDArray[Any]] = {dtype: np.empty(0, dtype) for dtype in (np.int64, INDEX_DTYPE)}
+for _array in _EMPTY.values():
     _array.flags.writeable = False
 
 
@@ -103,10 +99,12 @@ class BlockTable:
         self._operands: dict[int, tuple[int, ...]] = {}
         self._params: dict[int, object] = {}
         # Operands past the second, in CSR form: node _extra_nodes[p] has
-        # _extra_ids[_extra_start[p]:_extra_start[p + 1]]. Grown in place: a
-        # long-lived tape must not rebuild them from lists every step.
+        # _extra_ids[_extra_start[p]:_extra_start[p + 1]]. Recording appends
+        # to lists; the arrays the kernels read catch up with them in place
+        # when a sweep asks (a long-lived tape must not rebuild them per step).
+        self._extra_lists: tuple[list[int], list[int], list[int]] = ([], [0], [])
         self._extra_nodes = _Growing(INDEX_DTYPE)
-        self._extra_start = _Growing(INDEX_DTYPE, (0,))
+        self._extra_start = _Growing(INDEX_DTYPE)
         self._extra_ids = _Growing(INDEX_DTYPE)
 
     def clear(self) -> None:
@@ -117,8 +115,12 @@ class BlockTable:
         self._op_ids.clear()
         self._operands.clear()
         self._params.clear()
+        nodes, start, ids = self._extra_lists
+        nodes.clear()
+        del start[1:]
+        ids.clear()
         self._extra_nodes.clear()
-        self._extra_start.clear(keep=1)
+        self._extra_start.clear()
         self._extra_ids.clear()
 
     def store(self, node: int, array: FloatArray) -> None:
@@ -135,9 +137,10 @@ class BlockTable:
         if params is not None:
             self._params[node] = params
         if len(operands) > 2:
-            self._extra_nodes.extend((node,))
-            self._extra_ids.extend(operands[2:])
-            self._extra_start.extend((self._extra_ids.size,))
+            nodes, start, ids = self._extra_lists
+            nodes.append(node)
+            ids.extend(operands[2:])
+            start.append(len(ids))
 
     @property
     def ops(self) -> list[int]:
@@ -161,6 +164,11 @@ class BlockTable:
 
     def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
         """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
+        for array, source in zip(
+            (self._extra_nodes, self._extra_start, self._extra_ids), self._extra_lists, strict=True
+        ):
+            if array.size != len(source):
+                array.extend(source[array.size :])
         return self._extra_nodes.view(), self._extra_start.view(), self._extra_ids.view()
 
 
