@@ -279,8 +279,18 @@ tanh = _unaries["tanh"]
 sigmoid = _unaries["sigmoid"]
 relu = _unaries["relu"]
 abs = _unaries["abs"]  # noqa: A001 (mirrors numpy.abs)
+log1p = _unaries["log1p"]
+expm1 = _unaries["expm1"]
+tan = _unaries["tan"]
+arctan = _unaries["arctan"]
+sinh = _unaries["sinh"]
+cosh = _unaries["cosh"]
+erf = _unaries["erf"]
+softplus = _unaries["softplus"]
+sign = _unaries["sign"]
 maximum = _binaries["maximum"]
 minimum = _binaries["minimum"]
+arctan2 = _binaries["arctan2"]
 
 
 _PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code

@@ -24,8 +24,32 @@ from fastad.kernels import optable
 
 EagerRule: TypeAlias = Callable[[float, float], float]
 
-_MATH_NAMES = ("cos", "exp", "fabs", "log", "pow", "sin", "sqrt", "tanh")
-_NUMPY_EQUIVALENT = {"fabs": np.fabs, "pow": np.power}
+_MATH_NAMES = (
+    "atan",
+    "atan2",
+    "cos",
+    "cosh",
+    "erf",
+    "exp",
+    "expm1",
+    "fabs",
+    "log",
+    "log1p",
+    "pow",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+)
+# Where NumPy's name differs; math.erf never raises, so it is its own fallback.
+_NUMPY_EQUIVALENT = {
+    "fabs": np.fabs,
+    "pow": np.power,
+    "atan": np.arctan,
+    "atan2": np.arctan2,
+    "erf": math.erf,
+}
 
 _helpers = {helper.__name__: helper for helper in optable.HELPERS}
 _math_namespace = {name: getattr(math, name) for name in _MATH_NAMES} | _helpers

@@ -33,7 +33,24 @@ JAX do).
 """
 
 from collections.abc import Callable
-from math import cos, exp, fabs, log, pow, sin, sqrt, tanh  # noqa: F401  (rule namespace)
+from math import (  # noqa: F401  (rule namespace)
+    atan,
+    atan2,
+    cos,
+    cosh,
+    erf,
+    exp,
+    expm1,
+    fabs,
+    log,
+    log1p,
+    pow,
+    sin,
+    sinh,
+    sqrt,
+    tan,
+    tanh,
+)
 from typing import NamedTuple
 
 
@@ -67,6 +84,12 @@ def sigmoid(a: float) -> float:
     e = exp(-fabs(a))
     d = 1.0 + e
     return 1.0 / d if a >= 0.0 else e / d
+
+
+def softplus(a: float) -> float:
+    # log(1 + exp(a)) = max(a, 0) + log1p(exp(-|a|)): exp never overflows, and
+    # nan propagates (nan > 0 is False, then log1p(exp(nan)) is nan).
+    return (a if a > 0.0 else 0.0) + log1p(exp(-fabs(a)))
 
 
 def relu(a: float) -> float:
@@ -119,6 +142,7 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
 
 HELPERS: tuple[Callable[..., float], ...] = (
     sigmoid,
+    softplus,
     relu,
     relu_partial,
     sign,
@@ -177,6 +201,26 @@ OPS = (
                                   ("0.0", "1.0 if a != 0.0 else 0.0")),
     Op(26, "pick_not", "pick_not", 2, "-0.0 if a != 0.0 else b",
                                   ("0.0", "0.0 if a != 0.0 else 1.0")),
+    Op(27, "log1p",   "log1p",   1, "log1p(a)",       ("1.0 / (1.0 + a)",),
+       doc="log(1 + x), accurate near 0; log1p(-1) = -inf. Derivative 1 / (1 + x)."),
+    Op(28, "expm1",   "expm1",   1, "expm1(a)",       ("out + 1.0",),
+       doc="exp(x) - 1, accurate near 0. Derivative exp(x), from the saved output."),
+    Op(29, "tan",     "tan",     1, "tan(a)",         ("1.0 + out * out",),
+       doc="Tangent. Derivative 1 + tan(x)**2, from the saved output."),
+    Op(30, "arctan",  "arctan",  1, "atan(a)",        ("1.0 / (1.0 + a * a)",),
+       doc="Inverse tangent, in (-pi/2, pi/2). Derivative 1 / (1 + x**2)."),
+    Op(31, "arctan2", "arctan2", 2, "atan2(a, b)",    ("b / (a * a + b * b)",
+                                                       "-a / (a * a + b * b)"),
+       doc="The angle of the point (x2, x1) = atan2(x1, x2), NumPy's argument order;"
+           " the derivatives are nan at (0, 0)."),
+    Op(32, "sinh",    "sinh",    1, "sinh(a)",        ("cosh(a)",), doc="Hyperbolic sine."),
+    Op(33, "cosh",    "cosh",    1, "cosh(a)",        ("sinh(a)",), doc="Hyperbolic cosine."),
+    Op(34, "erf",     "erf",     1, "erf(a)",         ("1.1283791670955126 * exp(-a * a)",),
+       doc="The error function. Derivative 2 / sqrt(pi) * exp(-x**2)."),
+    Op(35, "softplus", "softplus", 1, "softplus(a)",  ("sigmoid(a)",),
+       doc="log(1 + exp(x)), overflow-free at any x. Derivative sigmoid(x)."),
+    Op(36, "sign",    "sign",    1, "sign(a)",        ("0.0",),
+       doc="-1, 0 or 1 (nan at nan), as numpy.sign. Derivative exactly 0."),
 )
 # fmt: on
 

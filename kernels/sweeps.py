@@ -17,7 +17,26 @@ everything else in this file is written by hand.
 
 from __future__ import annotations
 
-from math import copysign, cos, exp, fabs, isfinite, log, pow, sin, sqrt, tanh  # noqa: F401
+from math import (  # noqa: F401  (the generated rules' namespace)
+    atan,
+    atan2,
+    copysign,
+    cos,
+    cosh,
+    erf,
+    exp,
+    expm1,
+    fabs,
+    isfinite,
+    log,
+    log1p,
+    pow,
+    sin,
+    sinh,
+    sqrt,
+    tan,
+    tanh,
+)
 from typing import TypeAlias
 
 import numpy as np
@@ -85,6 +104,13 @@ def sigmoid(a: float) -> float:
     e = exp(-fabs(a))
     d = 1.0 + e
     return 1.0 / d if a >= 0.0 else e / d
+
+
+@kernel
+def softplus(a: float) -> float:
+    # log(1 + exp(a)) = max(a, 0) + log1p(exp(-|a|)): exp never overflows, and
+    # nan propagates (nan > 0 is False, then log1p(exp(nan)) is nan).
+    return (a if a > 0.0 else 0.0) + log1p(exp(-fabs(a)))
 
 
 @kernel
@@ -200,6 +226,26 @@ def forward_value(op: int, a: float, b: float) -> float:
         return b if a != 0.0 else -0.0
     if op == 26:  # pick_not
         return -0.0 if a != 0.0 else b
+    if op == 27:  # log1p
+        return log1p(a)
+    if op == 28:  # expm1
+        return expm1(a)
+    if op == 29:  # tan
+        return tan(a)
+    if op == 30:  # arctan
+        return atan(a)
+    if op == 31:  # arctan2
+        return atan2(a, b)
+    if op == 32:  # sinh
+        return sinh(a)
+    if op == 33:  # cosh
+        return cosh(a)
+    if op == 34:  # erf
+        return erf(a)
+    if op == 35:  # softplus
+        return softplus(a)
+    if op == 36:  # sign
+        return sign(a)
     return a
 
 
@@ -260,6 +306,26 @@ def local_partials(op: int, a: float, b: float, out: float) -> tuple[float, floa
         return 0.0, 1.0 if a != 0.0 else 0.0
     if op == 26:  # pick_not
         return 0.0, 0.0 if a != 0.0 else 1.0
+    if op == 27:  # log1p
+        return 1.0 / (1.0 + a), 0.0
+    if op == 28:  # expm1
+        return out + 1.0, 0.0
+    if op == 29:  # tan
+        return 1.0 + out * out, 0.0
+    if op == 30:  # arctan
+        return 1.0 / (1.0 + a * a), 0.0
+    if op == 31:  # arctan2
+        return b / (a * a + b * b), -a / (a * a + b * b)
+    if op == 32:  # sinh
+        return cosh(a), 0.0
+    if op == 33:  # cosh
+        return sinh(a), 0.0
+    if op == 34:  # erf
+        return 1.1283791670955126 * exp(-a * a), 0.0
+    if op == 35:  # softplus
+        return sigmoid(a), 0.0
+    if op == 36:  # sign
+        return 0.0, 0.0
     return 0.0, 0.0
 
 
@@ -341,6 +407,36 @@ def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, floa
     if op == 26:  # pick_not
         out = -0.0 if a != 0.0 else b
         return out, 0.0, 0.0 if a != 0.0 else 1.0
+    if op == 27:  # log1p
+        out = log1p(a)
+        return out, 1.0 / (1.0 + a), 0.0
+    if op == 28:  # expm1
+        out = expm1(a)
+        return out, out + 1.0, 0.0
+    if op == 29:  # tan
+        out = tan(a)
+        return out, 1.0 + out * out, 0.0
+    if op == 30:  # arctan
+        out = atan(a)
+        return out, 1.0 / (1.0 + a * a), 0.0
+    if op == 31:  # arctan2
+        out = atan2(a, b)
+        return out, b / (a * a + b * b), -a / (a * a + b * b)
+    if op == 32:  # sinh
+        out = sinh(a)
+        return out, cosh(a), 0.0
+    if op == 33:  # cosh
+        out = cosh(a)
+        return out, sinh(a), 0.0
+    if op == 34:  # erf
+        out = erf(a)
+        return out, 1.1283791670955126 * exp(-a * a), 0.0
+    if op == 35:  # softplus
+        out = softplus(a)
+        return out, sigmoid(a), 0.0
+    if op == 36:  # sign
+        out = sign(a)
+        return out, 0.0, 0.0
     return a, 0.0, 0.0
 
 
@@ -524,6 +620,76 @@ def values_lanes(op: int, val: FloatArray, i: int, j: int, k: int, count: int) -
             a = val[j, lane]
             b = val[k, lane]
             out = -0.0 if a != 0.0 else b
+            val[i, lane] = out
+        return
+    if op == 27:  # log1p
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = log1p(a)
+            val[i, lane] = out
+        return
+    if op == 28:  # expm1
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = expm1(a)
+            val[i, lane] = out
+        return
+    if op == 29:  # tan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = tan(a)
+            val[i, lane] = out
+        return
+    if op == 30:  # arctan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = atan(a)
+            val[i, lane] = out
+        return
+    if op == 31:  # arctan2
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = atan2(a, b)
+            val[i, lane] = out
+        return
+    if op == 32:  # sinh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sinh(a)
+            val[i, lane] = out
+        return
+    if op == 33:  # cosh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = cosh(a)
+            val[i, lane] = out
+        return
+    if op == 34:  # erf
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = erf(a)
+            val[i, lane] = out
+        return
+    if op == 35:  # softplus
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = softplus(a)
+            val[i, lane] = out
+        return
+    if op == 36:  # sign
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sign(a)
             val[i, lane] = out
         return
     return
@@ -762,6 +928,96 @@ def values_and_partials_lanes(
             val[i, lane] = out
             d0[i, lane] = 0.0
             d1[i, lane] = 0.0 if a != 0.0 else 1.0
+        return
+    if op == 27:  # log1p
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = log1p(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.0 / (1.0 + a)
+            d1[i, lane] = 0.0
+        return
+    if op == 28:  # expm1
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = expm1(a)
+            val[i, lane] = out
+            d0[i, lane] = out + 1.0
+            d1[i, lane] = 0.0
+        return
+    if op == 29:  # tan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = tan(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.0 + out * out
+            d1[i, lane] = 0.0
+        return
+    if op == 30:  # arctan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = atan(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.0 / (1.0 + a * a)
+            d1[i, lane] = 0.0
+        return
+    if op == 31:  # arctan2
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = atan2(a, b)
+            val[i, lane] = out
+            d0[i, lane] = b / (a * a + b * b)
+            d1[i, lane] = -a / (a * a + b * b)
+        return
+    if op == 32:  # sinh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sinh(a)
+            val[i, lane] = out
+            d0[i, lane] = cosh(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 33:  # cosh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = cosh(a)
+            val[i, lane] = out
+            d0[i, lane] = sinh(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 34:  # erf
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = erf(a)
+            val[i, lane] = out
+            d0[i, lane] = 1.1283791670955126 * exp(-a * a)
+            d1[i, lane] = 0.0
+        return
+    if op == 35:  # softplus
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = softplus(a)
+            val[i, lane] = out
+            d0[i, lane] = sigmoid(a)
+            d1[i, lane] = 0.0
+        return
+    if op == 36:  # sign
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = sign(a)
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
         return
     return
 

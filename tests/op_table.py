@@ -10,6 +10,7 @@ import operator
 from typing import NamedTuple
 
 import numpy as np
+import scipy.special
 
 import fastad as fa
 from fastad.kernels import optable
@@ -59,6 +60,16 @@ OP_CASES = [
             ("ne", operator.ne),
         ]
     ),
+    OpCase("log1p", fa.log1p, np.log1p, ((-0.9, 3),)),
+    OpCase("expm1", fa.expm1, np.expm1, ((-3, 3),)),
+    OpCase("tan", fa.tan, np.tan, ((-1.3, 1.3),)),
+    OpCase("arctan", fa.arctan, np.arctan, ((-3, 3),)),
+    OpCase("arctan2", fa.arctan2, np.arctan2, ((-3, 3), (0.5, 3))),
+    OpCase("sinh", fa.sinh, np.sinh, ((-3, 3),)),
+    OpCase("cosh", fa.cosh, np.cosh, ((-3, 3),)),
+    OpCase("erf", fa.erf, scipy.special.erf, ((-3, 3),)),
+    OpCase("softplus", fa.softplus, lambda a: np.logaddexp(0.0, a), ((-6, 6),)),
+    OpCase("sign", fa.sign, np.sign, ((-3, 3),), kinks=(0.0,)),
     OpCase(
         "pick",
         lambda c, x: record(optable.BY_NAME["pick"].code, c, x),

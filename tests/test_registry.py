@@ -60,7 +60,13 @@ BLOCK_CASES = [
     BlockCase("mse_loss", fa.mse_loss, ((3, 4), (3, 4))),
 ]
 # Domains where the elementwise ops are smooth and defined.
-_DOMAINS = {"div": (0.5, 3.0), "pow": (0.2, 2.5), "log": (0.1, 5.0), "sqrt": (0.1, 5.0)}
+_DOMAINS = {
+    "div": (0.5, 3.0),
+    "pow": (0.2, 2.5),
+    "log": (0.1, 5.0),
+    "sqrt": (0.1, 5.0),
+    "arctan2": (0.5, 3.0),
+}
 BLOCK_CASES = [case._replace(domain=_DOMAINS.get(case.name, case.domain)) for case in BLOCK_CASES]
 
 
