@@ -333,3 +333,25 @@ def test_the_old_blocks_helpers_still_import():
     assert not any_reached(np.array([-0.0])) and reached_elements(np.array([0.0])).all()
     assert unbroadcast(np.ones((3, 4)), (4,)).tolist() == [3.0] * 4
     assert np.signbit(reach_sum(np.array([-0.0, -0.0])))
+
+
+# -- issue 12: bugs a user hit ------------------------------------------------------------------
+def test_jvp_with_a_single_block_as_wrt_takes_its_array_as_the_direction():
+    for shape in ((1, 2), (3, 2)):
+        X0 = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+        with fa.Tape():
+            X = fa.var(X0)
+            L = (X * X).sum()
+            assert fa.jvp(L, X, np.ones(shape)) == pytest.approx(2 * X0.sum())
+
+
+def test_block_forward_and_reverse_mode_give_ieee_values_without_warnings():
+    # tests run with warnings as errors: inf - inf inside a block rule is nan, silently
+    inf = np.inf
+    with fa.Tape():
+        Y, T = fa.var(np.array([inf, 1.0])), fa.var(np.array([inf, -inf]))
+        with np.errstate(invalid="ignore"):
+            L = fa.mse_loss(Y, T)
+        assert math.isnan(fa.jvp(L, [Y, T], [np.ones(2), np.ones(2)]))
+        dY, dT = fa.grad(L, [Y, T])
+        assert math.isnan(dY[0]) and dY[1] == inf and dT[1] == -inf
