@@ -43,6 +43,7 @@ __all__ = ["Block", "Node", "Var", "is_number", "record", "record_block", "recor
 _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
 RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
+MAX, MIN = _BLOCK["max"].code, _BLOCK["min"].code
 
 
 def check_live(node: Node) -> None:
@@ -512,7 +513,7 @@ class Block(Node, Operators["Block", "Block"]):
 
     Create leaves with ``fa.var(array)``. Elementwise operators and the
     functions of ``fastad`` broadcast like NumPy; ``@``, ``sum``, ``mean``,
-    ``reshape``, ``T``/``transpose`` and indexing record block nodes;
+    ``max``, ``min``, ``reshape``, ``T``/``transpose`` and indexing record block nodes;
     reductions and integer indexing to a single element give scalar nodes.
 
     Examples
@@ -616,6 +617,26 @@ class Block(Node, Operators["Block", "Block"]):
     def mean(self, axis: int | None = None) -> Block | Var:
         """Mean of all elements (a scalar node) or along ``axis`` (a block)."""
         return _append(self._tape, MEAN, (self,), self._axis(axis))
+
+    @overload
+    def max(self, axis: None = None) -> Var: ...
+    @overload
+    def max(self, axis: int) -> Block | Var: ...
+    def max(self, axis: int | None = None) -> Block | Var:
+        """Largest element (a scalar node) or the largest along ``axis`` (a block).
+
+        NumPy's value (nan if any element is nan). The gradient goes to the
+        elements equal to the result, split evenly among ties, as ``torch.amax``.
+        """
+        return _append(self._tape, MAX, (self,), self._axis(axis))
+
+    @overload
+    def min(self, axis: None = None) -> Var: ...
+    @overload
+    def min(self, axis: int) -> Block | Var: ...
+    def min(self, axis: int | None = None) -> Block | Var:
+        """Smallest element (a scalar node) or the smallest along ``axis``; see :meth:`max`."""
+        return _append(self._tape, MIN, (self,), self._axis(axis))
 
     def _axis(self, axis: object) -> int | None:
         if axis is None:

@@ -241,6 +241,45 @@ class Reduce(BlockRule):
         return float(value) if params is None else value
 
 
+class Extremum(Reduce):
+    """``max`` or ``min`` of all elements (a scalar) or along the axis in ``params``.
+
+    NumPy's values: a nan anywhere in a reduced slice makes its result nan.
+    The gradient goes to the elements equal to the result, split evenly
+    among ties (as ``torch.amax``; a scalar ``fa.maximum`` splits a two-way
+    tie the same way); where the result is nan, to the nan elements. The
+    other elements get nothing (UNREACHED), not even from an inf adjoint.
+    """
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        reduced = shapes[0] if params is None else (shapes[0][params],)
+        if 0 in reduced:
+            raise ValueError(
+                f"{self.name} of an empty array (shape {shapes[0]}, axis {params}) has no value"
+            )
+        return super().shape(shapes, params)
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        out = values[0].max(axis=params) if self.name == "max" else values[0].min(axis=params)
+        return float(out) if params is None else out
+
+    def _shares(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
+        """Each element's share of the result's derivative: 1 / ties where it is hit."""
+        best = np.asarray(out) if params is None else np.expand_dims(out, params)
+        hit = (a == best) | (np.isnan(a) & np.isnan(best))
+        return hit / np.sum(hit, axis=params, keepdims=True)
+
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        (a,) = values
+        incoming = g if params is None else np.expand_dims(g, params)
+        return (contributions(self._shares(a, out, params), np.broadcast_to(incoming, a.shape)),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        (a,) = values
+        value = reach_sum(contributions(self._shares(a, out, params), tangents[0]), axis=params)
+        return float(value) if params is None else value
+
+
 class Reshape(BlockRule):
     """``a.reshape(params)``; the recorder resolves ``-1`` first."""
 
@@ -386,6 +425,8 @@ RULES: dict[int, BlockRule] = {
         Matmul("matmul"),
         Reduce("sum"),
         Reduce("mean"),
+        Extremum("max"),
+        Extremum("min"),
         Reshape("reshape"),
         Transpose("transpose"),
         Index("index"),

@@ -250,6 +250,8 @@ BLOCK_OPS = (
     BlockOp(71, "linear", "linear", 3),  # (X, W, b)
     BlockOp(72, "linear_relu", "linear_relu", 3),  # (X, W, b)
     BlockOp(73, "mse_loss", "mse_loss", 2),
+    BlockOp(74, "max", "max", 1),
+    BlockOp(75, "min", "min", 1),
 )
 
 BY_NAME = {op.name: op for op in OPS}

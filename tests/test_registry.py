@@ -52,6 +52,8 @@ BLOCK_CASES = [
     BlockCase("matmul", lambda a, b: a @ b, ((3, 4), (4, 2))),
     BlockCase("sum", lambda a: a.sum(axis=0), ((3, 4),)),
     BlockCase("mean", lambda a: a.mean(), ((3, 4),)),
+    BlockCase("max", lambda a: a.max(axis=0), ((3, 4),)),
+    BlockCase("min", lambda a: a.min(), ((3, 4),)),
     BlockCase("reshape", lambda a: a.reshape(2, -1), ((3, 4),)),
     BlockCase("transpose", lambda a: a.T, ((3, 4),)),
     BlockCase("index", lambda a: a[1:, [0, 2, 2]], ((3, 4),)),

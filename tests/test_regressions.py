@@ -355,3 +355,21 @@ def test_block_forward_and_reverse_mode_give_ieee_values_without_warnings():
         assert math.isnan(fa.jvp(L, [Y, T], [np.ones(2), np.ones(2)]))
         dY, dT = fa.grad(L, [Y, T])
         assert math.isnan(dY[0]) and dY[1] == inf and dT[1] == -inf
+
+
+def test_max_and_min_split_ties_evenly_and_follow_nan():
+    # torch.amax's rule; a two-way tie agrees with the scalar fa.maximum.
+    with fa.Tape():
+        X = fa.var(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]))
+        (X.max(axis=1) * np.array([1.0, 3.0])).sum().backward()
+        np.testing.assert_allclose(X.grad, [[0.0, 0.5, 0.5], [1.0, 1.0, 1.0]])
+        assert fa.jvp(X.min(), X, np.arange(6.0).reshape(2, 3)) == pytest.approx(0.0)
+        pair = fa.var(np.array([4.0, 4.0]))
+        a, b = fa.var(4.0), fa.var(4.0)
+        assert fa.grad(pair.max(), pair).tolist() == fa.grad(fa.maximum(a, b), [a, b]).tolist()
+        N = fa.var(np.array([1.0, np.nan, 5.0]))
+        M = N.max()
+        assert math.isnan(M.value)
+        assert fa.grad(M, N)[1] != 0.0 and fa.grad(M, N)[[0, 2]].tolist() == [0.0, 0.0]
+        with pytest.raises(ValueError, match="empty"):
+            fa.var(np.zeros((0, 2))).max(axis=0)
