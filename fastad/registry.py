@@ -247,8 +247,9 @@ class Extremum(Reduce):
     NumPy's values: a nan anywhere in a reduced slice makes its result nan.
     The gradient goes to the elements equal to the result, split evenly
     among ties (as ``torch.amax``; a scalar ``fa.maximum`` splits a two-way
-    tie the same way); where the result is nan, to the nan elements. The
-    other elements get nothing (UNREACHED), not even from an inf adjoint.
+    tie the same way); where the result is nan, to the nan elements (where
+    ``torch.amax`` gives nan everywhere). The other elements get nothing
+    (UNREACHED), not even from an inf adjoint.
     """
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:

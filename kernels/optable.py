@@ -42,8 +42,10 @@ from math import (  # noqa: F401  (rule namespace)
     exp,
     expm1,
     fabs,
+    inf,
     log,
     log1p,
+    nan,
     pow,
     sin,
     sinh,
@@ -90,6 +92,23 @@ def softplus(a: float) -> float:
     # log(1 + exp(a)) = max(a, 0) + log1p(exp(-|a|)): exp never overflows, and
     # nan propagates (nan > 0 is False, then log1p(exp(nan)) is nan).
     return (a if a > 0.0 else 0.0) + log1p(exp(-fabs(a)))
+
+
+def atan2_partial(top: float, a: float, b: float) -> float:
+    # top / (a*a + b*b), the partials of atan2(a, b), scaled by the larger
+    # operand so the squares neither overflow (|a| > 1e154) nor underflow
+    # (both < 1e-154). At (0, 0) the derivative is undefined: nan.
+    if a != a or b != b:
+        return a + b  # nan in, nan out
+    big = fabs(a) if fabs(a) >= fabs(b) else fabs(b)
+    if big == 0.0:
+        return nan
+    if big == inf:  # the limit is 0 unless both are infinite
+        if fabs(a) == inf and fabs(b) == inf:
+            return nan
+        return 0.0 / top if fabs(top) == inf else top / big
+    x, y = a / big, b / big
+    return (top / big) / (big * (x * x + y * y))
 
 
 def relu(a: float) -> float:
@@ -143,6 +162,7 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
 HELPERS: tuple[Callable[..., float], ...] = (
     sigmoid,
     softplus,
+    atan2_partial,
     relu,
     relu_partial,
     sign,
@@ -203,14 +223,14 @@ OPS = (
                                   ("0.0", "0.0 if a != 0.0 else 1.0")),
     Op(27, "log1p",   "log1p",   1, "log1p(a)",       ("1.0 / (1.0 + a)",),
        doc="log(1 + x), accurate near 0; log1p(-1) = -inf. Derivative 1 / (1 + x)."),
-    Op(28, "expm1",   "expm1",   1, "expm1(a)",       ("out + 1.0",),
-       doc="exp(x) - 1, accurate near 0. Derivative exp(x), from the saved output."),
+    Op(28, "expm1",   "expm1",   1, "expm1(a)",       ("exp(a)",),
+       doc="exp(x) - 1, accurate near 0. Derivative exp(x)."),
     Op(29, "tan",     "tan",     1, "tan(a)",         ("1.0 + out * out",),
        doc="Tangent. Derivative 1 + tan(x)**2, from the saved output."),
     Op(30, "arctan",  "arctan",  1, "atan(a)",        ("1.0 / (1.0 + a * a)",),
        doc="Inverse tangent, in (-pi/2, pi/2). Derivative 1 / (1 + x**2)."),
-    Op(31, "arctan2", "arctan2", 2, "atan2(a, b)",    ("b / (a * a + b * b)",
-                                                       "-a / (a * a + b * b)"),
+    Op(31, "arctan2", "arctan2", 2, "atan2(a, b)",    ("atan2_partial(b, a, b)",
+                                                       "-atan2_partial(a, a, b)"),
        doc="The angle of the point (x2, x1) = atan2(x1, x2), NumPy's argument order;"
            " the derivatives are nan at (0, 0)."),
     Op(32, "sinh",    "sinh",    1, "sinh(a)",        ("cosh(a)",), doc="Hyperbolic sine."),

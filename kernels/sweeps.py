@@ -27,9 +27,11 @@ from math import (  # noqa: F401  (the generated rules' namespace)
     exp,
     expm1,
     fabs,
+    inf,
     isfinite,
     log,
     log1p,
+    nan,
     pow,
     sin,
     sinh,
@@ -111,6 +113,24 @@ def softplus(a: float) -> float:
     # log(1 + exp(a)) = max(a, 0) + log1p(exp(-|a|)): exp never overflows, and
     # nan propagates (nan > 0 is False, then log1p(exp(nan)) is nan).
     return (a if a > 0.0 else 0.0) + log1p(exp(-fabs(a)))
+
+
+@kernel
+def atan2_partial(top: float, a: float, b: float) -> float:
+    # top / (a*a + b*b), the partials of atan2(a, b), scaled by the larger
+    # operand so the squares neither overflow (|a| > 1e154) nor underflow
+    # (both < 1e-154). At (0, 0) the derivative is undefined: nan.
+    if a != a or b != b:
+        return a + b  # nan in, nan out
+    big = fabs(a) if fabs(a) >= fabs(b) else fabs(b)
+    if big == 0.0:
+        return nan
+    if big == inf:  # the limit is 0 unless both are infinite
+        if fabs(a) == inf and fabs(b) == inf:
+            return nan
+        return 0.0 / top if fabs(top) == inf else top / big
+    x, y = a / big, b / big
+    return (top / big) / (big * (x * x + y * y))
 
 
 @kernel
@@ -309,13 +329,13 @@ def local_partials(op: int, a: float, b: float, out: float) -> tuple[float, floa
     if op == 27:  # log1p
         return 1.0 / (1.0 + a), 0.0
     if op == 28:  # expm1
-        return out + 1.0, 0.0
+        return exp(a), 0.0
     if op == 29:  # tan
         return 1.0 + out * out, 0.0
     if op == 30:  # arctan
         return 1.0 / (1.0 + a * a), 0.0
     if op == 31:  # arctan2
-        return b / (a * a + b * b), -a / (a * a + b * b)
+        return atan2_partial(b, a, b), -atan2_partial(a, a, b)
     if op == 32:  # sinh
         return cosh(a), 0.0
     if op == 33:  # cosh
@@ -412,7 +432,7 @@ def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, floa
         return out, 1.0 / (1.0 + a), 0.0
     if op == 28:  # expm1
         out = expm1(a)
-        return out, out + 1.0, 0.0
+        return out, exp(a), 0.0
     if op == 29:  # tan
         out = tan(a)
         return out, 1.0 + out * out, 0.0
@@ -421,7 +441,7 @@ def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, floa
         return out, 1.0 / (1.0 + a * a), 0.0
     if op == 31:  # arctan2
         out = atan2(a, b)
-        return out, b / (a * a + b * b), -a / (a * a + b * b)
+        return out, atan2_partial(b, a, b), -atan2_partial(a, a, b)
     if op == 32:  # sinh
         out = sinh(a)
         return out, cosh(a), 0.0
@@ -944,7 +964,7 @@ def values_and_partials_lanes(
             b = val[k, lane]
             out = expm1(a)
             val[i, lane] = out
-            d0[i, lane] = out + 1.0
+            d0[i, lane] = exp(a)
             d1[i, lane] = 0.0
         return
     if op == 29:  # tan
@@ -971,8 +991,8 @@ def values_and_partials_lanes(
             b = val[k, lane]
             out = atan2(a, b)
             val[i, lane] = out
-            d0[i, lane] = b / (a * a + b * b)
-            d1[i, lane] = -a / (a * a + b * b)
+            d0[i, lane] = atan2_partial(b, a, b)
+            d1[i, lane] = -atan2_partial(a, a, b)
         return
     if op == 32:  # sinh
         for lane in range(count):

@@ -373,3 +373,30 @@ def test_max_and_min_split_ties_evenly_and_follow_nan():
         assert fa.grad(M, N)[1] != 0.0 and fa.grad(M, N)[[0, 2]].tolist() == [0.0, 0.0]
         with pytest.raises(ValueError, match="empty"):
             fa.var(np.zeros((0, 2))).max(axis=0)
+
+
+def test_arctan2_and_expm1_derivatives_hold_at_extreme_magnitudes():
+    # References by hand: d atan2(a, b) = (b, -a) / (a^2 + b^2), scaled so that
+    # the squares cannot overflow or underflow; d expm1(x) = exp(x), not
+    # expm1(x) + 1, which cancels to 0 below x = -37.
+    cases = {
+        (1e-200, 1e-200): (5e199, -5e199),
+        (1e-200, 0.0): (0.0, -1e200),
+        (1e200, 1e200): (5e-201, -5e-201),
+        (1.0, 1e200): (1e-200, 0.0),
+        (1.0, math.inf): (0.0, 0.0),
+    }
+    for (a, b), expected in cases.items():
+        with fa.Tape():
+            x, y = fa.var(a), fa.var(b)
+            fa.arctan2(x, y).backward()
+            assert (x.grad, y.grad) == pytest.approx(expected, rel=1e-15), (a, b)
+    with fa.Tape():
+        x = fa.var(0.0)
+        fa.arctan2(x, 0.0).backward()
+        assert math.isnan(x.grad)  # undefined at the origin
+    for value in (-5.0, -20.0, -40.0, 3.0):
+        with fa.Tape():
+            x = fa.var(value)
+            fa.expm1(x).backward()
+            assert x.grad == pytest.approx(math.exp(value), rel=1e-15)
