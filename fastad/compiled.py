@@ -31,7 +31,7 @@ from fastad.kernels import optable, sweeps
 from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
-from fastad.storage import as_stored
+from fastad.storage import ARITY, as_stored
 from fastad.tape import Tape
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ _sweep_point, _NO_FAILED_GUARD = sweeps.sweep_point, sweeps.NO_FAILED_GUARD
 _NO_GRADIENT = np.empty(0)
 _NO_STATUS = np.empty(0, np.int64)  # functions without guards never write status
 _COMPILED_FORMAT = "fastad-compiled-1"
-_ARITY = np.array([op.arity for op in optable.OPS], np.int8)
 # Lanes per block: enough points that one dispatch per node is amortised,
 # few enough that the work space (4 rows of 8 bytes per node and lane) stays
 # in the per-core cache.
@@ -242,7 +241,7 @@ class CompiledFunction:
     ) -> None:
         n = len(tape)
         in1 = np.append(tape.in1, -1)
-        in1[:n][_ARITY[tape.opcode] == 1] = n  # unary ops read the scratch row
+        in1[:n][ARITY[tape.opcode] == 1] = n  # unary ops read the scratch row
         header = [n, inputs.size, outputs.size, guards.shape[0]]
         self._program: IndexArray = np.concatenate(
             [

@@ -8,7 +8,7 @@ that turned a finite adjoint into a non-finite contribution.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     (not the side of ``fa.where`` not taken, which the select never reads).
     A leaf or constant holding ``nan``/``inf`` is its own origin.
     """
-    opcode, in0, in1, val, _ = tape.columns()
+    _, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
     relevant = tape.value_ancestors(root) if root is not None else None
     for node, block in tape.blocks.values.items():
@@ -42,16 +42,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     for node in tape.blocks.ops:  # operands past the second
         if node < stop and any(bad[j] for j in tape.blocks.operands(node)[2:]):
             fed_bad[node] = True
-    node = int(np.flatnonzero(bad & ~fed_bad)[0])
-    return NonFiniteOrigin(
-        phase="forward",
-        node=node,
-        op=optable.ALL[opcode[node]].name,
-        label=tape.label(node),
-        inputs=operand_summaries(tape, node),
-        value=_first_value(tape, node),
-        source=tape.source(node),
-    )
+    return _origin(tape, int(np.flatnonzero(bad & ~fed_bad)[0]), "forward")
 
 
 def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
@@ -63,17 +54,19 @@ def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
         partials = np.zeros((1, 2))
         sweeps.evaluate_partials(opcode, in0, in1, val, np.array([node], np.int64), partials)
         partial = float(partials[0, slot])
+    return _origin(tape, node, "backward", slot=slot, partial=partial, block_rule=block_rule)
+
+
+def _origin(tape: TapeStorage, node: int, phase: str, **edge: Any) -> NonFiniteOrigin:
     return NonFiniteOrigin(
-        phase="backward",
+        phase=phase,
         node=node,
-        op=optable.ALL[opcode[node]].name,
+        op=optable.ALL[tape.opcode[node]].name,
         label=tape.label(node),
         inputs=operand_summaries(tape, node),
         value=_first_value(tape, node),
-        slot=slot,
-        partial=partial,
         source=tape.source(node),
-        block_rule=block_rule,
+        **edge,
     )
 
 

@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad.kernels import optable
+from fastad.storage import ARITY
 from fastad.tape import Tape
 
 if TYPE_CHECKING:
     from fastad._typing import IdArray
     from fastad.node import NodeRef
-
-_ARITY = np.array([op.arity for op in optable.OPS], np.int8)
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
     for i in np.flatnonzero(alive).tolist():
         code = int(opcode[i])
         value = float(val[i])
-        arity = _ARITY[code]
+        arity = ARITY[code]
         new: int | None
         if code == optable.INPUT:
             new = emit(code, -1, -1, value)

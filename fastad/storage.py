@@ -45,6 +45,10 @@ CONSTANT_REACH = 1 << 12
 GROWTH_WARNING_BYTES = 1 << 30
 """A tape holding more than this (node arrays and block arrays) warns once."""
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
+ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
+"""Operand count per scalar opcode, for vectorised checks and rewrites of the arrays."""
+FEW_OPS = 32
+"""Up to this many block ops, picking those a root depends on is a Python loop."""
 
 
 class _Growing:
@@ -499,7 +503,7 @@ class TapeStorage:
         mark = self._scratch
         lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         ops = self.blocks.ops
-        if len(ops) <= 32:
+        if len(ops) <= FEW_OPS:
             picked = [node for node in ops if lowest <= node <= root and mark[node]]
         else:
             ids = self.blocks.op_ids()

@@ -24,7 +24,7 @@ import numpy as np
 
 from fastad.kernels import optable, sweeps
 from fastad.reach import UNREACHED, any_reached
-from fastad.storage import as_stored, fresh
+from fastad.storage import FEW_OPS, as_stored, fresh
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, RuleValue
@@ -92,7 +92,6 @@ def walk(
             run(lo, stop)
 
 
-_FEW_OPS = 32
 _SHORT = 4096
 """On a tape this short with this few block ops, a sweep visits everything up to its root."""
 
@@ -115,7 +114,7 @@ def plan(tape: TapeStorage, root: int) -> Plan:
     (or, in forward mode, fill their unused scalar slot).
     """
     ops = tape.blocks.ops
-    if root < _SHORT and len(ops) <= _FEW_OPS:
+    if root < _SHORT and len(ops) <= FEW_OPS:
         return [node for node in ops if node <= root], 0
     return tape.reaching(root)
 

@@ -26,7 +26,7 @@ from fastad import diagnose, draw, registry, sweep, tapefile
 from fastad.errors import NonFiniteError, NonFiniteOrigin
 from fastad.kernels import optable, sweeps
 from fastad.node import Block, Node, Var, check_live, is_number
-from fastad.storage import INITIAL_CAPACITY, VALUE_DTYPE, TapeStorage, as_stored
+from fastad.storage import VALUE_DTYPE, TapeStorage, as_stored
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, NumericArray, RealNumber, StrPath
@@ -51,11 +51,6 @@ class Tape(TapeStorage):
     The arrays ``opcode``, ``in0``, ``in1``, ``val`` and ``grad`` are
     read-only views of the first ``len(t)`` rows.
     """
-
-    def __init__(
-        self, capacity: int = INITIAL_CAPACITY, trace: bool = False, debug: bool = False
-    ) -> None:
-        super().__init__(capacity, trace, debug)
 
     # -- scope -----------------------------------------------------------------
     def __enter__(self) -> Tape:

@@ -17,14 +17,13 @@ from numpy.typing import ArrayLike
 
 from fastad import npz
 from fastad.kernels import optable
-from fastad.storage import INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
+from fastad.storage import ARITY, INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IndexArray, OpcodeArray, StrPath
     from fastad.storage import TapeStorage
 
 SAVE_FORMAT = "fastad-tape-1"
-ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
 
 
 def validated_arrays(
