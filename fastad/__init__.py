@@ -17,13 +17,28 @@ except ModuleNotFoundError as _error:
 
     raise kernels_missing_error(__path__, _error) from _error
 
-from fastad.blocks import Block, linear, linear_relu, mse_loss, scalar_nodes
+import fastad.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
+from fastad.blocks import (
+    Block,
+    concatenate,
+    cross_entropy,
+    linear,
+    linear_relu,
+    log_softmax,
+    logsumexp,
+    matmul,
+    mse_loss,
+    scalar_nodes,
+    softmax,
+    stack,
+)
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError
 from fastad.functions import (
     abs,
     arctan,
     arctan2,
+    clip,
     cos,
     cosh,
     erf,
@@ -42,6 +57,7 @@ from fastad.functions import (
     sinh,
     softplus,
     sqrt,
+    stop_gradient,
     tan,
     tanh,
     var,
@@ -102,4 +118,13 @@ __all__ = [
     "erf",
     "softplus",
     "sign",
+    "stop_gradient",
+    "clip",
+    "concatenate",
+    "stack",
+    "matmul",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
 ]

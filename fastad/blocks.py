@@ -21,7 +21,8 @@ This module is the public face of blocks: the ``Block`` handle (defined with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -34,7 +35,9 @@ from fastad.node import (
     compute_block,
     elementwise,
     matmul,
+    normal_axis,
     record_block_on,
+    reduction,
     tape_of,
 )
 from fastad.reach import any_reached, reach_sum, reached_elements, unbroadcast
@@ -43,6 +46,7 @@ from fastad.tape import current_tape
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, ObjectArray
+    from fastad.node import Axes
     from fastad.tape import Tape
 
     ArrayInput: TypeAlias = "Block | ArrayLike"
@@ -50,7 +54,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "concatenate",
+    "cross_entropy",
     "elementwise",
+    "log_softmax",
+    "logsumexp",
+    "softmax",
+    "stack",
     "linear",
     "linear_relu",
     "matmul",
@@ -67,17 +77,21 @@ __all__ = [
 
 _BLOCK = optable.BLOCK_BY_NAME
 LINEAR, LINEAR_RELU = _BLOCK["linear"].code, _BLOCK["linear_relu"].code
-MSE_LOSS = _BLOCK["mse_loss"].code
+MSE_LOSS, CONCATENATE = _BLOCK["mse_loss"].code, _BLOCK["concatenate"].code
+LOGSUMEXP, SOFTMAX = _BLOCK["logsumexp"].code, _BLOCK["softmax"].code
+LOG_SOFTMAX, CROSS_ENTROPY = _BLOCK["log_softmax"].code, _BLOCK["cross_entropy"].code
 
 
-def _fused(code: int, name: str, unfused: str, operands: tuple[Any, ...]) -> Any:
+def _fused(
+    code: int, name: str, unfused: str, operands: tuple[Any, ...], params: object = None
+) -> Any:
     """Record fused op ``code`` on ``operands``, or compute it when none is a node."""
     if not all(isinstance(x, Node) for x in operands):
         _refuse_scalar_nodes(name, unfused, *operands)
     tape = tape_of(*operands)
     if tape is None:
-        return compute_block(code, operands)
-    return record_block_on(tape, code, operands, None, name + " operand")
+        return compute_block(code, operands, params)
+    return record_block_on(tape, code, operands, params, name + " operand")
 
 
 @overload
@@ -120,6 +134,116 @@ def mse_loss(Y: ArrayLike, T: ArrayLike) -> float: ...
 def mse_loss(Y: Any, T: Any) -> Var | float:
     """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
     return _fused(MSE_LOSS, "mse_loss", "((Y - T) * (Y - T)).mean()", (Y, T))
+
+
+# -- the softmax family: fused, stable --------------------------------------------------------
+def _shape_of(x: object) -> tuple[int, ...]:
+    return x.shape if isinstance(x, Block) else np.shape(cast(Any, x))
+
+
+def logsumexp(x: ArrayInput, axis: Axes = None, keepdims: bool = False) -> Any:
+    """``log(sum(exp(x)))`` over ``axis`` (default: all axes, as ``scipy.special.logsumexp``).
+
+    One fused node, computed as ``m + log(sum(exp(x - m)))`` with ``m`` the
+    maximum of each slice: no overflow at any finite input. Its derivative
+    is the softmax. A plain array gives a plain result.
+    """
+    params = reduction(_shape_of(x), axis, keepdims, x)
+    return _fused(LOGSUMEXP, "logsumexp", "m + fa.log(fa.exp(x - m).sum())", (x,), params)
+
+
+def softmax(x: ArrayInput, axis: Axes = -1) -> Any:
+    """``exp(x) / sum(exp(x))`` over ``axis`` (default: the last, as ``jax.nn.softmax``).
+
+    One fused node, stable at any logit (``exp(x - logsumexp(x))``); the
+    backward rule is ``P * (G - sum(G * P))``.
+    """
+    params = reduction(_shape_of(x), axis, False, x)
+    return _fused(SOFTMAX, "softmax", "fa.exp(x - fa.logsumexp(x, axis, True))", (x,), params)
+
+
+def log_softmax(x: ArrayInput, axis: Axes = -1) -> Any:
+    """``x - logsumexp(x)`` over ``axis`` (default: the last): one fused, stable node.
+
+    Its backward rule is ``G - softmax(x) * sum(G)``.
+    """
+    params = reduction(_shape_of(x), axis, False, x)
+    return _fused(LOG_SOFTMAX, "log_softmax", "x - fa.logsumexp(x, axis, True)", (x,), params)
+
+
+def cross_entropy(logits: ArrayInput, targets: ArrayInput, reduction: str = "mean") -> Any:
+    """Softmax cross-entropy of ``logits`` (classes along the last axis) as one fused node.
+
+    Parameters
+    ----------
+    logits : Block or array, shape (..., classes)
+    targets : class labels of shape ``logits.shape[:-1]`` (integers in
+        ``[0, classes)``, checked; no gradient), or probabilities of the
+        logits' shape (they get the gradient ``-log_softmax(logits)``).
+    reduction : "mean" (over the samples, the default, as PyTorch) or "sum".
+
+    Per sample ``-sum(t * log_softmax(x))``; stable at any logit (+-1e4 and
+    beyond). The gradient for the logits is ``softmax(x) - t`` per sample
+    (times 1 / samples for the mean). A zero target contributes exactly 0.
+    """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f'cross_entropy reduction must be "mean" or "sum", got {reduction!r}')
+    if isinstance(targets, (list, tuple)):
+        targets = np.asarray(targets)
+    unfused = "-(t * fa.log_softmax(x)).sum(-1).mean()"
+    return _fused(CROSS_ENTROPY, "cross_entropy", unfused, (logits, targets), reduction)
+
+
+# -- joining arrays -------------------------------------------------------------------------
+def concatenate(arrays: Sequence[ArrayInput], axis: int | None = 0) -> Any:
+    """Join blocks (and arrays) along an existing ``axis``, as ``np.concatenate``.
+
+    ``axis=None`` flattens each first. One node whatever the count; the
+    gradient of each operand is its slice of the output's.
+    """
+    parts = _parts(arrays, "concatenate")
+    if axis is None:
+        parts = [p.ravel() if isinstance(p, Block) else np.ravel(p) for p in parts]
+        axis = 0
+    first = _shape_of(parts[0])
+    if not first:
+        raise ValueError("concatenate needs arrays of one axis or more, got a scalar first")
+    params = normal_axis(first, axis, parts[0])
+    tape = tape_of(*parts)
+    if tape is None:
+        return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts], axis=params)
+    return record_block_on(tape, CONCATENATE, tuple(parts), params, "concatenate operand")
+
+
+def stack(arrays: Sequence[ArrayInput], axis: int = 0) -> Any:
+    """Join blocks (and arrays) of one shape along a new ``axis``, as ``np.stack``."""
+    parts = _parts(arrays, "stack")
+    shapes = [_shape_of(p) for p in parts]
+    if any(shape != shapes[0] for shape in shapes):
+        raise ValueError(f"stack needs arrays of one shape, got shapes {shapes}")
+    new = normal_axis((*shapes[0], 1), axis, "stack")
+    grown = shapes[0][:new] + (1,) + shapes[0][new:]
+    return concatenate(
+        [p.reshape(grown) if isinstance(p, Block) else np.reshape(p, grown) for p in parts],
+        axis=new,
+    )
+
+
+def _parts(arrays: object, name: str) -> list[Any]:
+    if isinstance(arrays, (Node, np.ndarray)) or not isinstance(arrays, Sequence):
+        raise TypeError(
+            f"{name} takes a sequence (list or tuple) of arrays, got {type(arrays).__name__}"
+        )
+    parts = list(arrays)
+    if not parts:
+        raise ValueError(f"{name} needs at least one array")
+    for part in parts:
+        if isinstance(part, Var):
+            raise ValueError(
+                f"{name}: {part!r} is a scalar node; zero-dimensional arrays cannot be joined"
+            )
+    _refuse_scalar_nodes(name, "the blocks themselves", *parts)
+    return parts
 
 
 def _holds_nodes(x: object) -> bool:

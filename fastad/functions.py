@@ -291,6 +291,7 @@ sign = _unaries["sign"]
 maximum = _binaries["maximum"]
 minimum = _binaries["minimum"]
 arctan2 = _binaries["arctan2"]
+stop_gradient = _unaries["stop_gradient"]
 
 
 _PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code
@@ -304,12 +305,16 @@ def where(condition: RealNumber, x: Var, y: Var | RealNumber) -> Var: ...
 def where(condition: RealNumber, x: RealNumber, y: Var) -> Var: ...
 @overload
 def where(condition: RealNumber, x: RealNumber, y: RealNumber) -> float: ...
-def where(condition: Var | RealNumber, x: Var | RealNumber, y: Var | RealNumber) -> Var | float:
+@overload
+def where(condition: Any, x: Any, y: Any) -> Block | FloatArray: ...
+def where(condition: Any, x: Any, y: Any) -> Var | Block | FloatArray | float:
     """``x`` where ``condition`` is nonzero, else ``y``: a branch-free select.
 
     ``condition`` is usually a comparison node (``x > 0`` records one worth
-    1.0 or 0.0). Unlike ``if``, ``where`` is recorded as nodes, so a compiled
-    function replays it correctly on both sides of the boundary.
+    1.0 or 0.0, elementwise for a block). Unlike ``if``, ``where`` is
+    recorded as nodes, so a compiled function replays it correctly on both
+    sides of the boundary. With a block or an array among the operands the
+    select is elementwise, NumPy broadcasting, and the result a ``Block``.
 
     Guarantee: the side not taken contributes exactly nothing, to the value
     and to the gradient, even where it is ``inf`` or ``nan`` (the "double
@@ -327,10 +332,13 @@ def where(condition: Var | RealNumber, x: Var | RealNumber, y: Var | RealNumber)
     0.0 0.0
     """
     operands = {"condition": condition, "x": x, "y": y}
+    if any(isinstance(v, Block) or _numeric_array(v) for v in operands.values()):
+        return _where_elementwise(condition, x, y)
     for name, value in operands.items():
         if type(value) is not Var and not is_number(value):
             raise TypeError(
-                f"fa.where {name} must be a fastad Var or a real number, got {type(value).__name__}"
+                f"fa.where {name} must be a fastad node, a real number or a real array, got "
+                f"{type(value).__name__}"
             )
     nodes = [value for value in operands.values() if type(value) is Var]
     if not nodes:
@@ -342,3 +350,29 @@ def where(condition: Var | RealNumber, x: Var | RealNumber, y: Var | RealNumber)
         value if isinstance(value, Var) else tape.constant(value) for value in operands.values()
     )
     return record(_PICK, condition, x) + record(_PICK_NOT, condition, y)
+
+
+def _where_elementwise(condition: Any, x: Any, y: Any) -> Block | FloatArray:
+    """``where`` with a block or an array among the operands: two picks and an add, per element."""
+    condition = np.asarray(condition, np.float64) if _numeric_array(condition) else condition
+    taken = elementwise(_PICK, condition, x)
+    return cast("Block | FloatArray", taken + elementwise(_PICK_NOT, condition, y))
+
+
+@overload
+def clip(x: Var, low: Var | RealNumber | None, high: Var | RealNumber | None) -> Var: ...
+@overload
+def clip(x: Block, low: Any, high: Any) -> Block: ...
+@overload
+def clip(x: Any, low: Any, high: Any) -> Any: ...
+def clip(x: Any, low: Any, high: Any) -> Any:
+    """``x`` limited to ``[low, high]`` (either may be None), as ``np.clip``.
+
+    Recorded as ``fa.minimum(fa.maximum(x, low), high)``, as ``jnp.clip``:
+    the gradient is 1 inside, 0 outside, and a half at a bound (the tie
+    rule of ``maximum``; ``torch.clamp`` gives 1 there).
+    """
+    if low is None and high is None:
+        raise ValueError("fa.clip needs a low or a high bound (both are None)")
+    lower = x if low is None else maximum(x, low)
+    return lower if high is None else minimum(lower, high)

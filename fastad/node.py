@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeGuard, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, TypeGuard, cast, overload
 
 import numpy as np
 
@@ -37,13 +37,19 @@ if TYPE_CHECKING:
     """A node handle or a node id, where the tape takes either (``Tape.node_id``)."""
     BlockOperand: TypeAlias = "Block | Var | RealNumber | NumericArray"
     """What combines with a ``Block`` elementwise (numbers and scalar nodes broadcast)."""
+    Axes: TypeAlias = "int | tuple[int, ...] | None"
+    """The axes of a reduction: one, several, or None for all."""
 
 __all__ = ["Block", "Node", "Var", "is_number", "record", "record_block", "record_unary"]
 
 _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
 RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
-MAX, MIN = _BLOCK["max"].code, _BLOCK["min"].code
+MAX, MIN, PROD = _BLOCK["max"].code, _BLOCK["min"].code, _BLOCK["prod"].code
+
+
+NUMPY_HANDLERS: dict[str, Callable[..., Any]] = {}
+"""``"ufunc"`` and ``"function"``: the NumPy protocol's handlers (``fastad/numpy_protocol.py``)."""
 
 
 def check_live(node: Node) -> None:
@@ -64,9 +70,18 @@ class Node:
     _id: int
     _generation: int
 
-    # Let NumPy defer to us: `array * node` comes to our reflected operators
-    # instead of building an object array of nodes behind our back.
-    __array_ufunc__ = None
+    # The NumPy protocol: `np.sin(node)`, `array * node`, `np.sum(block)`
+    # record fastad ops instead of building object arrays of nodes behind
+    # our back; what fastad has no op for raises a TypeError naming what to
+    # use. The handlers live in fastad/numpy_protocol.py, above the public
+    # functions they call, and register themselves in NUMPY_HANDLERS.
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return NUMPY_HANDLERS["ufunc"](ufunc, method, inputs, kwargs)
+
+    def __array_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return NUMPY_HANDLERS["function"](func, types, args, kwargs)
 
     def __init__(self, tape: Tape, node_id: int) -> None:
         self._tape = tape
@@ -576,6 +591,16 @@ class Block(Node, Operators["Block", "Block"]):
     def __len__(self) -> int:
         return self.shape[0]
 
+    def __array__(self, dtype: object = None, copy: object = None) -> NoReturn:
+        # Without this NumPy would iterate the block (it has __len__ and
+        # __getitem__) into an object array of one index node per element.
+        raise TypeError(
+            f"cannot convert {self!r} to a NumPy array: that would drop it from the tape. "
+            "Use the fastad operation (np.sum, np.reshape, np.concatenate... on blocks "
+            "record one), fa.stack for a list of blocks, or .value for the numbers "
+            "(no gradient)"
+        )
+
     def __bool__(self) -> NoReturn:
         raise TypeError(f"the truth value of {self!r} is ambiguous: reduce it first")
 
@@ -603,73 +628,146 @@ class Block(Node, Operators["Block", "Block"]):
         return _append(self._tape, INDEX, (self,), _frozen_key(key))
 
     @overload
-    def sum(self, axis: None = None) -> Var: ...
+    def sum(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
     @overload
-    def sum(self, axis: int) -> Block | Var: ...
-    def sum(self, axis: int | None = None) -> Block | Var:
-        """Sum of all elements (a scalar node) or along ``axis`` (a block)."""
-        return _append(self._tape, SUM, (self,), self._axis(axis))
+    def sum(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+    def sum(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+        """Sum over ``axis`` (an int, a tuple of them, or None for all), as ``np.sum``.
+
+        All axes without ``keepdims`` give a scalar node (a ``Var``).
+        """
+        return _append(self._tape, SUM, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def mean(self, axis: None = None) -> Var: ...
+    def mean(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
     @overload
-    def mean(self, axis: int) -> Block | Var: ...
-    def mean(self, axis: int | None = None) -> Block | Var:
-        """Mean of all elements (a scalar node) or along ``axis`` (a block)."""
-        return _append(self._tape, MEAN, (self,), self._axis(axis))
+    def mean(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+    def mean(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+        """Mean over ``axis``, as ``np.mean`` (nan, silently, for no elements); see :meth:`sum`."""
+        return _append(self._tape, MEAN, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def max(self, axis: None = None) -> Var: ...
+    def max(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
     @overload
-    def max(self, axis: int) -> Block | Var: ...
-    def max(self, axis: int | None = None) -> Block | Var:
-        """Largest element (a scalar node) or the largest along ``axis`` (a block).
+    def max(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+    def max(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+        """Largest element over ``axis``, as ``np.max``; see :meth:`sum`.
 
         NumPy's value (nan if any element is nan). The gradient goes to the
         elements equal to the result, split evenly among ties, as ``torch.amax``.
         """
-        return _append(self._tape, MAX, (self,), self._axis(axis))
+        return _append(self._tape, MAX, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def min(self, axis: None = None) -> Var: ...
+    def min(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
     @overload
-    def min(self, axis: int) -> Block | Var: ...
-    def min(self, axis: int | None = None) -> Block | Var:
-        """Smallest element (a scalar node) or the smallest along ``axis``; see :meth:`max`."""
-        return _append(self._tape, MIN, (self,), self._axis(axis))
+    def min(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+    def min(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+        """Smallest element over ``axis``; see :meth:`max`."""
+        return _append(self._tape, MIN, (self,), reduction(self.shape, axis, keepdims, self))
 
-    def _axis(self, axis: object) -> int | None:
-        if axis is None:
-            return None
-        shape = self.shape
-        if isinstance(axis, (bool, np.bool_)) or not isinstance(
-            axis, (numbers.Integral, np.integer)
-        ):
-            raise TypeError(
-                f"axis must be an integer or None, got {type(axis).__name__} {axis!r} "
-                f"(for {self!r} of shape {shape})"
-            )
-        axis = int(axis)
-        if not -len(shape) <= axis < len(shape):
-            raise ValueError(f"axis {axis} is out of range for {self!r} of shape {shape}")
-        return axis % len(shape)
+    @overload
+    def prod(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    @overload
+    def prod(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+    def prod(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+        """Product over ``axis``, as ``np.prod``; see :meth:`sum`.
+
+        An element's derivative is the product of the others in its slice,
+        exact at zeros (computed without dividing by the result).
+        """
+        return _append(self._tape, PROD, (self,), reduction(self.shape, axis, keepdims, self))
+
+    @overload
+    def var(self, axis: None = None, ddof: int = 0, keepdims: Literal[False] = False) -> Var: ...
+    @overload
+    def var(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Block | Var: ...
+    def var(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Block | Var:
+        """Variance over ``axis``, as ``np.var``: ``sum((x - mean)**2) / (n - ddof)``.
+
+        Recorded as those blocks (a mean, a subtraction, a square and a
+        sum), so its gradient is theirs: ``2 (x - mean) / (n - ddof)``.
+        """
+        count = reduction(self.shape, axis, keepdims, self).count(self.shape)
+        centred = self - self.mean(axis, keepdims=True)
+        squares = cast("Block", centred * centred).sum(axis, keepdims)
+        return squares / float(count - ddof)
+
+    @overload
+    def std(self, axis: None = None, ddof: int = 0, keepdims: Literal[False] = False) -> Var: ...
+    @overload
+    def std(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Block | Var: ...
+    def std(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Block | Var:
+        """Standard deviation, ``sqrt(var)``; see :meth:`var`.
+
+        Where every element of a slice is equal the derivative is 0 (the
+        squares' zero partials are strong zeros), where PyTorch gives nan.
+        """
+        variance = self.var(axis, ddof, keepdims)
+        return variance**0.5
 
     def reshape(self, *shape: int | Sequence[int]) -> Block:
+        """The same elements in ``shape`` (one ``-1`` is inferred), as ``np.reshape``."""
         wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         try:
             new_shape = np.empty(self.shape, dtype=np.bool_).reshape(wanted).shape
-        except ValueError as error:
-            raise ValueError(
-                f"cannot reshape {self!r} of shape {self.shape} to {wanted}"
-            ) from error
+        except (ValueError, TypeError) as error:
+            raise type(error)(
+                f"cannot reshape {self!r} of shape {self.shape} to {wanted}: {error}"
+            ) from None
         return cast("Block", _append(self._tape, RESHAPE, (self,), new_shape))
 
-    def transpose(self) -> Block:
-        return cast("Block", _append(self._tape, TRANSPOSE, (self,), None))
+    def ravel(self) -> Block:
+        """The elements as one axis (a copy), as ``np.ravel``."""
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def transpose(self, *axes: int | Sequence[int]) -> Block:
+        """The axes permuted: reversed without ``axes`` (``x.T``), else in the order given."""
+        if not axes or axes == (None,):
+            return cast("Block", _append(self._tape, TRANSPOSE, (self,), None))
+        order = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        normalised = tuple(normal_axis(self.shape, a, self) for a in order)
+        if sorted(normalised) != list(range(self.ndim)):
+            raise ValueError(
+                f"axes {tuple(order)} are not a permutation of the {self.ndim} axes of {self!r}"
+            )
+        return cast("Block", _append(self._tape, TRANSPOSE, (self,), normalised))
 
     @property
     def T(self) -> Block:
+        """The axes reversed, as ``ndarray.T``."""
         return self.transpose()
+
+
+def reduction(
+    shape: tuple[int, ...], axis: object, keepdims: object, owner: object
+) -> registry.Reduction:
+    """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
+    as the registry's reductions take them (``owner`` names the operand in errors)."""
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
+    if axis is None:
+        return registry.Reduction(None, bool(keepdims))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    normalised = tuple(sorted(normal_axis(shape, a, owner) for a in axes))
+    if len(set(normalised)) != len(normalised):
+        raise ValueError(f"axis {axis!r} names an axis twice (for {owner!r})")
+    return registry.Reduction(normalised, bool(keepdims))
+
+
+def normal_axis(shape: tuple[int, ...], axis: object, owner: object) -> int:
+    """``axis`` as an index in ``range(len(shape))``; errors name ``owner`` and its shape."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral, np.integer)):
+        raise TypeError(
+            f"axis must be an integer, a tuple of them, or None; got {type(axis).__name__} "
+            f"{axis!r} (for {owner!r} of shape {shape})"
+        )
+    axis = int(axis)
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"axis {axis} is out of range for {owner!r} of shape {shape}")
+    return axis % len(shape)
 
 
 def _frozen_key(key: Any) -> Any:

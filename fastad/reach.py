@@ -65,14 +65,28 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
     ``0 * inf = nan``. BLAS computes the product; only the rows (or
     columns) holding a zero or a non-finite element, where it can differ,
     are recomputed term by term (``product_reach``). 1-D operands act as a
-    row (``x``) or a column (``y``).
+    row (``x``) or a column (``y``); operands of more than two axes are
+    stacks of matrices, their leading axes broadcast as in ``np.matmul``.
     """
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, rechecked below
         product = np.ascontiguousarray(x2 @ y2)
-    out = product_reach(product, x2, y2, adjoint_left)
-    return out.reshape(x.shape[:-1] + y.shape[1:])
+    if product.ndim == 2:
+        out = product_reach(product, x2, y2, adjoint_left)
+        return out.reshape(x.shape[:-1] + y.shape[1:])
+    # A stack: one scan finds the matrices holding a suspect element.
+    m, n = product.shape[-2:]
+    stacked = product.reshape(-1, n)
+    rows = np.zeros(stacked.shape[0], np.bool_)
+    if m and sweeps.rows_to_recheck(stacked, rows):
+        batch = product.shape[:-2]
+        xs = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(-1, *x2.shape[-2:])
+        ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(-1, *y2.shape[-2:])
+        matrices = product.reshape(-1, m, n)
+        for i in np.unique(np.flatnonzero(rows) // m):
+            product_reach(matrices[i], xs[i], ys[i], adjoint_left)
+    return product
 
 
 def product_reach(

@@ -23,7 +23,8 @@ a ``Block`` method) and a row in ``tests/test_registry.py``'s table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -161,16 +162,25 @@ class Elementwise(BlockRule):
 
 # -- matrix products -----------------------------------------------------------------------------
 class Matmul(BlockRule):
-    """``a @ b`` for 1-D and 2-D operands; a scalar for two vectors."""
+    """``a @ b`` as ``np.matmul``: 1-D operands act as a row (left) or a column
+    (right) and lose that axis again, leading (batch) axes broadcast; two
+    vectors give a scalar."""
 
     def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
         a, b = shapes
-        if len(a) not in (1, 2) or len(b) not in (1, 2) or a[-1] != b[0]:
+        if not a or not b or a[-1] != b[-2 if len(b) > 1 else 0]:
             raise ValueError(
-                f"matmul needs 1-D or 2-D operands with matching inner dimensions, got shapes "
+                f"matmul needs operands of 1 or more axes whose inner dimensions match "
+                f"(the last of the first, the second to last of the second), got shapes "
                 f"{a} and {b}"
             )
-        return a[:-1] + b[1:]
+        try:
+            batch = broadcast_shape(a[:-2], b[:-2])
+        except ValueError:
+            raise ValueError(
+                f"matmul: the leading (batch) axes of shapes {a} and {b} cannot be broadcast"
+            ) from None
+        return batch + a[-2:-1] + b[-1:] if len(b) > 1 else batch + a[-2:-1]
 
     def forward(self, values: Values, params: object) -> RuleValue:
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
@@ -179,39 +189,108 @@ class Matmul(BlockRule):
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
         a, b = values
-        g = np.asarray(g, dtype=np.float64)
-        if a.ndim == 2 and b.ndim == 2:
-            return reach_matmul(g, b.T, True), reach_matmul(a.T, g, False)
-        if a.ndim == 2:  # (m, k) @ (k,) -> (m,): dA = outer(g, b)
-            return reach_matmul(g[:, None], b[None, :], True), reach_matmul(a.T, g, False)
-        if b.ndim == 2:  # (k,) @ (k, n) -> (n,): dB = outer(a, g)
-            return reach_matmul(b, g, False), reach_matmul(a[:, None], g[None, :], False)
-        g = g.reshape(1)  # (k,) @ (k,) -> scalar: dA = g b, dB = g a
-        return reach_matmul(g, b[None, :], True), reach_matmul(g, a[None, :], True)
+        a2, b2 = _as_matrix(a, True), _as_matrix(b, False)
+        # g with the vector operands' axes put back: the shape of a2 @ b2.
+        g2 = np.reshape(
+            g, np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
+        )
+        da = unbroadcast(reach_matmul(g2, np.swapaxes(b2, -1, -2), True), a2.shape)
+        db = unbroadcast(reach_matmul(np.swapaxes(a2, -1, -2), g2, False), b2.shape)
+        return np.reshape(da, a.shape), np.reshape(db, b.shape)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         a, b = values
         ta, tb = tangents
         total: FloatArray = np.full(np.shape(out), UNREACHED)
         if ta is not None:
-            total = total + reach_matmul(np.asarray(ta, dtype=np.float64), b, True)
+            total = total + _matmul_reach(np.asarray(ta, dtype=np.float64), b, True)
         if tb is not None:
-            total = total + reach_matmul(a, np.asarray(tb, dtype=np.float64), False)
+            total = total + _matmul_reach(a, np.asarray(tb, dtype=np.float64), False)
         return float(total) if np.ndim(total) == 0 else total
 
 
-# -- reductions, shapes, indexing --------------------------------------------------------------
+def _as_matrix(x: FloatArray, left: bool) -> FloatArray:
+    """``x`` with at least two axes, as ``np.matmul`` promotes a vector operand."""
+    if x.ndim > 1:
+        return x
+    return x[np.newaxis, :] if left else x[:, np.newaxis]
+
+
+def _matmul_reach(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray:
+    """``np.matmul(x, y)`` with strong zeros (``reach_matmul``), vectors promoted and dropped."""
+    product = reach_matmul(_as_matrix(x, True), _as_matrix(y, False), adjoint_left)
+    if x.ndim == 1:
+        product = product[..., 0, :]
+    if y.ndim == 1:
+        product = product[..., 0]
+    return product
+
+
+# -- reductions ---------------------------------------------------------------------------------
+class Reduction(NamedTuple):
+    """The parameters of a reduction, normalised by the recorder: sorted
+    non-negative ``axes`` (None: all of them) and NumPy's ``keepdims``."""
+
+    axes: tuple[int, ...] | None
+    keepdims: bool = False
+
+    def shape(self, shape: Shape) -> Shape:
+        """The result's shape for an operand of ``shape``."""
+        axes = range(len(shape)) if self.axes is None else self.axes
+        if self.keepdims:
+            return tuple(1 if i in axes else n for i, n in enumerate(shape))
+        return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+    def count(self, shape: Shape) -> int:
+        """How many elements each result element reduces."""
+        axes = range(len(shape)) if self.axes is None else self.axes
+        return math.prod(shape[i] for i in axes)
+
+    def spread(self, reduced: RuleValue, shape: Shape) -> FloatArray:
+        """A result-shaped array as a view that broadcasts against the operand's ``shape``."""
+        return np.reshape(reduced, self._replace(keepdims=True).shape(shape))
+
+
+Layout = tuple[Shape, list[int]]
+
+
+def to_rows(a: FloatArray, axes: tuple[int, ...] | None) -> tuple[FloatArray, Layout]:
+    """``a`` as a C-contiguous (rows, k) array whose rows are the slices along ``axes``.
+
+    The reduced axes are moved last (in order) and flattened; rows follow
+    the kept axes in order, so a result of :meth:`Reduction.shape` read
+    flat lines up with them. ``from_rows`` undoes it.
+    """
+    axes = tuple(range(a.ndim)) if axes is None else axes
+    order = [i for i in range(a.ndim) if i not in axes] + list(axes)
+    moved = np.transpose(a, order)
+    kept = moved.shape[: a.ndim - len(axes)]
+    rows = np.ascontiguousarray(moved, dtype=np.float64).reshape(
+        math.prod(kept), math.prod(moved.shape[len(kept) :])
+    )
+    return rows, (moved.shape, order)
+
+
+def from_rows(rows: FloatArray, layout: Layout) -> FloatArray:
+    """The inverse of :func:`to_rows`: the array in its own axis order, C-contiguous."""
+    shape, order = layout
+    return np.ascontiguousarray(np.transpose(rows.reshape(shape), np.argsort(order)))
+
+
+def _per_row(x: RuleValue) -> FloatArray:
+    """A reduction's result (or its adjoint) read flat, one element per row of ``to_rows``."""
+    return np.ascontiguousarray(np.reshape(x, -1), dtype=np.float64)
+
+
+def _scalar_or_array(out: Any) -> RuleValue:
+    return float(out) if np.ndim(out) == 0 else out
+
+
 class Reduce(BlockRule):
-    """``sum`` or ``mean`` of all elements (a scalar) or along the axis in ``params``."""
+    """``sum`` or ``mean`` over the axes of a :class:`Reduction` (all: a scalar)."""
 
-    def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
-        if params is None:
-            return ()
-        assert isinstance(params, int)  # the recorder validates the axis
-        return shapes[0][:params] + shapes[0][params + 1 :]
-
-    def _count(self, a: FloatArray, axis: int | None) -> int:
-        return a.size if axis is None else a.shape[axis]
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        return cast(Reduction, params).shape(shapes[0])
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         a = values[0]
@@ -219,30 +298,29 @@ class Reduce(BlockRule):
         # nothing (0 / 0), where np.mean would warn. Sum, then divide: what
         # np.mean computes, bit for bit.
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            out = a.sum(axis=params)
+            out = a.sum(axis=params.axes, keepdims=params.keepdims)
             if self.name == "mean":
-                out = out / self._count(a, params)
-        return float(out) if params is None else out
+                out = out / params.count(a.shape)
+        return _scalar_or_array(out)
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         (a,) = values
         if a.size == 0:
             return (np.zeros(a.shape),)  # nothing to send a gradient to
         if self.name == "mean":
-            g = g * (1.0 / self._count(a, params))
-        if params is None:
-            return (np.full(a.shape, g),)
-        return (np.broadcast_to(np.expand_dims(g, params), a.shape).copy(),)
+            g = g * (1.0 / params.count(a.shape))
+        return (np.broadcast_to(params.spread(g, a.shape), a.shape).copy(),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
-        value = reach_sum(tangents[0], axis=params)
-        if self.name == "mean" and values[0].size:
-            value = value / self._count(values[0], params)
-        return float(value) if params is None else value
+        a = values[0]
+        value = reach_sum(tangents[0], axis=params.axes, keepdims=params.keepdims)
+        if self.name == "mean" and a.size:
+            value = value / params.count(a.shape)
+        return _scalar_or_array(value)
 
 
 class Extremum(Reduce):
-    """``max`` or ``min`` of all elements (a scalar) or along the axis in ``params``.
+    """``max`` or ``min`` over the axes of a :class:`Reduction`.
 
     NumPy's values: a nan anywhere in a reduced slice makes its result nan.
     The gradient goes to the elements equal to the result, split evenly
@@ -253,32 +331,70 @@ class Extremum(Reduce):
     """
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
-        reduced = shapes[0] if params is None else (shapes[0][params],)
-        if 0 in reduced:
+        if params.count(shapes[0]) == 0:
             raise ValueError(
-                f"{self.name} of an empty array (shape {shapes[0]}, axis {params}) has no value"
+                f"{self.name} of an empty array (shape {shapes[0]}, axes {params.axes}) "
+                "has no value"
             )
         return super().shape(shapes, params)
 
     def forward(self, values: Values, params: Any) -> RuleValue:
-        out = values[0].max(axis=params) if self.name == "max" else values[0].min(axis=params)
-        return float(out) if params is None else out
+        reduce = np.max if self.name == "max" else np.min
+        return _scalar_or_array(reduce(values[0], axis=params.axes, keepdims=params.keepdims))
 
     def _shares(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
         """Each element's share of the result's derivative: 1 / ties where it is hit."""
-        best = np.asarray(out) if params is None else np.expand_dims(out, params)
+        best = params.spread(out, a.shape)
         hit = (a == best) | (np.isnan(a) & np.isnan(best))
-        return hit / np.sum(hit, axis=params, keepdims=True)
+        return hit / np.sum(hit, axis=params.axes, keepdims=True)
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         (a,) = values
-        incoming = g if params is None else np.expand_dims(g, params)
-        return (contributions(self._shares(a, out, params), np.broadcast_to(incoming, a.shape)),)
+        incoming = np.broadcast_to(params.spread(g, a.shape), a.shape)
+        return (contributions(self._shares(a, out, params), incoming),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         (a,) = values
-        value = reach_sum(contributions(self._shares(a, out, params), tangents[0]), axis=params)
-        return float(value) if params is None else value
+        shares = contributions(self._shares(a, out, params), tangents[0])
+        return _scalar_or_array(reach_sum(shares, axis=params.axes, keepdims=params.keepdims))
+
+
+class Prod(Reduce):
+    """``prod`` over the axes of a :class:`Reduction`.
+
+    The derivative for an element is the product of the *other* elements of
+    its slice, computed as prefix times suffix products, never by dividing
+    the result: exact at zeros (one zero: only it gets a nonzero gradient;
+    two: nobody does), as the scalar-node chain of multiplies gives.
+    """
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = values[0].prod(axis=params.axes, keepdims=params.keepdims)
+        return _scalar_or_array(out)
+
+    def _others(self, a: FloatArray, params: Any) -> FloatArray:
+        """Per element, the product of the other elements of its slice."""
+        rows, layout = to_rows(a, params.axes)
+        ones = np.ones((rows.shape[0], 1))
+        with np.errstate(invalid="ignore", over="ignore"):
+            before = np.cumprod(np.hstack([ones, rows[:, :-1]]), axis=1)
+            after = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), axis=1)[:, ::-1]
+            return from_rows(before * after, layout)
+
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        (a,) = values
+        if a.size == 0:
+            return (np.zeros(a.shape),)
+        incoming = np.broadcast_to(params.spread(g, a.shape), a.shape)
+        return (contributions(self._others(a, params), incoming),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        (a,) = values
+        if a.size == 0:
+            return _scalar_or_array(np.full(np.shape(out), UNREACHED))
+        moved = contributions(self._others(a, params), tangents[0])
+        return _scalar_or_array(reach_sum(moved, axis=params.axes, keepdims=params.keepdims))
 
 
 class Reshape(BlockRule):
@@ -298,19 +414,55 @@ class Reshape(BlockRule):
 
 
 class Transpose(BlockRule):
-    """``a.T`` (all axes reversed)."""
+    """``np.transpose(a, params)``: the axes permuted (None: reversed, ``a.T``)."""
 
-    def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
-        return shapes[0][::-1]
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        shape = shapes[0]
+        return shape[::-1] if params is None else tuple(shape[i] for i in params)
 
-    def forward(self, values: Values, params: object) -> RuleValue:
-        return np.ascontiguousarray(values[0].T)
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        return np.ascontiguousarray(np.transpose(values[0], params))
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
-        return (np.transpose(g),)
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        inverse = None if params is None else tuple(np.argsort(params))
+        return (np.transpose(g, inverse),)
 
-    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
-        return np.ascontiguousarray(np.transpose(tangents[0]))
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        return np.ascontiguousarray(np.transpose(tangents[0], params))
+
+
+class Concatenate(BlockRule):
+    """``np.concatenate(operands, axis=params)``: any number of operands."""
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        first = shapes[0]
+        for shape in shapes:
+            if (
+                not shape
+                or len(shape) != len(first)
+                or any(
+                    n != m for i, (n, m) in enumerate(zip(shape, first, strict=True)) if i != params
+                )
+            ):
+                raise ValueError(
+                    f"concatenate along axis {params} needs arrays of one number of axes whose "
+                    f"other axes match, got shapes {list(shapes)}"
+                )
+        return first[:params] + (sum(shape[params] for shape in shapes),) + first[params + 1 :]
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        return np.concatenate(values, axis=params)
+
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        ends = np.cumsum([np.shape(v)[params] for v in values])[:-1]
+        return tuple(np.split(g, ends, axis=params))
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        parts = [
+            np.full(np.shape(v), UNREACHED) if t is None else t
+            for v, t in zip(values, tangents, strict=True)
+        ]
+        return np.concatenate(parts, axis=params)
 
 
 class Index(BlockRule):
@@ -418,6 +570,141 @@ def _unreached_if_none(tangent: RuleValue, like: RuleValue) -> RuleValue:
     return np.full(np.shape(like), UNREACHED) if tangent is None else tangent
 
 
+class Softmax(BlockRule):
+    """``logsumexp``, ``softmax`` or ``log_softmax`` over the axes of a :class:`Reduction`.
+
+    Fused and stable: one compiled pass per row shifted by the row maximum
+    (``kernels/fused.py``), so logits of +-1e4 neither overflow nor lose
+    the small terms. The hand-derived VJPs (``dX = g softmax`` for
+    logsumexp, ``P (G - sum(G P))`` for softmax, ``G - P sum(G)`` for
+    log_softmax) are checked against the unfused blocks and scalar nodes.
+    ``keepdims`` applies to logsumexp; the other two keep the operand's shape.
+    """
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        return params.shape(shapes[0]) if self.name == "logsumexp" else shapes[0]
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        rows, layout = to_rows(values[0], params.axes)
+        lse = fused.logsumexp_rows(rows)
+        if self.name == "logsumexp":
+            return _scalar_or_array(lse.reshape(params.shape(values[0].shape)))
+        lse_column = lse[:, np.newaxis]
+        with np.errstate(invalid="ignore"):  # inf - inf is nan, as unfused
+            out = fused.softmax_rows(rows, lse) if self.name == "softmax" else rows - lse_column
+        return from_rows(out, layout)
+
+    def _softmax(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
+        """The softmax rows of ``a``, from the saved output."""
+        if self.name == "softmax":
+            return to_rows(np.asarray(out), params.axes)[0]
+        if self.name == "log_softmax":
+            with np.errstate(over="ignore"):
+                return np.exp(to_rows(np.asarray(out), params.axes)[0])
+        return fused.softmax_rows(to_rows(a, params.axes)[0], _per_row(out))
+
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        (a,) = values
+        P = self._softmax(a, out, params)
+        layout = to_rows(a, params.axes)[1]
+        if self.name == "logsumexp":
+            return (from_rows(fused.logsumexp_backward(P, _per_row(g)), layout),)
+        G = to_rows(np.asarray(g), params.axes)[0]
+        backward = fused.softmax_backward if self.name == "softmax" else fused.log_softmax_backward
+        return (from_rows(backward(P, G), layout),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        (a,) = values
+        t = np.broadcast_to(tangents[0], a.shape)
+        P = from_rows(self._softmax(a, out, params), to_rows(a, params.axes)[1])
+        moved = contributions(P, t)
+        if self.name == "logsumexp":
+            return _scalar_or_array(reach_sum(moved, params.axes, params.keepdims))
+        inner = np.broadcast_to(reach_sum(moved, params.axes, keepdims=True), a.shape)
+        if self.name == "softmax":  # d exp(x - lse) = P (t - inner)
+            return moved + contributions(-P, inner)
+        return t + contributions(np.full(a.shape, -1.0), inner)  # d (x - lse) = t - inner
+
+
+class CrossEntropy(BlockRule):
+    """``cross_entropy(logits, targets)``: ``-sum(T * log_softmax(X))`` per sample, summed
+    or averaged over the samples (``params``: "mean" or "sum").
+
+    Classes are the last axis of the logits. Targets are class labels (one
+    per sample: shape ``logits.shape[:-1]``, integer values in
+    ``[0, classes)``, checked at every forward; they get no gradient) or
+    probabilities (the logits' shape; they get ``-log_softmax``). One fused
+    pass, stable at any logit; zero targets contribute exactly 0, even
+    where the log-softmax is ``-inf``.
+    """
+
+    def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
+        X, T = shapes
+        if not X or X[-1] == 0:
+            raise ValueError(
+                f"cross_entropy needs logits with classes along the last axis, got shape {X}"
+            )
+        if T not in (X, X[:-1]):
+            raise ValueError(
+                f"cross_entropy: targets of shape {T} do not fit logits of shape {X}: give "
+                f"class labels of shape {X[:-1]} or probabilities of shape {X}"
+            )
+        return ()
+
+    def _parts(self, values: Values) -> tuple[FloatArray, FloatArray, FloatArray, bool]:
+        """Logit rows, their logsumexp, target rows, and whether targets are labels."""
+        X, T = values
+        rows = np.ascontiguousarray(X, dtype=np.float64).reshape(-1, X.shape[-1])
+        labels = np.shape(T) != X.shape
+        targets = _one_hot(T, rows.shape) if labels else np.reshape(T, rows.shape)
+        return rows, fused.logsumexp_rows(rows), np.ascontiguousarray(targets), labels
+
+    def _weight(self, count: int, params: Any) -> float:
+        return 1.0 if params == "sum" else 1.0 / count if count else math.nan
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        rows, lse, targets, _ = self._parts(values)
+        total = float(fused.cross_entropy_rows(rows, lse, targets).sum())
+        return total * self._weight(rows.shape[0], params)
+
+    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+        X, T = values
+        rows, lse, targets, labels = self._parts(values)
+        P = fused.softmax_rows(rows, lse)
+        w = float(g) * self._weight(rows.shape[0], params)
+        dX, dT = fused.cross_entropy_backward(rows, lse, P, targets, w)
+        return dX.reshape(X.shape), None if labels else dT.reshape(np.shape(T))
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        rows, lse, targets, labels = self._parts(values)
+        P = fused.softmax_rows(rows, lse)
+        w = self._weight(rows.shape[0], params)
+        dX, dT = fused.cross_entropy_backward(rows, lse, P, targets, w)
+        tX, tT = tangents
+        total = UNREACHED
+        if tX is not None:
+            total += reach_sum(contributions(dX, np.reshape(tX, rows.shape)))
+        if tT is not None and not labels:
+            total += reach_sum(contributions(dT, np.reshape(tT, rows.shape)))
+        return float(total)
+
+
+def _one_hot(labels: RuleValue, shape: Shape) -> FloatArray:
+    """Rows of one-hot targets from class labels; ``ValueError`` naming the first bad one."""
+    flat_labels = np.reshape(labels, -1)
+    classes = shape[1]
+    bad = np.flatnonzero(~((flat_labels >= 0) & (flat_labels < classes) & (flat_labels % 1 == 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"cross_entropy: label {flat_labels[i]!r} of sample {i} is not a class: labels "
+            f"must be integers in [0, {classes})"
+        )
+    targets = np.zeros(shape)
+    targets[np.arange(shape[0]), flat_labels.astype(np.intp)] = 1.0
+    return targets
+
+
 # -- the registry ---------------------------------------------------------------------------------
 RULES: dict[int, BlockRule] = {
     entry.code: entry
@@ -428,12 +715,18 @@ RULES: dict[int, BlockRule] = {
         Reduce("mean"),
         Extremum("max"),
         Extremum("min"),
+        Prod("prod"),
         Reshape("reshape"),
         Transpose("transpose"),
+        Concatenate("concatenate"),
         Index("index"),
         Linear("linear"),
         Linear("linear_relu"),
         MseLoss("mse_loss"),
+        Softmax("logsumexp"),
+        Softmax("softmax"),
+        Softmax("log_softmax"),
+        CrossEntropy("cross_entropy"),
     )
 }
 """Opcode -> its block rule: every scalar op with operands (elementwise) and every block op."""

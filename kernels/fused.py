@@ -144,3 +144,155 @@ def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArra
             flat_dy[i] = scale * d + 0.0
             flat_dt[i] = -(scale * d) + 0.0
     return dY, dT
+
+
+# -- the softmax family: rows of a (r, k) array, classes along the last axis --------------------
+# The front end moves the reduced axis last. One shift by the row maximum
+# keeps every exp in range (no overflow at logits of 1e4 or more); an
+# infinite or nan maximum is the result itself (IEEE: logsumexp of a row
+# holding inf is inf, of a row of -inf is -inf, with a nan it is nan).
+@kernel
+def logsumexp_rows(X: FloatArray) -> FloatArray:
+    """``log(sum(exp(X), axis=1))`` per row, as ``m + log(sum(exp(X - m)))``."""
+    rows, k = X.shape
+    out = np.empty(rows)
+    for r in range(rows):
+        m = -np.inf
+        for c in range(k):
+            x = X[r, c]
+            if x != x:
+                m = x
+                break
+            if x > m:
+                m = x
+        if m != m or m == np.inf or m == -np.inf:
+            out[r] = m
+            continue
+        total = 0.0
+        for c in range(k):
+            total += np.exp(X[r, c] - m)
+        out[r] = m + np.log(total)
+    return out
+
+
+@kernel
+def softmax_rows(X: FloatArray, lse: FloatArray) -> FloatArray:
+    """``exp(X - lse)`` per row: the softmax, from the row's logsumexp."""
+    P = np.empty_like(X)
+    for r in range(X.shape[0]):
+        for c in range(X.shape[1]):
+            P[r, c] = np.exp(X[r, c] - lse[r])
+    return P
+
+
+@kernel
+def _is_reached(x: float) -> bool:
+    return not (x == 0.0 and copysign(1.0, x) < 0.0)
+
+
+@kernel
+def logsumexp_backward(P: FloatArray, g: FloatArray) -> FloatArray:
+    """VJP of ``lse = logsumexp(X)`` per row: ``dX = g * softmax(X)``.
+
+    ``P`` is the softmax. An element whose softmax underflowed to exactly 0
+    has a zero partial: a strong zero, as ``exp`` in the unfused form gives.
+    """
+    dX = np.empty_like(P)
+    for r in range(P.shape[0]):
+        for c in range(P.shape[1]):
+            dX[r, c] = _contribution(P[r, c], g[r])
+    return dX
+
+
+@kernel
+def softmax_backward(P: FloatArray, G: FloatArray) -> FloatArray:
+    """VJP of ``P = softmax(X)`` per row: ``dX = P * (G - sum(G * P))``.
+
+    Unfused, ``P = exp(X - lse)``: ``X[c]`` gets ``P[c] G[c]`` directly and
+    ``-P[c] s`` through ``lse``, whose adjoint ``-s = -sum(G * P)`` is
+    reached where any ``G[c]`` is reached with ``P[c] != 0``. So an element
+    with ``P[c] == 0``, or a row that nothing reached, gets UNREACHED.
+    """
+    dX = np.empty_like(P)
+    for r in range(P.shape[0]):
+        s = UNREACHED
+        for c in range(P.shape[1]):
+            s += _contribution(P[r, c], G[r, c])
+        row_reached = _is_reached(s)
+        for c in range(P.shape[1]):
+            p = P[r, c]
+            if p == 0.0 or not row_reached:
+                dX[r, c] = UNREACHED
+            else:
+                own = G[r, c] if _is_reached(G[r, c]) else 0.0
+                dX[r, c] = p * (own - s) + 0.0
+    return dX
+
+
+@kernel
+def log_softmax_backward(P: FloatArray, G: FloatArray) -> FloatArray:
+    """VJP of ``Y = X - lse`` per row: ``dX = G - P * sum(G)``.
+
+    ``X[c]`` gets ``G[c]`` directly (where reached) and ``-P[c] sum(G)``
+    through ``lse`` (where some ``G`` is reached and ``P[c] != 0``).
+    """
+    dX = np.empty_like(P)
+    for r in range(P.shape[0]):
+        s = UNREACHED
+        for c in range(P.shape[1]):
+            g = G[r, c]
+            if _is_reached(g):
+                s += g
+        through = _is_reached(s)
+        for c in range(P.shape[1]):
+            g, p = G[r, c], P[r, c]
+            own = _is_reached(g)
+            via = through and p != 0.0
+            if not own and not via:
+                dX[r, c] = UNREACHED
+            else:
+                dX[r, c] = (g if own else 0.0) - (p * s if via else 0.0) + 0.0
+    return dX
+
+
+@kernel
+def cross_entropy_rows(X: FloatArray, lse: FloatArray, T: FloatArray) -> FloatArray:
+    """Per row, ``-sum(T * (X - lse))``: the cross-entropy of targets ``T`` (probabilities)."""
+    out = np.empty(X.shape[0])
+    for r in range(X.shape[0]):
+        total = 0.0
+        for c in range(X.shape[1]):
+            t = T[r, c]
+            if t != 0.0:  # 0 * log 0 is 0, as for a one-hot label
+                total -= t * (X[r, c] - lse[r])
+        out[r] = total
+    return out
+
+
+@kernel
+def cross_entropy_backward(
+    X: FloatArray, lse: FloatArray, P: FloatArray, T: FloatArray, w: float
+) -> tuple[FloatArray, FloatArray]:
+    """VJP of ``loss = w * sum_r -sum_c T (X - lse)`` (``w``: 1, or 1 / rows for a mean).
+
+    ``dX = w (P sum(T) - T)`` per row (``P - T`` for probability targets);
+    ``dT = w (lse - X)``, minus the log-softmax. Strong zeros as the unfused
+    form: ``X[c]`` is reached where ``T[c] != 0`` (directly) or where
+    ``P[c] != 0`` and the row holds a nonzero target (through ``lse``).
+    """
+    dX, dT = np.empty_like(X), np.empty_like(X)
+    for r in range(X.shape[0]):
+        total = 0.0
+        any_target = False
+        for c in range(X.shape[1]):
+            total += T[r, c]
+            any_target = any_target or T[r, c] != 0.0
+        for c in range(X.shape[1]):
+            t, p = T[r, c], P[r, c]
+            via = any_target and p != 0.0
+            if t == 0.0 and not via:
+                dX[r, c] = UNREACHED
+            else:
+                dX[r, c] = w * ((p * total if via else 0.0) - t) + 0.0
+            dT[r, c] = _contribution(lse[r] - X[r, c], w)
+    return dX, dT

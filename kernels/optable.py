@@ -241,6 +241,11 @@ OPS = (
        doc="log(1 + exp(x)), overflow-free at any x. Derivative sigmoid(x)."),
     Op(36, "sign",    "sign",    1, "sign(a)",        ("0.0",),
        doc="-1, 0 or 1 (nan at nan), as numpy.sign. Derivative exactly 0."),
+    # The value passes through; the derivative is 0 by definition, not the
+    # identity's 1 that finite differences see (jax.lax.stop_gradient).
+    Op(37, "stop_gradient", "stop", 1, "a",           ("0.0",),
+       doc="x itself, with a derivative of exactly 0: gradients stop here"
+           " (jax.lax.stop_gradient, torch's x.detach())."),
 )
 # fmt: on
 
@@ -252,7 +257,7 @@ class BlockOp(NamedTuple):
     opcodes. Elementwise ops on blocks reuse the scalar rows above (same
     opcode, same rule, applied per element). ``arity`` may exceed two: the
     tape's ``in0``/``in1`` hold the first two operands, the block table the
-    rest."""
+    rest; -1 means any number of operands (``concatenate``)."""
 
     code: int
     name: str
@@ -272,6 +277,12 @@ BLOCK_OPS = (
     BlockOp(73, "mse_loss", "mse_loss", 2),
     BlockOp(74, "max", "max", 1),
     BlockOp(75, "min", "min", 1),
+    BlockOp(76, "prod", "prod", 1),
+    BlockOp(77, "concatenate", "concat", -1),  # any number of operands
+    BlockOp(78, "logsumexp", "logsumexp", 1),
+    BlockOp(79, "softmax", "softmax", 1),
+    BlockOp(80, "log_softmax", "log_softmax", 1),
+    BlockOp(81, "cross_entropy", "cross_entropy", 2),  # (logits, labels or targets)
 )
 
 BY_NAME = {op.name: op for op in OPS}

@@ -266,6 +266,8 @@ def forward_value(op: int, a: float, b: float) -> float:
         return softplus(a)
     if op == 36:  # sign
         return sign(a)
+    if op == 37:  # stop_gradient
+        return a
     return a
 
 
@@ -345,6 +347,8 @@ def local_partials(op: int, a: float, b: float, out: float) -> tuple[float, floa
     if op == 35:  # softplus
         return sigmoid(a), 0.0
     if op == 36:  # sign
+        return 0.0, 0.0
+    if op == 37:  # stop_gradient
         return 0.0, 0.0
     return 0.0, 0.0
 
@@ -456,6 +460,9 @@ def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, floa
         return out, sigmoid(a), 0.0
     if op == 36:  # sign
         out = sign(a)
+        return out, 0.0, 0.0
+    if op == 37:  # stop_gradient
+        out = a
         return out, 0.0, 0.0
     return a, 0.0, 0.0
 
@@ -710,6 +717,13 @@ def values_lanes(op: int, val: FloatArray, i: int, j: int, k: int, count: int) -
             a = val[j, lane]
             b = val[k, lane]
             out = sign(a)
+            val[i, lane] = out
+        return
+    if op == 37:  # stop_gradient
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a
             val[i, lane] = out
         return
     return
@@ -1035,6 +1049,15 @@ def values_and_partials_lanes(
             a = val[j, lane]
             b = val[k, lane]
             out = sign(a)
+            val[i, lane] = out
+            d0[i, lane] = 0.0
+            d1[i, lane] = 0.0
+        return
+    if op == 37:  # stop_gradient
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = a
             val[i, lane] = out
             d0[i, lane] = 0.0
             d1[i, lane] = 0.0

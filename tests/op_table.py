@@ -23,6 +23,10 @@ class OpCase(NamedTuple):
     reference: object  # an independent NumPy implementation
     domain: tuple  # (low, high) per operand, avoiding singular points
     kinks: tuple = ()  # points to stay clear of for finite differences
+    # The partials by definition, where they are not the reference's slope
+    # (stop_gradient: the identity's value, a derivative of 0); None: finite
+    # differences of the reference are the expected derivative.
+    derivative: object = None
 
 
 def _sigmoid_reference(a):
@@ -70,6 +74,7 @@ OP_CASES = [
     OpCase("erf", fa.erf, scipy.special.erf, ((-3, 3),)),
     OpCase("softplus", fa.softplus, lambda a: np.logaddexp(0.0, a), ((-6, 6),)),
     OpCase("sign", fa.sign, np.sign, ((-3, 3),), kinks=(0.0,)),
+    OpCase("stop_gradient", fa.stop_gradient, lambda a: a, ((-3, 3),), derivative=lambda a: (0.0,)),
     OpCase(
         "pick",
         lambda c, x: record(optable.BY_NAME["pick"].code, c, x),
@@ -86,6 +91,15 @@ OP_CASES = [
     ),
 ]
 CASES = {case.name: case for case in OP_CASES}
+SMOOTH_CASES = [case for case in OP_CASES if case.derivative is None]
+"""The rows whose derivative is the slope of their value (what gradcheck checks)."""
+
+
+def expected_partial(case, function, point, index, difference):
+    """The derivative a rule must give: by definition, or ``difference(function, point, index)``."""
+    if case.derivative is not None:
+        return case.derivative(*point)[index]
+    return difference(function, point, index)
 
 
 def sample_operands(case, rng, count=25):

@@ -1,0 +1,293 @@
+"""The NumPy protocol on nodes: NumPy functions record fastad ops, or say what to use.
+
+``Var`` and ``Block`` define ``__array_ufunc__`` and ``__array_function__``
+(``fastad/node.py``), which hand over to :func:`ufunc` and :func:`function`
+here. ``np.sin(block)``, ``array * node``, ``np.sum(block, axis=0)``,
+``np.concatenate([A, B])``, ``np.where(X > 0, X, 0.0)``... record the
+fastad op, so a NumPy-style model keeps its gradient. What fastad has no op
+for raises a ``TypeError`` naming the function and what to use instead:
+never a silent object array of one node per element (about a thousand
+times slower, where it works at all), never a plain array that has left
+the tape.
+
+This module sits above the public functions it calls and registers its two
+handlers in ``fastad.node.NUMPY_HANDLERS`` when imported (``fastad``
+imports it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+
+from fastad import blocks, functions
+from fastad.node import NUMPY_HANDLERS, Block, Node, Var, matmul
+
+
+def _fastad_function(name: str) -> Callable[..., Any]:
+    return getattr(functions, name)
+
+
+# -- ufuncs: one fastad op (or operator) each --------------------------------------------------
+def _binary_operator(forward: str, reflected: str) -> Callable[[Any, Any], Any]:
+    """The operator on the node operand: ``x.__add__(y)``, or ``y.__radd__(x)``.
+
+    Node operators record directly (they never call back into NumPy), so
+    ``array + node`` cannot recurse into this handler.
+    """
+
+    def apply(x: Any, y: Any) -> Any:
+        if isinstance(x, Node):
+            return getattr(x, forward)(y)
+        return getattr(y, reflected)(x)
+
+    return apply
+
+
+_UFUNCS: dict[str, Callable[..., Any]] = {
+    "add": _binary_operator("__add__", "__radd__"),
+    "subtract": _binary_operator("__sub__", "__rsub__"),
+    "multiply": _binary_operator("__mul__", "__rmul__"),
+    "divide": _binary_operator("__truediv__", "__rtruediv__"),
+    "true_divide": _binary_operator("__truediv__", "__rtruediv__"),
+    "power": _binary_operator("__pow__", "__rpow__"),
+    "less": _binary_operator("__lt__", "__gt__"),
+    "less_equal": _binary_operator("__le__", "__ge__"),
+    "greater": _binary_operator("__gt__", "__lt__"),
+    "greater_equal": _binary_operator("__ge__", "__le__"),
+    "equal": _binary_operator("__eq__", "__eq__"),
+    "not_equal": _binary_operator("__ne__", "__ne__"),
+    "matmul": matmul,
+    "negative": operator.neg,
+    "positive": lambda x: x,
+    "square": lambda x: x * x,
+    "reciprocal": lambda x: 1.0 / x,
+    "absolute": functions.abs,
+    "fabs": functions.abs,
+    "log2": lambda x: functions.log(x) * (1.0 / np.log(2.0)),
+    "log10": lambda x: functions.log(x) * (1.0 / np.log(10.0)),
+    **{
+        name: _fastad_function(name)
+        for name in (
+            "exp",
+            "log",
+            "sqrt",
+            "sin",
+            "cos",
+            "tanh",
+            "maximum",
+            "minimum",
+            "log1p",
+            "expm1",
+            "tan",
+            "arctan",
+            "arctan2",
+            "sinh",
+            "cosh",
+            "sign",
+        )
+    },
+}
+"""NumPy ufunc name -> what records it on nodes (the same op as the fastad function)."""
+
+_UFUNC_HINTS = {
+    "isfinite": "a comparison node (x == x is 0 at nan) or .value for the numbers (no gradient)",
+    "isnan": "x != x (a comparison node) or .value for the numbers (no gradient)",
+    "isinf": "a comparison with inf, or .value for the numbers (no gradient)",
+    "logaddexp": "fa.logsumexp(fa.stack([a, b]), axis=0)",
+    "erf": "fa.erf",
+    "floor": "fa.stop_gradient or .value: floor has no useful derivative",
+    "ceil": "fa.stop_gradient or .value: ceil has no useful derivative",
+    "round": "fa.stop_gradient or .value: rounding has no useful derivative",
+    "rint": "fa.stop_gradient or .value: rounding has no useful derivative",
+}
+
+
+def _refuse(what: str, hint: str) -> NoReturn:
+    raise TypeError(f"{what} is not recorded on fastad nodes: use {hint}")
+
+
+def ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """``__array_ufunc__`` of every node: record the ufunc's fastad op, or raise naming one."""
+    name = ufunc.__name__
+    if method != "__call__":
+        hints = {"add": "Block.sum", "maximum": "Block.max", "minimum": "Block.min"}
+        hint = hints.get(name, "the Block methods (sum, max, min, prod) or fastad functions")
+        _refuse(f"np.{name}.{method}", hint)
+    if kwargs.get("out") is not None:
+        _refuse(
+            f"np.{name}(..., out=...)",
+            "the result instead: nodes are recorded, never written into (x = np.exp(x))",
+        )
+    extra = {key: value for key, value in kwargs.items() if key != "out"}
+    if extra:
+        _refuse(f"np.{name} with {sorted(extra)}", f"np.{name} without them")
+    handler = _UFUNCS.get(name)
+    if handler is None:
+        _refuse(f"np.{name}", _UFUNC_HINTS.get(name, _suggestion(name)))
+    return handler(*inputs)
+
+
+def _suggestion(name: str) -> str:
+    if name in functions.__dict__ or name in blocks.__dict__:
+        return f"fa.{name}"
+    return "the fastad operations (see fa.__all__), or .value for the numbers (no gradient)"
+
+
+# -- array functions ---------------------------------------------------------------------------
+def _plain(function: str, **options: Any) -> None:
+    """Refuse NumPy options fastad does not take (``out=``, ``dtype=``, ``where=``...)."""
+    given = sorted(key for key, value in options.items() if value is not None)
+    if given:
+        _refuse(f"np.{function} with {', '.join(given)}=", f"np.{function} without them (float64)")
+
+
+def _block(x: object, function: str) -> Block:
+    if isinstance(x, Block):
+        return x
+    if isinstance(x, Var):
+        _refuse(f"np.{function} of a scalar node ({x!r})", "the node itself")
+    return _refuse(f"np.{function} of {type(x).__name__}", f"fastad Blocks for np.{function}")
+
+
+def _reduction(name: str) -> Callable[..., Any]:
+    """``np.sum`` and co. on a block: its method, NumPy's arguments checked."""
+
+    def reduce(
+        a: object,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        keepdims: bool = False,
+        **options: Any,  # initial=, where=; for var and std also ddof=
+    ) -> Any:
+        ddof = options.pop("ddof", 0) if name in ("var", "std") else 0
+        _plain(name, dtype=dtype, out=out, **options)
+        method = getattr(_block(a, name), name)
+        if name in ("var", "std"):
+            return method(axis, ddof=ddof, keepdims=keepdims)
+        return method(axis, keepdims=keepdims)
+
+    return reduce
+
+
+def _reshape(
+    a: object, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
+) -> Block:
+    if order != "C":
+        _refuse(f"np.reshape(..., order={order!r})", "order='C' (the only order of blocks)")
+    wanted = shape if shape is not None else newshape
+    return _block(a, "reshape").reshape(wanted)
+
+
+def _transpose(a: object, axes: Any = None) -> Block:
+    block = _block(a, "transpose")
+    return block.transpose() if axes is None else block.transpose(axes)
+
+
+def _ravel(a: object, order: str = "C") -> Block:
+    if order != "C":
+        _refuse(f"np.ravel(..., order={order!r})", "order='C'")
+    return _block(a, "ravel").ravel()
+
+
+def _concatenate(arrays: Any, axis: Any = 0, out: Any = None, **options: Any) -> Any:
+    _plain("concatenate", out=out, **options)
+    return blocks.concatenate(list(arrays), axis)
+
+
+def _stack(arrays: Any, axis: int = 0, out: Any = None, **options: Any) -> Any:
+    _plain("stack", out=out, **options)
+    return blocks.stack(list(arrays), axis)
+
+
+def _where(condition: Any, *sides: Any) -> Any:
+    if len(sides) != 2:
+        _refuse("np.where with one argument (the indices)", "np.where(condition, x, y)")
+    return functions.where(condition, *sides)
+
+
+def _clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, **options: Any) -> Any:
+    low, high = options.pop("min", a_min), options.pop("max", a_max)
+    _plain("clip", out=out, **options)
+    return functions.clip(a, low, high)
+
+
+def _dot(a: Any, b: Any, out: Any = None) -> Any:
+    _plain("dot", out=out)
+    ndims = [len(x.shape) if isinstance(x, Block) else np.ndim(x) for x in (a, b)]
+    if 0 in ndims or isinstance(a, Var) or isinstance(b, Var):
+        return _UFUNCS["multiply"](a, b)
+    if max(ndims) > 2:
+        _refuse("np.dot of arrays of more than two axes", "the @ operator (np.matmul's rule)")
+    return matmul(a, b)
+
+
+def _shape(a: Any) -> tuple[int, ...]:
+    return a.shape if isinstance(a, Block) else ()
+
+
+def _ndim(a: Any) -> int:
+    return len(_shape(a))
+
+
+def _size(a: Any, axis: int | None = None) -> int:
+    shape = _shape(a)
+    return int(np.prod(shape)) if axis is None else shape[axis]
+
+
+_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
+    np.sum: _reduction("sum"),
+    np.mean: _reduction("mean"),
+    np.max: _reduction("max"),
+    np.min: _reduction("min"),
+    np.prod: _reduction("prod"),
+    np.var: _reduction("var"),
+    np.std: _reduction("std"),
+    np.reshape: _reshape,
+    np.transpose: _transpose,
+    np.ravel: _ravel,
+    np.concatenate: _concatenate,
+    np.stack: _stack,
+    np.where: _where,
+    np.clip: _clip,
+    np.dot: _dot,
+    np.shape: _shape,
+    np.ndim: _ndim,
+    np.size: _size,
+}
+for _alias, _name in (("amax", "max"), ("amin", "min")):
+    if hasattr(np, _alias) and getattr(np, _alias) is not getattr(np, _name):
+        _FUNCTIONS[getattr(np, _alias)] = _FUNCTIONS[getattr(np, _name)]
+
+_FUNCTION_HINTS = {
+    "einsum": "@ (np.matmul), sums and transposes",
+    "tensordot": "@ (np.matmul), reshape and transpose",
+    "vstack": "fa.concatenate or fa.stack",
+    "hstack": "fa.concatenate or fa.stack",
+    "asarray": ".value for the numbers (no gradient), or keep the block",
+    "array": ".value for the numbers (no gradient), or keep the block",
+    "copy": "the block itself (blocks are never written into)",
+}
+
+
+def function(
+    func: Callable[..., Any], types: object, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Any:
+    """``__array_function__`` of every node: the fastad op for ``func``, or a ``TypeError``."""
+    handler = _FUNCTIONS.get(func)
+    if handler is None:
+        name = getattr(func, "__name__", repr(func))
+        module = getattr(func, "__module__", "numpy") or "numpy"
+        module = "np" if module.startswith("numpy") and "linalg" not in module else module
+        _refuse(f"{module}.{name}", _FUNCTION_HINTS.get(name, _suggestion(name)))
+    return handler(*args, **kwargs)
+
+
+NUMPY_HANDLERS["ufunc"] = ufunc
+NUMPY_HANDLERS["function"] = function
+
+__all__ = ["function", "ufunc"]
