@@ -109,15 +109,24 @@ def grad(
     return gradients
 
 
-def jvp(output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike) -> float:
+@overload
+def jvp(output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike) -> float: ...
+@overload
+def jvp(
+    output: Block, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike
+) -> FloatArray: ...
+def jvp(
+    output: Var | Block, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike
+) -> float | FloatArray:
     """Directional derivative of ``output`` along ``direction`` (forward mode).
 
     ``sum_i d output / d wrt[i] * direction[i]``, computed by one tangent
     sweep without touching ``.grad``; the forward-mode twin of
     :func:`grad`, so ``fa.jvp(z, xs, v) == fa.grad(z, xs) @ v`` to rounding.
     For a block in ``wrt`` its direction is an array of the block's shape.
+    A block ``output`` gives an array of its shape (``J v``, one sweep).
     """
-    _require_node(output, "fa.jvp output", blocks_allowed=False)
+    _require_node(output, "fa.jvp output")
     nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
     for node in nodes:
         _require_node(node, "fa.jvp wrt")

@@ -591,15 +591,17 @@ class Block(Node, Operators["Block", "Block"]):
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __array__(self, dtype: object = None, copy: object = None) -> NoReturn:
-        # Without this NumPy would iterate the block (it has __len__ and
-        # __getitem__) into an object array of one index node per element.
-        raise TypeError(
-            f"cannot convert {self!r} to a NumPy array: that would drop it from the tape. "
-            "Use the fastad operation (np.sum, np.reshape, np.concatenate... on blocks "
-            "record one), fa.stack for a list of blocks, or .value for the numbers "
-            "(no gradient)"
-        )
+    if not TYPE_CHECKING:  # a runtime guard: to type checkers a Block is no ArrayLike
+
+        def __array__(self, dtype=None, copy=None):
+            # Without this NumPy would iterate the block (it has __len__ and
+            # __getitem__) into an object array of one index node per element.
+            raise TypeError(
+                f"cannot convert {self!r} to a NumPy array: that would drop it from the tape. "
+                "Use the fastad operation (np.sum, np.reshape, np.concatenate... on blocks "
+                "record one), fa.stack for a list of blocks, or .value for the numbers "
+                "(no gradient)"
+            )
 
     def __bool__(self) -> NoReturn:
         raise TypeError(f"the truth value of {self!r} is ambiguous: reduce it first")
@@ -690,7 +692,7 @@ class Block(Node, Operators["Block", "Block"]):
         """
         count = reduction(self.shape, axis, keepdims, self).count(self.shape)
         centred = self - self.mean(axis, keepdims=True)
-        squares = cast("Block", centred * centred).sum(axis, keepdims)
+        squares = (centred * centred).sum(axis, keepdims)
         return squares / float(count - ddof)
 
     @overload
@@ -723,7 +725,7 @@ class Block(Node, Operators["Block", "Block"]):
 
     flatten = ravel
 
-    def transpose(self, *axes: int | Sequence[int]) -> Block:
+    def transpose(self, *axes: int | Sequence[int] | None) -> Block:
         """The axes permuted: reversed without ``axes`` (``x.T``), else in the order given."""
         if not axes or axes == (None,):
             return cast("Block", _append(self._tape, TRANSPOSE, (self,), None))

@@ -378,8 +378,8 @@ class Prod(Reduce):
         rows, layout = to_rows(a, params.axes)
         ones = np.ones((rows.shape[0], 1))
         with np.errstate(invalid="ignore", over="ignore"):
-            before = np.cumprod(np.hstack([ones, rows[:, :-1]]), axis=1)
-            after = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), axis=1)[:, ::-1]
+            before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
+            after: FloatArray = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), 1, np.float64)[:, ::-1]
             return from_rows(before * after, layout)
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
@@ -586,22 +586,23 @@ class Softmax(BlockRule):
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         rows, layout = to_rows(values[0], params.axes)
-        lse = fused.logsumexp_rows(rows)
+        shift, log_total = fused.row_shifts(rows)
         if self.name == "logsumexp":
+            lse = shift + log_total
             return _scalar_or_array(lse.reshape(params.shape(values[0].shape)))
-        lse_column = lse[:, np.newaxis]
         with np.errstate(invalid="ignore"):  # inf - inf is nan, as unfused
-            out = fused.softmax_rows(rows, lse) if self.name == "softmax" else rows - lse_column
-        return from_rows(out, layout)
+            kernel = fused.softmax_rows if self.name == "softmax" else fused.log_softmax_rows
+            return from_rows(kernel(rows, shift, log_total), layout)
 
     def _softmax(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
-        """The softmax rows of ``a``, from the saved output."""
+        """The softmax rows of ``a`` (from the saved output where it holds them)."""
         if self.name == "softmax":
             return to_rows(np.asarray(out), params.axes)[0]
         if self.name == "log_softmax":
             with np.errstate(over="ignore"):
                 return np.exp(to_rows(np.asarray(out), params.axes)[0])
-        return fused.softmax_rows(to_rows(a, params.axes)[0], _per_row(out))
+        rows = to_rows(a, params.axes)[0]
+        return fused.softmax_rows(rows, *fused.row_shifts(rows))
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         (a,) = values
@@ -651,41 +652,41 @@ class CrossEntropy(BlockRule):
             )
         return ()
 
-    def _parts(self, values: Values) -> tuple[FloatArray, FloatArray, FloatArray, bool]:
-        """Logit rows, their logsumexp, target rows, and whether targets are labels."""
+    def _parts(self, values: Values) -> tuple[FloatArray, FloatArray, bool]:
+        """Log-softmax rows of the logits, target rows, and whether targets are labels."""
         X, T = values
         rows = np.ascontiguousarray(X, dtype=np.float64).reshape(-1, X.shape[-1])
         labels = np.shape(T) != X.shape
         targets = _one_hot(T, rows.shape) if labels else np.reshape(T, rows.shape)
-        return rows, fused.logsumexp_rows(rows), np.ascontiguousarray(targets), labels
+        with np.errstate(invalid="ignore"):
+            log_p = fused.log_softmax_rows(rows, *fused.row_shifts(rows))
+        return log_p, np.ascontiguousarray(targets, dtype=np.float64), labels
 
     def _weight(self, count: int, params: Any) -> float:
         return 1.0 if params == "sum" else 1.0 / count if count else math.nan
 
     def forward(self, values: Values, params: Any) -> RuleValue:
-        rows, lse, targets, _ = self._parts(values)
-        total = float(fused.cross_entropy_rows(rows, lse, targets).sum())
-        return total * self._weight(rows.shape[0], params)
+        log_p, targets, _ = self._parts(values)
+        total = float(fused.cross_entropy_rows(log_p, targets).sum())
+        return total * self._weight(log_p.shape[0], params)
 
     def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
         X, T = values
-        rows, lse, targets, labels = self._parts(values)
-        P = fused.softmax_rows(rows, lse)
-        w = float(g) * self._weight(rows.shape[0], params)
-        dX, dT = fused.cross_entropy_backward(rows, lse, P, targets, w)
+        log_p, targets, labels = self._parts(values)
+        w = float(g) * self._weight(log_p.shape[0], params)
+        dX, dT = fused.cross_entropy_backward(log_p, targets, w)
         return dX.reshape(X.shape), None if labels else dT.reshape(np.shape(T))
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
-        rows, lse, targets, labels = self._parts(values)
-        P = fused.softmax_rows(rows, lse)
-        w = self._weight(rows.shape[0], params)
-        dX, dT = fused.cross_entropy_backward(rows, lse, P, targets, w)
+        log_p, targets, labels = self._parts(values)
+        w = self._weight(log_p.shape[0], params)
+        dX, dT = fused.cross_entropy_backward(log_p, targets, w)
         tX, tT = tangents
         total = UNREACHED
         if tX is not None:
-            total += reach_sum(contributions(dX, np.reshape(tX, rows.shape)))
+            total += reach_sum(contributions(dX, np.reshape(tX, log_p.shape)))
         if tT is not None and not labels:
-            total += reach_sum(contributions(dT, np.reshape(tT, rows.shape)))
+            total += reach_sum(contributions(dT, np.reshape(tT, log_p.shape)))
         return float(total)
 
 
@@ -697,7 +698,7 @@ def _one_hot(labels: RuleValue, shape: Shape) -> FloatArray:
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"cross_entropy: label {flat_labels[i]!r} of sample {i} is not a class: labels "
+            f"cross_entropy: label {float(flat_labels[i]):g} of sample {i} is not a class: labels "
             f"must be integers in [0, {classes})"
         )
     targets = np.zeros(shape)

@@ -234,8 +234,8 @@ def tangent(
     block_tangents: dict[int, FloatArray],
     seeded: np.ndarray,
     visits: Plan | None = None,
-) -> float:
-    """Forward mode: the tangent of ``root`` from the seeded ones.
+) -> float | FloatArray:
+    """Forward mode: the tangent of ``root`` (an array for a block) from the seeded ones.
 
     ``tangents`` (UNREACHED where unseeded, length ``root + 1``),
     ``block_tangents`` and ``seeded`` (True for the nodes held at their seed,
@@ -272,7 +272,11 @@ def tangent(
     relevant, lowest = plan(tape, root) if visits is None else visits
     with ieee():
         walk(relevant, lowest, root + 1, False, run, step)
-    return float(tangents[root]) + 0.0
+    block = blocks.values.get(root)
+    if block is None:
+        return float(tangents[root]) + 0.0
+    found = block_tangents.get(root)  # a block root: its tangent array, zeros if unreached
+    return np.zeros(block.shape) if found is None else np.asarray(found, np.float64) + 0.0
 
 
 def owned(array: RuleValue, adopted: set[int]) -> FloatArray:

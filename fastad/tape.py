@@ -278,7 +278,7 @@ class Tape(TapeStorage):
 
     def tangent(
         self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
-    ) -> float:
+    ) -> float | FloatArray:
         """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
 
         The nodes in ``wrt`` are perturbed as independent variables (an
@@ -289,10 +289,11 @@ class Tape(TapeStorage):
         derivative through everything downstream of its node). This is ``J v``
         for one output, computed by the compiled tangent sweep from the same
         local partials as ``backward``. For a block in ``wrt`` its direction
-        is an array of the block's shape.
+        is an array of the block's shape. A block ``root`` gives an array of
+        its shape: ``J v`` for all its elements from the one sweep.
         """
         self.refuse_while_tracing("fa.jvp")
-        node = self._scalar_root(root, "forward mode (a tangent)")
+        node = self.node_id(root, "output")
         ids = [self.node_id(i, "wrt") for i in wrt]
         visits = sweep.plan(self, node)
         tangents = np.zeros(node + 1)  # only [lowest, root] is swept and read

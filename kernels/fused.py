@@ -147,15 +147,19 @@ def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArra
 
 
 # -- the softmax family: rows of a (r, k) array, classes along the last axis --------------------
-# The front end moves the reduced axis last. One shift by the row maximum
-# keeps every exp in range (no overflow at logits of 1e4 or more); an
-# infinite or nan maximum is the result itself (IEEE: logsumexp of a row
-# holding inf is inf, of a row of -inf is -inf, with a nan it is nan).
+# The front end moves the reduced axes last. Each row is shifted by its
+# maximum m, so every exp is at most 1 (no overflow at logits of 1e4 or
+# more), and the log-softmax is computed as (x - m) - log(sum(exp(x - m))):
+# x - m is exact near the maximum, where x - logsumexp(x) would lose the
+# digits of logsumexp's rounding (1e-12 relative at 1e4). A row whose
+# maximum is infinite or nan has shift m and log-sum 0, which gives IEEE's
+# answers: logsumexp inf for a row holding inf, -inf for a row of -inf,
+# nan with a nan; nan softmax entries where x - m is inf - inf.
 @kernel
-def logsumexp_rows(X: FloatArray) -> FloatArray:
-    """``log(sum(exp(X), axis=1))`` per row, as ``m + log(sum(exp(X - m)))``."""
+def row_shifts(X: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per row, the maximum ``m`` (nan if any element is) and ``log(sum(exp(X - m)))``."""
     rows, k = X.shape
-    out = np.empty(rows)
+    shift, log_total = np.empty(rows), np.zeros(rows)
     for r in range(rows):
         m = -np.inf
         for c in range(k):
@@ -165,24 +169,34 @@ def logsumexp_rows(X: FloatArray) -> FloatArray:
                 break
             if x > m:
                 m = x
+        shift[r] = m
         if m != m or m == np.inf or m == -np.inf:
-            out[r] = m
             continue
         total = 0.0
         for c in range(k):
             total += np.exp(X[r, c] - m)
-        out[r] = m + np.log(total)
+        log_total[r] = np.log(total)
+    return shift, log_total
+
+
+@kernel
+def log_softmax_rows(X: FloatArray, shift: FloatArray, log_total: FloatArray) -> FloatArray:
+    """``(X - m) - log(sum(exp(X - m)))`` per row, from :func:`row_shifts`."""
+    out = np.empty_like(X)
+    for r in range(X.shape[0]):
+        for c in range(X.shape[1]):
+            out[r, c] = (X[r, c] - shift[r]) - log_total[r]
     return out
 
 
 @kernel
-def softmax_rows(X: FloatArray, lse: FloatArray) -> FloatArray:
-    """``exp(X - lse)`` per row: the softmax, from the row's logsumexp."""
-    P = np.empty_like(X)
+def softmax_rows(X: FloatArray, shift: FloatArray, log_total: FloatArray) -> FloatArray:
+    """``exp(log_softmax(X))`` per row, from :func:`row_shifts`."""
+    out = np.empty_like(X)
     for r in range(X.shape[0]):
         for c in range(X.shape[1]):
-            P[r, c] = np.exp(X[r, c] - lse[r])
-    return P
+            out[r, c] = np.exp((X[r, c] - shift[r]) - log_total[r])
+    return out
 
 
 @kernel
@@ -256,43 +270,44 @@ def log_softmax_backward(P: FloatArray, G: FloatArray) -> FloatArray:
 
 
 @kernel
-def cross_entropy_rows(X: FloatArray, lse: FloatArray, T: FloatArray) -> FloatArray:
-    """Per row, ``-sum(T * (X - lse))``: the cross-entropy of targets ``T`` (probabilities)."""
-    out = np.empty(X.shape[0])
-    for r in range(X.shape[0]):
+def cross_entropy_rows(log_p: FloatArray, T: FloatArray) -> FloatArray:
+    """Per row, ``-sum(T * log_p)``: the cross-entropy of targets ``T`` given the log-softmax."""
+    out = np.empty(log_p.shape[0])
+    for r in range(log_p.shape[0]):
         total = 0.0
-        for c in range(X.shape[1]):
+        for c in range(log_p.shape[1]):
             t = T[r, c]
             if t != 0.0:  # 0 * log 0 is 0, as for a one-hot label
-                total -= t * (X[r, c] - lse[r])
+                total -= t * log_p[r, c]
         out[r] = total
     return out
 
 
 @kernel
 def cross_entropy_backward(
-    X: FloatArray, lse: FloatArray, P: FloatArray, T: FloatArray, w: float
+    log_p: FloatArray, T: FloatArray, w: float
 ) -> tuple[FloatArray, FloatArray]:
-    """VJP of ``loss = w * sum_r -sum_c T (X - lse)`` (``w``: 1, or 1 / rows for a mean).
+    """VJP of ``loss = w * sum_r -sum_c T log_p`` (``w``: 1, or 1 / rows for a mean).
 
-    ``dX = w (P sum(T) - T)`` per row (``P - T`` for probability targets);
-    ``dT = w (lse - X)``, minus the log-softmax. Strong zeros as the unfused
-    form: ``X[c]`` is reached where ``T[c] != 0`` (directly) or where
-    ``P[c] != 0`` and the row holds a nonzero target (through ``lse``).
+    With ``P = exp(log_p)``: ``dX = w (P sum(T) - T)`` per row (``P - T``
+    for probability targets); ``dT = -w log_p``. Strong zeros as the
+    unfused form: ``X[c]`` is reached where ``T[c] != 0`` (directly) or
+    where ``P[c] != 0`` and the row holds a nonzero target (through the
+    logsumexp).
     """
-    dX, dT = np.empty_like(X), np.empty_like(X)
-    for r in range(X.shape[0]):
+    dX, dT = np.empty_like(log_p), np.empty_like(log_p)
+    for r in range(log_p.shape[0]):
         total = 0.0
         any_target = False
-        for c in range(X.shape[1]):
+        for c in range(log_p.shape[1]):
             total += T[r, c]
             any_target = any_target or T[r, c] != 0.0
-        for c in range(X.shape[1]):
-            t, p = T[r, c], P[r, c]
+        for c in range(log_p.shape[1]):
+            t, p = T[r, c], np.exp(log_p[r, c])
             via = any_target and p != 0.0
             if t == 0.0 and not via:
                 dX[r, c] = UNREACHED
             else:
                 dX[r, c] = w * ((p * total if via else 0.0) - t) + 0.0
-            dT[r, c] = _contribution(lse[r] - X[r, c], w)
+            dT[r, c] = _contribution(-log_p[r, c], w)
     return dX, dT

@@ -392,3 +392,45 @@ def test_arctan2_and_expm1_derivatives_hold_at_extreme_magnitudes():
             x = fa.var(value)
             fa.expm1(x).backward()
             assert x.grad == pytest.approx(math.exp(value), rel=1e-15)
+
+
+def test_jvp_of_a_block_output_is_j_times_v(rng):
+    # It raised an internal TypeError; now one tangent sweep gives J v for
+    # every element, checked against central differences.
+    X0, V = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    W = rng.normal(size=(2, 4))
+
+    def layer(X):
+        return fa.tanh(X @ W) * 2.0
+
+    with fa.Tape():
+        X = fa.var(X0)
+        Y = layer(X)
+        tangent = fa.jvp(Y, X, V)
+        assert tangent.shape == (3, 4)
+    with fa.Tape():
+        hi, lo = layer(fa.var(X0 + 1e-6 * V)).value, layer(fa.var(X0 - 1e-6 * V)).value
+    np.testing.assert_allclose(tangent, (hi - lo) / 2e-6, rtol=1e-7, atol=1e-9)
+    with fa.Tape():
+        X = fa.var(X0)
+        np.testing.assert_array_equal(fa.jvp(X * 1.0, X, V), V)
+        assert fa.jvp(X * 1.0, fa.var(1.0), 1.0).tolist() == np.zeros((3, 2)).tolist()
+
+
+def test_checked_backward_through_the_fused_layers(rng):
+    # It raised "setting an array element with a sequence".
+    X, W, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
+    for layer in (fa.linear, fa.linear_relu):
+        with fa.Tape():
+            w = fa.var(W)
+            L = layer(X, w, b).sum()
+            L.backward(check=True)
+            checked = w.grad.copy()
+            L.backward()
+            np.testing.assert_array_equal(checked, w.grad)
+        with fa.Tape():
+            w = fa.var(W)
+            with np.errstate(invalid="ignore"):
+                L = (layer(X * np.inf, w, b) * 0.0).sum()
+            with pytest.raises(fa.NonFiniteError):
+                L.backward(check=True)

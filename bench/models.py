@@ -1,0 +1,291 @@
+"""Small models, one training step each, several ways: the shared set-up of
+``test_bench_models.py`` and ``threads.py``.
+
+``mlp``: one forward+backward step of a 64 -> 128 -> 10 classifier
+(``relu(X @ W1 + b1) @ W2 + b2``, softmax cross-entropy averaged over the
+batch, integer labels), batch 256, float64. Every way returns
+``(loss, [dW1, db1, dW2, db2])``:
+
+- ``numpy``: the fastest honest NumPy layout we found (forward, stable
+  log-softmax, hand-written backward), the reference;
+- ``eager``: what a user calls: a fresh ``fa.Tape()``, ``fa.var`` leaves,
+  ``fa.linear_relu``, ``fa.linear``, ``fa.cross_entropy``, ``backward()``
+  and the ``.grad`` reads;
+- ``compiled``: ``fa.compile(..., example=...)`` of the same function of
+  arrays, ``value_and_grad`` per step;
+- ``torch``: PyTorch float64 eager (``torch.addmm``, ``F.cross_entropy``),
+  when torch is installed.
+
+``logreg``: value and gradient of logistic regression,
+``mean(softplus(z) - y z)`` with ``z = X @ w + b``, X (2000, 20): the
+fastad compiled function of arrays against hand-written NumPy; each returns
+``(loss, [dw, db])``.
+
+``cross_entropy``: the fused ``fa.cross_entropy(logits, y)`` against the
+same loss composed from blocks, forward+backward on a tape; each returns
+``(loss, dlogits)``.
+
+``textbook_mlp`` and ``textbook_logreg`` are the plain textbook forms, not
+timed: the NumPy ways are checked against them, and they against central
+differences (``test_bench_models.py``).
+"""
+
+import numpy as np
+
+import fastad as fa
+
+try:
+    import torch
+except ImportError as error:  # an optional peer
+    torch = None
+    TORCH_MISSING = f"torch not installed: {error}"
+else:
+    TORCH_MISSING = None
+
+MLP_SIZE = (256, 64, 128, 10)  # batch, inputs, hidden, classes
+LOGREG_SIZE = (2000, 20)  # samples, features
+CROSS_ENTROPY_SIZES = ((256, 10), (256, 1000))
+
+
+# -- the MLP step -----------------------------------------------------------------------------
+def mlp_inputs(B=256, n=64, h=128, c=10, seed=0):
+    """``(W1, b1, W2, b2, X, y)``: He-scaled weights, normal data, integer labels."""
+    rng = np.random.default_rng(seed)
+    W1 = rng.normal(size=(n, h)) * np.sqrt(2.0 / n)
+    b1 = rng.normal(size=h) * 0.1
+    W2 = rng.normal(size=(h, c)) * np.sqrt(1.0 / h)
+    b2 = rng.normal(size=c) * 0.1
+    X = rng.normal(size=(B, n))
+    y = rng.integers(0, c, size=B)
+    return W1, b1, W2, b2, X, y
+
+
+def textbook_mlp(W1, b1, W2, b2, X, y):
+    """The step as a textbook writes it (relu'(0) = 0); the check, not timed."""
+    B = X.shape[0]
+    Z = X @ W1 + b1
+    H = np.maximum(Z, 0.0)
+    logits = H @ W2 + b2
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    onehot = np.eye(W2.shape[1])[y]
+    loss = -(onehot * log_p).sum() / B
+    dlogits = (np.exp(log_p) - onehot) / B
+    dH = dlogits @ W2.T
+    dZ = dH * (Z > 0.0)
+    return loss, [X.T @ dZ, dZ.sum(axis=0), H.T @ dlogits, dlogits.sum(axis=0)]
+
+
+def numpy_mlp(W1, b1, W2, b2, X, y):
+    """The timed NumPy step: the textbook's arithmetic with five temporaries fewer.
+
+    In place where NumPy allows it: the biases are added into the products,
+    the ReLU overwrites ``Z`` (``H > 0`` exactly where ``Z > 0``, so the
+    mask comes from ``H``), the softmax overwrites the shifted logits, and
+    ``dlogits`` is the softmax with ``1`` taken off each label's entry (one
+    fancy-indexed subtraction, no one-hot matrix). The loss needs only each
+    row's log-sum and the label's shifted logit. ``X.T``, ``H.T`` and
+    ``W2.T`` are views that BLAS reads transposed, no copies.
+    """
+    B = X.shape[0]
+    rows = np.arange(B)
+    H = X @ W1
+    H += b1
+    np.maximum(H, 0.0, out=H)
+    logits = H @ W2
+    logits += b2
+    logits -= logits.max(axis=1, keepdims=True)
+    picked = logits[rows, y]  # the labels' shifted logits (a copy)
+    P = np.exp(logits, out=logits)
+    sums = P.sum(axis=1, keepdims=True)
+    loss = (np.log(sums).sum() - picked.sum()) / B
+    P *= 1.0 / B / sums  # one (B, 1) division, then B * c multiplies
+    P[rows, y] -= 1.0 / B  # dlogits = (softmax - onehot) / B
+    dH = P @ W2.T
+    dH *= H > 0.0
+    return loss, [X.T @ dH, dH.sum(axis=0), H.T @ P, P.sum(axis=0)]
+
+
+def eager_mlp(W1, b1, W2, b2, X, y):
+    """What a user writes: fresh tape, leaves, fused layers, loss, backward, grads."""
+    with fa.Tape():
+        params = [fa.var(a) for a in (W1, b1, W2, b2)]
+        w1, c1, w2, c2 = params
+        H = fa.linear_relu(X, w1, c1)
+        logits = fa.linear(H, w2, c2)
+        L = fa.cross_entropy(logits, y)
+        L.backward()
+        return L.value, [p.grad for p in params]
+
+
+def mlp_loss(W1, b1, W2, b2, X, y):
+    """The loss as a function of arrays, for ``fa.compile``."""
+    return fa.cross_entropy(fa.linear(fa.linear_relu(X, W1, b1), W2, b2), y)
+
+
+def compile_mlp(W1, b1, W2, b2, X, y):
+    """``(f, arguments)``: the compiled loss and the argument tuple its steps take.
+
+    The traced labels are floats (``example`` takes arrays of reals); the
+    cross-entropy reads integral floats as labels.
+    """
+    arguments = (W1, b1, W2, b2, X, y.astype(np.float64))
+    return fa.compile(mlp_loss, example=arguments), arguments
+
+
+def compiled_mlp(f, arguments):
+    """One step of the compiled loss.
+
+    ``value_and_grad`` returns a gradient for every argument, the data's
+    too (``dX`` costs one more (B, h) x (h, n) product); with the coming
+    ``wrt=`` option this is the one line to change:
+    ``f.value_and_grad(arguments, wrt=(0, 1, 2, 3))``.
+    """
+    loss, grads = f.value_and_grad(arguments)
+    return loss, grads[:4]
+
+
+def torch_mlp_setup(W1, b1, W2, b2, X, y):
+    """``(parameters, X, y)`` as torch tensors; the parameters require gradients.
+
+    Sets torch's intra-op pool to one thread, like every other contender
+    (``bench/conftest.py`` sets the BLAS libraries'; torch's pool is its own).
+    """
+    torch.set_num_threads(1)
+    params = [torch.from_numpy(a.copy()).requires_grad_() for a in (W1, b1, W2, b2)]
+    return params, torch.from_numpy(X), torch.from_numpy(y)
+
+
+def torch_mlp(params, X, y):
+    """PyTorch float64 eager: what ``nn.Linear`` + ``F.cross_entropy`` run, minus the modules.
+
+    ``addmm`` is ``b + X @ W`` in one BLAS call (as ``nn.Linear``); the
+    gradients are cleared by setting them to None (``zero_grad``'s default).
+    """
+    w1, c1, w2, c2 = params
+    for p in params:
+        p.grad = None
+    H = torch.relu(torch.addmm(c1, X, w1))
+    L = torch.nn.functional.cross_entropy(torch.addmm(c2, H, w2), y)
+    L.backward()
+    return L.item(), [p.grad.numpy() for p in params]
+
+
+# -- logistic regression ----------------------------------------------------------------------
+def logreg_inputs(N=2000, k=20, seed=0):
+    """``(w, b, X, y)``: labels drawn from the model at ``w``, ``b`` (so the loss is O(1))."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, k))
+    w = rng.normal(size=k) / np.sqrt(k)
+    b = 0.3
+    y = (rng.random(N) < 1.0 / (1.0 + np.exp(-(X @ w + b)))).astype(np.float64)
+    return w, b, X, y
+
+
+def textbook_logreg(w, b, X, y):
+    """``mean(log(1 + exp(z)) - y z)`` and its gradient, as written; the check."""
+    z = X @ w + b
+    loss = np.mean(np.logaddexp(0.0, z) - y * z)
+    d = (1.0 / (1.0 + np.exp(-z)) - y) / len(y)
+    return loss, [X.T @ d, d.sum()]
+
+
+def numpy_logreg(w, b, X, y):
+    """The timed NumPy value and gradient; stable at any ``z``.
+
+    One ``exp``, of ``-|z|`` (never overflows): ``softplus(z) = max(z, 0) +
+    log1p(e)`` and ``sigmoid(z) = 1 / (1 + e)`` for ``z >= 0``, ``e / (1 +
+    e)`` below, with ``e = exp(-|z|)``. ``y z`` is summed as a dot product.
+    """
+    N = len(y)
+    z = X @ w
+    z += b
+    e = np.exp(-np.abs(z))
+    loss = (np.maximum(z, 0.0).sum() + np.log1p(e).sum() - y @ z) / N
+    s = 1.0 / (1.0 + e)
+    negative = z < 0.0
+    s[negative] *= e[negative]  # sigmoid(z) = e / (1 + e) for z < 0
+    s -= y
+    s /= N
+    return loss, [X.T @ s, s.sum()]
+
+
+def logreg_loss(w, b, X, y):
+    """The loss as a function of arrays: ``fa.softplus`` is stable at any ``z``."""
+    z = X @ w + b
+    return (fa.softplus(z) - y * z).mean()
+
+
+def compile_logreg(w, b, X, y):
+    arguments = (w, b, X, y)
+    return fa.compile(logreg_loss, example=arguments), arguments
+
+
+def compiled_logreg(f, arguments):
+    # wrt=(0, 1) once fastad has it: the data's gradients (dX, dy) are wasted work.
+    loss, grads = f.value_and_grad(arguments)
+    return loss, grads[:2]
+
+
+# -- cross-entropy, fused or composed ---------------------------------------------------------
+def cross_entropy_inputs(B, c, seed=0):
+    """``(logits, y)``: logits of spread 3 (a loss far from both 0 and log c), labels."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(B, c)) * 3.0, rng.integers(0, c, size=B)
+
+
+def _on_tape(logits, y, loss):
+    with fa.Tape():
+        leaf = fa.var(logits)
+        L = loss(leaf, y)
+        L.backward()
+        return L.value, leaf.grad
+
+
+def fused_cross_entropy(logits, y):
+    return _on_tape(logits, y, fa.cross_entropy)
+
+
+def log_softmax_cross_entropy(logits, y):
+    """Composed: the fused ``log_softmax`` block, a one-hot product, two reductions."""
+
+    def loss(x, y):
+        onehot = np.zeros(x.shape)
+        onehot[np.arange(len(y)), y] = 1.0
+        return -(fa.log_softmax(x) * onehot).sum(axis=-1).mean()
+
+    return _on_tape(logits, y, loss)
+
+
+def primitive_cross_entropy(logits, y):
+    """Composed from primitives: max (no gradient), subtract, exp, sum, log, pick, mean.
+
+    The row maximum only keeps ``exp`` in range and cancels in the loss,
+    so it is taken as a constant (``fa.stop_gradient``), as the textbook
+    derivation does; the labels' logits are picked by indexing.
+    """
+
+    def loss(x, y):
+        shifted = x - fa.stop_gradient(x.max(axis=-1, keepdims=True))
+        lse = fa.log(fa.exp(shifted).sum(axis=-1))
+        return (lse - shifted[np.arange(len(y)), y]).mean()
+
+    return _on_tape(logits, y, loss)
+
+
+def numpy_cross_entropy(logits, y):
+    """The NumPy value and gradient: the check for every way."""
+    B = len(y)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = -log_p[np.arange(B), y].mean()
+    d = np.exp(log_p)
+    d[np.arange(B), y] -= 1.0
+    return loss, d / B
+
+
+CROSS_ENTROPY_WAYS = {
+    "fused": fused_cross_entropy,
+    "log_softmax": log_softmax_cross_entropy,
+    "primitives": primitive_cross_entropy,
+}
