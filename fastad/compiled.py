@@ -76,6 +76,7 @@ def compile(
     num_inputs: int | None = None,
     example: Sequence[ArrayLike],
     optimize: bool = True,
+    wrt: int | Sequence[int] | None = None,
 ) -> BlockFunction: ...
 @overload
 def compile(
@@ -92,6 +93,7 @@ def compile(
     num_inputs: int | None = None,
     example: Sequence[ArrayLike],
     optimize: bool = True,
+    wrt: int | Sequence[int] | None = None,
 ) -> Callable[[Traceable], BlockFunction]: ...
 def compile(  # noqa: A001
     function: Traceable | None = None,
@@ -99,6 +101,7 @@ def compile(  # noqa: A001
     num_inputs: int | None = None,
     example: Any = None,
     optimize: bool = True,
+    wrt: int | Sequence[int] | None = None,
 ) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
@@ -121,6 +124,12 @@ def compile(  # noqa: A001
         identical either way, gradients agree to rounding (merged nodes sum
         their adjoints before the multiply). ``f.optimization`` reports
         what it removed.
+    wrt : int or sequence of ints, optional
+        For a function of arrays: the positions of the arguments to
+        differentiate (JAX's ``argnums``); the others are data, and no
+        gradient is computed for them (a layer's ``X @ W`` then costs one
+        product backward, not two). An int gives one gradient, a sequence
+        a list; by default every argument gets one.
 
     Examples
     --------
@@ -130,9 +139,16 @@ def compile(  # noqa: A001
     (64.0, array([64., 32.]))
     """
     if function is None:
-        return lambda f: compile(f, num_inputs=num_inputs, example=example, optimize=optimize)
+        return lambda f: compile(
+            f, num_inputs=num_inputs, example=example, optimize=optimize, wrt=wrt
+        )
     if _has_arrays(example):
-        return BlockFunction(function, example)
+        return BlockFunction(function, example, wrt)
+    if wrt is not None:
+        raise TypeError(
+            "wrt= chooses arguments of a function of arrays (example=(X, W, ...)); a "
+            "function of scalars computes its whole gradient in one compiled sweep: index it"
+        )
     return CompiledFunction(function, num_inputs=num_inputs, example=example, optimize=optimize)
 
 
@@ -537,10 +553,16 @@ class BlockFunction:
     and saving (they raise).
     """
 
-    def __init__(self, function: Traceable, example: Sequence[ArrayLike]) -> None:
+    def __init__(
+        self,
+        function: Traceable,
+        example: Sequence[ArrayLike],
+        wrt: int | Sequence[int] | None = None,
+    ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
         names = _argument_names(function, len(example))
+        self._wrt = _positions(wrt, len(example))
         values = [_block_argument(v, i) for i, v in enumerate(example)]
         self._lock = threading.Lock()
         tape = Tape(trace=True)
@@ -579,20 +601,30 @@ class BlockFunction:
             self._replay(arguments)
             return self._output_value()
 
-    def value_and_grad(
-        self, arguments: Iterable[ArrayLike]
-    ) -> tuple[float, list[float | FloatArray]]:
-        """``(value, [gradient per argument])``; needs a scalar output."""
+    def value_and_grad(self, arguments: Iterable[ArrayLike]) -> tuple[float, Any]:
+        """``(value, gradients)``; needs a scalar output.
+
+        The gradients are a list with one per argument, or per position of
+        ``wrt`` (a single one for an int ``wrt``), shaped like the arguments.
+        Without ``wrt`` the tape's ``.grad`` holds this call's adjoints too;
+        with it only the chosen gradients are computed.
+        """
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
         with self._lock:
             self._replay(arguments)
-            self._tape.backward(self._output)
-            gradients = [node.grad for node in self._inputs]
-            return cast(float, self._output_value()), gradients  # a scalar output: a float
+            value = cast(float, self._output_value())  # a scalar output: a float
+            if self._wrt is None:
+                self._tape.backward(self._output)
+                return value, [node.grad for node in self._inputs]
+            positions, single = self._wrt
+            ids = [self._inputs[i].id for i in positions]
+            gradients = self._tape.gradient(self._output, ids)
+            listed = [gradients[i] for i in range(len(ids))]
+            return value, listed[0] if single else listed
 
-    def grad(self, arguments: Iterable[ArrayLike]) -> list[float | FloatArray]:
-        """Gradients with respect to each argument; needs a scalar output."""
+    def grad(self, arguments: Iterable[ArrayLike]) -> Any:
+        """The gradients of :meth:`value_and_grad`; needs a scalar output."""
         return self.value_and_grad(arguments)[1]
 
     def _output_value(self) -> float | FloatArray:
@@ -630,6 +662,24 @@ class BlockFunction:
 
     def save(self, path: StrPath) -> NoReturn:
         raise TypeError("functions of arrays cannot be pickled or saved yet")
+
+
+def _positions(wrt: object, count: int) -> tuple[list[int], bool] | None:
+    """``wrt`` checked against ``count`` arguments: (positions, given as one int), or None."""
+    if wrt is None:
+        return None
+    single = not isinstance(wrt, (list, tuple))
+    listed = [wrt] if single else list(cast("Sequence[object]", wrt))
+    positions = []
+    for position in listed:
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
+            raise TypeError(f"wrt holds argument positions (ints), got {position!r}")
+        if not -count <= position < count:
+            raise ValueError(f"wrt position {position} is out of range for {count} arguments")
+        positions.append(int(position) % count)
+    if not positions or len(set(positions)) != len(positions):
+        raise ValueError(f"wrt must name each argument at most once and at least one, got {wrt!r}")
+    return positions, single
 
 
 def _argument_names(function: Traceable, count: int) -> list[str]:

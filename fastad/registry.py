@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 Shape = tuple[int, ...]
 Values = tuple[Any, ...]
+Needs = tuple[bool, ...] | None
+"""Per operand, whether its contribution is wanted (None: all are). A VJP may
+skip the work for an operand that is not; the driver discards what it sends."""
 
 
 class BlockRule:
@@ -72,8 +75,14 @@ class BlockRule:
     def forward(self, values: Values, params: object) -> RuleValue:
         raise NotImplementedError
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
-        """One contribution per operand (None: nothing for it), from the output adjoint ``g``."""
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
+        """One contribution per operand (None: nothing for it), from the output adjoint ``g``.
+
+        ``needs`` says which operands' contributions are wanted (None: all);
+        the work for the others may be skipped (their entry is then None).
+        """
         raise NotImplementedError
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
@@ -133,7 +142,9 @@ class Elementwise(BlockRule):
         sweeps.map_forward(self.code, flat(a, shape), flat(b, shape), out.reshape(-1))
         return out
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
         shape = out.shape
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
@@ -187,16 +198,23 @@ class Matmul(BlockRule):
             out = np.matmul(values[0], values[1])
         return float(out) if np.ndim(out) == 0 else out
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
         a, b = values
         a2, b2 = _as_matrix(a, True), _as_matrix(b, False)
         # g with the vector operands' axes put back: the shape of a2 @ b2.
         g2 = np.reshape(
             g, np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
         )
-        da = unbroadcast(reach_matmul(g2, np.swapaxes(b2, -1, -2), True), a2.shape)
-        db = unbroadcast(reach_matmul(np.swapaxes(a2, -1, -2), g2, False), b2.shape)
-        return np.reshape(da, a.shape), np.reshape(db, b.shape)
+        da = db = None
+        if needs is None or needs[0]:
+            da = unbroadcast(reach_matmul(g2, np.swapaxes(b2, -1, -2), True), a2.shape)
+            da = np.reshape(da, a.shape)
+        if needs is None or needs[1]:
+            db = unbroadcast(reach_matmul(np.swapaxes(a2, -1, -2), g2, False), b2.shape)
+            db = np.reshape(db, b.shape)
+        return da, db
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         a, b = values
@@ -303,7 +321,9 @@ class Reduce(BlockRule):
                 out = out / params.count(a.shape)
         return _scalar_or_array(out)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         (a,) = values
         if a.size == 0:
             return (np.zeros(a.shape),)  # nothing to send a gradient to
@@ -348,7 +368,9 @@ class Extremum(Reduce):
         hit = (a == best) | (np.isnan(a) & np.isnan(best))
         return hit / np.sum(hit, axis=params.axes, keepdims=True)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         (a,) = values
         incoming = np.broadcast_to(params.spread(g, a.shape), a.shape)
         return (contributions(self._shares(a, out, params), incoming),)
@@ -379,10 +401,14 @@ class Prod(Reduce):
         ones = np.ones((rows.shape[0], 1))
         with np.errstate(invalid="ignore", over="ignore"):
             before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
-            after: FloatArray = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), 1, np.float64)[:, ::-1]
+            after: FloatArray = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), 1, np.float64)[
+                :, ::-1
+            ]
             return from_rows(before * after, layout)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         (a,) = values
         if a.size == 0:
             return (np.zeros(a.shape),)
@@ -406,7 +432,9 @@ class Reshape(BlockRule):
     def forward(self, values: Values, params: Any) -> RuleValue:
         return np.reshape(values[0], params)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         return (np.reshape(g, np.shape(values[0])),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
@@ -423,7 +451,9 @@ class Transpose(BlockRule):
     def forward(self, values: Values, params: Any) -> RuleValue:
         return np.ascontiguousarray(np.transpose(values[0], params))
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         inverse = None if params is None else tuple(np.argsort(params))
         return (np.transpose(g, inverse),)
 
@@ -453,7 +483,9 @@ class Concatenate(BlockRule):
     def forward(self, values: Values, params: Any) -> RuleValue:
         return np.concatenate(values, axis=params)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         ends = np.cumsum([np.shape(v)[params] for v in values])[:-1]
         return tuple(np.split(g, ends, axis=params))
 
@@ -474,7 +506,9 @@ class Index(BlockRule):
     def forward(self, values: Values, params: Any) -> RuleValue:
         return _pick(values[0], params)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         gradient = np.full(np.shape(values[0]), UNREACHED)  # elements not picked: unreached
         np.add.at(gradient, params, g)
         return (gradient,)
@@ -514,14 +548,21 @@ class Linear(BlockRule):
         kernel = fused.linear_relu_forward if self.relu else fused.linear_forward
         return kernel(*values)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
         X, W, _ = values
         G = np.ascontiguousarray(g)
+        want_dx, want_dw = (True, True) if needs is None else needs[:2]
         if self.relu:
-            dX, dW, db, G = fused.linear_relu_backward(X, W, out, G)
+            dX, dW, db, G = fused.linear_relu_backward(X, W, out, G, want_dx, want_dw)
         else:
-            dX, dW, db = fused.linear_backward(X, W, G)
-        return product_reach(dX, G, W.T, True), product_reach(dW, X.T, G, False), db
+            dX, dW, db = fused.linear_backward(X, W, G, want_dx, want_dw)
+        return (
+            product_reach(dX, G, W.T, True) if want_dx else None,
+            product_reach(dW, X.T, G, False) if want_dw else None,
+            db,
+        )
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         X, W, _ = values
@@ -553,7 +594,9 @@ class MseLoss(BlockRule):
     def forward(self, values: Values, params: object) -> RuleValue:
         return float(fused.mse_loss_forward(*values))
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: object) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
         Y, T = values
         return fused.mse_loss_backward(Y, T, float(g))
 
@@ -604,7 +647,9 @@ class Softmax(BlockRule):
         rows = to_rows(a, params.axes)[0]
         return fused.softmax_rows(rows, *fused.row_shifts(rows))
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         (a,) = values
         P = self._softmax(a, out, params)
         layout = to_rows(a, params.axes)[1]
@@ -670,7 +715,9 @@ class CrossEntropy(BlockRule):
         total = float(fused.cross_entropy_rows(log_p, targets).sum())
         return total * self._weight(log_p.shape[0], params)
 
-    def vjp(self, values: Values, out: RuleValue, g: RuleValue, params: Any) -> Values:
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
         X, T = values
         log_p, targets, labels = self._parts(values)
         w = float(g) * self._weight(log_p.shape[0], params)

@@ -512,6 +512,15 @@ class TapeStorage:
         mark[lowest : root + 1] = False
         return picked, lowest
 
+    def descendants(self, sources: list[int], lowest: int, root: int) -> NDArray[np.bool_]:
+        """A mask over ``[0, root]``: ``sources`` and the nodes in ``[lowest, root]``
+        that depend on one of them (the nodes whose adjoints a gradient wrt ``sources`` uses)."""
+        _, in0, in1, _, _ = self.columns()
+        mark = np.zeros(root + 1, np.bool_)
+        mark[[node for node in sources if node <= root]] = True
+        sweeps.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
+        return mark
+
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
         """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
         opcode, in0, in1, val, _ = self.columns()

@@ -27,6 +27,8 @@ from fastad.reach import UNREACHED, any_reached
 from fastad.storage import FEW_OPS, as_stored, fresh
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from fastad._typing import FloatArray, RuleValue
     from fastad.storage import TapeStorage
 
@@ -37,7 +39,12 @@ class Rule(Protocol):
     def forward(self, values: tuple[RuleValue, ...], params: object) -> RuleValue: ...
 
     def vjp(
-        self, values: tuple[RuleValue, ...], out: RuleValue, g: RuleValue, params: object
+        self,
+        values: tuple[RuleValue, ...],
+        out: RuleValue,
+        g: RuleValue,
+        params: object,
+        needs: tuple[bool, ...] | None = None,
     ) -> tuple[RuleValue, ...]: ...
 
     def jvp(
@@ -147,6 +154,7 @@ def backward(
     block_adjoints: dict[int, FloatArray],
     check: bool = False,
     visits: Plan | None = None,
+    needed: NDArray[np.bool_] | None = None,
 ) -> tuple[int, int] | None:
     """Reverse sweep from ``root`` into ``adjoints`` (scalars) and ``block_adjoints``.
 
@@ -156,6 +164,12 @@ def backward(
     returns ``(node, slot)`` of the first node (in sweep order) that turned
     a finite adjoint into a non-finite contribution, else None; the sweep
     still completes.
+
+    ``needed`` (from ``TapeStorage.descendants``): only the adjoints of
+    these nodes are wanted (a gradient with respect to some leaves). A
+    block op outside it is skipped, and its rule computes no contribution
+    for an operand outside it (the data ``X`` of a layer): other adjoints
+    are then incomplete, and the caller reads none of them.
     """
     opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
@@ -192,8 +206,15 @@ def backward(
                 return
             out = float(val[node])
         operands = blocks.operands(node)
+        needs = None
+        if needed is not None:
+            if not needed[node]:
+                return  # it depends on no wanted node, and neither do its operands
+            needs = tuple([bool(needed[j]) for j in operands])
         values = tuple([value_of(j) for j in operands])
-        partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node))
+        partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node), needs)
+        if needs is not None:
+            partials = tuple([p if want else None for p, want in zip(partials, needs, strict=True)])
         if check and found is None and np.isfinite(g).all():
             # As in the scalar sweep, a constant's adjoint reaches nothing
             # (X ** 3.0 at X < 0 sends nan to its exponent): only others count.

@@ -252,6 +252,9 @@ class Tape(TapeStorage):
     ) -> FloatArray | list[float | FloatArray]:
         """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched.
 
+        Only what these gradients need is computed: block rules send nothing
+        to operands that no node of ``wrt`` feeds (the data of a layer).
+
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
@@ -262,7 +265,10 @@ class Tape(TapeStorage):
         adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
         adjoints[visits[1] : node + 1] = UNREACHED
         block_adjoints: dict[int, FloatArray] = {}
-        sweep.backward(self, registry.rule, node, adjoints, block_adjoints, False, visits)
+        # With block ops on the way, compute no more than the gradient needs:
+        # no contribution to what none of `wrt` feeds (a layer's data X).
+        needed = self.descendants(ids, visits[1], node) if visits[0] else None
+        sweep.backward(self, registry.rule, node, adjoints, block_adjoints, False, visits, needed)
         if not any(self.block_value(i) is not None for i in ids):
             return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         return [self._result(i, adjoints, block_adjoints) for i in ids]

@@ -51,8 +51,18 @@ def linear_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArray:
 
 
 @kernel
+def _products(
+    X: FloatArray, W: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
+) -> tuple[FloatArray, FloatArray]:
+    """``G @ W.T`` and ``X.T @ G``, each only if wanted (else an empty (0, 0) array)."""
+    dX = np.dot(G, W.T) if want_dx else np.empty((0, 0))
+    dW = np.dot(X.T, G) if want_dw else np.empty((0, 0))
+    return dX, dW
+
+
+@kernel
 def linear_backward(
-    X: FloatArray, W: FloatArray, G: FloatArray
+    X: FloatArray, W: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """VJP of ``Y = X @ W + b`` for the upstream gradient ``G`` (B, h).
 
@@ -60,10 +70,10 @@ def linear_backward(
     over the B rows, so ``db = G.sum(axis=0)``. No Jacobian (B*h x B*n) is
     ever formed. ``db`` keeps strong zeros (a column of ``G`` nothing reached
     gives ``UNREACHED``); the zeros of the two products get their reach from
-    the front end (``fastad.blocks``), which has ``G``.
+    the front end (``fastad.blocks``), which has ``G``. A product not wanted
+    (the data ``X`` of a layer, say) is not computed: an empty array.
     """
-    dX = np.dot(G, W.T)
-    dW = np.dot(X.T, G)
+    dX, dW = _products(X, W, G, want_dx, want_dw)
     db = np.full(G.shape[1], UNREACHED)
     for r in range(G.shape[0]):
         for c in range(G.shape[1]):
@@ -89,7 +99,7 @@ def linear_relu_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArr
 
 @kernel
 def linear_relu_backward(
-    X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray
+    X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """VJP of ``H = relu(Z)``, ``Z = X @ W + b`` for the upstream gradient ``G``.
 
@@ -99,6 +109,7 @@ def linear_relu_backward(
     ``linear``: ``dX = dZ @ W.T``, ``dW = X.T @ dZ``, ``db = dZ.sum(axis=0)``.
     The mask, the product and the bias sum share one pass. Returns ``dZ``
     too: the front end works out the reach of the products' zeros from it.
+    Products not wanted are empty, as in :func:`linear_backward`.
 
     Strong zeros as ``fa.relu``'s: a masked entry (``relu'(z) = 0``) sends
     ``UNREACHED`` even if ``G`` is inf/nan; ``relu'(nan) = nan`` propagates.
@@ -112,7 +123,8 @@ def linear_relu_backward(
             d = _contribution(partial, G[r, c])
             dZ[r, c] = d
             db[c] += d
-    return np.dot(dZ, W.T), np.dot(X.T, dZ), db, dZ
+    dX, dW = _products(X, W, dZ, want_dx, want_dw)
+    return dX, dW, db, dZ
 
 
 @kernel

@@ -1212,6 +1212,40 @@ def value_and_grad(
 
 
 @kernel
+def mark_descendants(
+    in0: IndexArray,
+    in1: IndexArray,
+    extra_nodes: IndexArray,
+    extra_start: IndexArray,
+    extra_ids: IndexArray,
+    lo: int,
+    hi: int,
+    mark: BoolArray,
+) -> None:
+    """Extend ``mark`` (set for some nodes) to every node in ``[lo, hi]`` that
+    depends on a marked one, in one pass up the ids.
+
+    Operands past the second are read from the CSR arrays, as in
+    :func:`mark_ancestors`. A gradient needs the adjoints of these nodes only.
+    """
+    p = 0
+    while p < extra_nodes.size and extra_nodes[p] < lo:
+        p += 1
+    for i in range(lo, hi + 1):
+        if not mark[i]:
+            j, k = in0[i], in1[i]
+            hit = (j >= 0 and mark[j]) or (k >= 0 and mark[k])
+            if not hit and p < extra_nodes.size and extra_nodes[p] == i:
+                for e in range(extra_start[p], extra_start[p + 1]):
+                    if mark[extra_ids[e]]:
+                        hit = True
+                        break
+            mark[i] = hit
+        if p < extra_nodes.size and extra_nodes[p] == i:
+            p += 1
+
+
+@kernel
 def mark_ancestors(
     in0: IndexArray,
     in1: IndexArray,

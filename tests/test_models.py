@@ -13,6 +13,8 @@ import pytest
 import scipy.special
 
 import fastad as fa
+from fastad import registry
+from fastad.kernels import optable
 
 
 def scalar_values(nodes):
@@ -422,3 +424,68 @@ def test_numpy_metadata_functions_read_the_shape():
         X = fa.var(np.ones((2, 3)))
         assert (np.shape(X), np.ndim(X), np.size(X), np.size(X, 1)) == ((2, 3), 2, 6, 3)
         assert np.shape(X.sum()) == ()
+
+
+# -- gradients for chosen arguments only -------------------------------------------------------
+def _layer_loss(X, W1, b1, W2, b2, y):
+    H = fa.linear_relu(X, W1, b1)
+    return fa.cross_entropy(fa.tanh(H @ W2) + b2, y)
+
+
+def _mlp_arguments(rng):
+    return (
+        rng.normal(size=(8, 5)),
+        rng.normal(size=(5, 6)),
+        rng.normal(size=6),
+        rng.normal(size=(6, 3)),
+        rng.normal(size=3),
+        rng.integers(0, 3, size=8).astype(float),
+    )
+
+
+def test_grad_sends_nothing_to_operands_no_wanted_node_depends_on(rng, monkeypatch):
+    asked = []
+    for name in ("matmul", "linear_relu"):
+        rule = registry.RULES[optable.BLOCK_BY_NAME[name].code]
+        original = rule.vjp
+
+        def spy(values, out, g, params, needs=None, original=original, name=rule.name):
+            asked.append((name, needs))
+            return original(values, out, g, params, needs)
+
+        monkeypatch.setattr(rule, "vjp", spy)
+    arguments = _mlp_arguments(rng)
+    with fa.Tape():
+        nodes = [fa.var(a) for a in arguments]
+        L = _layer_loss(*nodes)
+        everything = fa.grad(L, nodes)
+        asked.clear()
+        chosen = fa.grad(L, [nodes[1], nodes[3]])  # W1 and W2; X, b1, b2, y are data
+    assert sorted(asked) == [("linear_relu", (False, True, False)), ("matmul", (True, True))]
+    np.testing.assert_array_equal(chosen[0], everything[1])
+    np.testing.assert_array_equal(chosen[1], everything[3])
+    with fa.Tape():
+        nodes = [fa.var(a) for a in arguments]
+        asked.clear()
+        fa.grad(_layer_loss(*nodes), nodes[3])  # W2 only: nothing below H @ W2 runs
+    assert asked == [("matmul", (False, True))]
+
+
+def test_compiled_function_of_arrays_with_wrt(rng):
+    arguments = _mlp_arguments(rng)
+    full = fa.compile(_layer_loss, example=arguments)
+    chosen = fa.compile(_layer_loss, example=arguments, wrt=(3, 1))
+    single = fa.compile(_layer_loss, example=arguments, wrt=-5)
+    moved = tuple(a * 1.1 for a in arguments[:5]) + (arguments[5],)
+    value, gradients = full.value_and_grad(moved)
+    assert chosen.value_and_grad(moved)[0] == value
+    picked = chosen.grad(moved)
+    assert len(picked) == 2
+    np.testing.assert_array_equal(picked[0], gradients[3])
+    np.testing.assert_array_equal(picked[1], gradients[1])
+    np.testing.assert_array_equal(single.grad(moved), gradients[1])
+    for wrt, error in (((0, 0), ValueError), (6, ValueError), ((), ValueError), (1.0, TypeError)):
+        with pytest.raises(error, match="wrt"):
+            fa.compile(_layer_loss, example=arguments, wrt=wrt)
+    with pytest.raises(TypeError, match="wrt="):
+        fa.compile(lambda x, y: x * y, example=np.ones(2), wrt=0)
