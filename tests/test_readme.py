@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tokenize
 
+import pytest
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -111,7 +113,13 @@ def run_readme_blocks(until_containing):
 
 def test_every_shown_output_block_is_checked():
     # A new output block must get a check below (or in the test of its program).
-    checked = ["     id  op", "$ python examples/train_two_layer.py", "gradcheck failed", "node 3"]
+    checked = [
+        "     id  op",
+        "$ python examples/train_two_layer.py",
+        "$ python examples/train_mlp.py",
+        "gradcheck failed",
+        "node 3",
+    ]
     starts = [[c for c in checked if block.startswith(c)] for block in output_blocks()]
     assert sorted(start for found in starts for start in found) == sorted(checked)
     assert all(len(found) == 1 for found in starts), output_blocks()
@@ -130,9 +138,10 @@ def test_shown_gradcheck_message_is_printed_in_full():
     assert result.message + "\n" == shown_output("gradcheck failed")
 
 
-def test_shown_training_output_is_what_the_example_prints():
-    shown = shown_output("$ python examples/train_two_layer.py").splitlines()
-    example = README.parent / "examples" / "train_two_layer.py"
+@pytest.mark.parametrize("name", ["train_two_layer", "train_mlp"])
+def test_shown_training_output_is_what_the_example_prints(name):
+    shown = shown_output(f"$ python examples/{name}.py").splitlines()
+    example = README.parent / "examples" / f"{name}.py"
     printed = subprocess.run(
         [sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True
     ).stdout.splitlines()
