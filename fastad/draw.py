@@ -48,7 +48,16 @@ def table(
         half = max_rows // 2
         ids = ids[:half] + [None] + ids[-half:]
     opcode, _, _, val, adjoint = tape.columns()
-    header = f"{'id':>7}  {'op':<8} {'value':>12}" + (f" {'grad':>14}" if grad else "")
+    shown = [i for i in ids if i is not None]
+    symbols = {i: optable.ALL[opcode[i]].symbol for i in shown}
+    values = {}
+    for i in shown:
+        block = tape.block_value(i)
+        values[i] = _fmt(val[i], 4) if block is None else "block" + str(block.shape)
+    op_width = max([8, *(len(symbol) for symbol in symbols.values())])
+    value_width = max([12, *(len(text) for text in values.values())])
+    header = f"{'id':>7}  {'op':<{op_width}} {'value':>{value_width}}"
+    header += f" {'grad':>14}" if grad else ""
     inputs = {i: ", ".join(f"#{j}" for j in tape.operands(i)) or "-" for i in ids if i is not None}
     width = max([14, *(len(text) for text in inputs.values())])
     header += f"  {'inputs':<{width}} label"
@@ -58,16 +67,10 @@ def table(
             rows.append(f"{'...':>7}  ({stop - start - 2 * half} rows not shown)")
             continue
         mark = ">" if i == around else " "
-        row = f"{mark}{i:>6}  {optable.ALL[opcode[i]].symbol:<8} "
-        block = tape.block_value(i)
-        if block is not None:
-            row += f"{'block' + str(block.shape):>12}"
-            if grad:
-                row += f" {'(array)':>14}"
-        else:
-            row += f"{_fmt(val[i], 4):>12}"
-            if grad:
-                row += f" {_fmt(adjoint[i], 8):>14}"
+        row = f"{mark}{i:>6}  {symbols[i]:<{op_width}} {values[i]:>{value_width}}"
+        if grad:
+            is_block = tape.block_value(i) is not None
+            row += f" {'(array)' if is_block else _fmt(adjoint[i], 8):>14}"
         row += f"  {inputs[i]:<{width}} {tape.label(i) or '':<5}"
         source = tape.source(i)
         if source is not None:

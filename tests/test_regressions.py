@@ -434,3 +434,17 @@ def test_checked_backward_through_the_fused_layers(rng):
                 L = (layer(X * np.inf, w, b) * 0.0).sum()
             with pytest.raises(fa.NonFiniteError):
                 L.backward(check=True)
+
+
+def test_node_table_columns_widen_for_long_op_names_and_shapes():
+    with fa.Tape() as tape:
+        logits = fa.var(np.ones((200, 2000)))
+        fa.cross_entropy(logits, np.zeros(200))
+    header, *rows = tape.table().splitlines()
+    starts = {header.index(column) for column in ("value", "inputs")}
+    assert "cross_entropy " in rows[2]  # the name, then a space, not run into the value
+    for row in rows:
+        # every value ends where the header's "value" ends; inputs start under "inputs"
+        assert row[header.index("value") + len("value") - 1] != " "
+        assert row[header.index("inputs")] in "-#"
+    assert len(starts) == 2
