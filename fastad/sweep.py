@@ -26,6 +26,8 @@ from fastad.kernels import optable, sweeps
 from fastad.reach import UNREACHED, any_reached
 from fastad.storage import FEW_OPS, as_stored, fresh
 
+CONST = optable.CONST
+
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
@@ -169,7 +171,9 @@ def backward(
     these nodes are wanted (a gradient with respect to some leaves). A
     block op outside it is skipped, and its rule computes no contribution
     for an operand outside it (the data ``X`` of a layer): other adjoints
-    are then incomplete, and the caller reads none of them.
+    are then incomplete, and the caller reads none of them. Without it,
+    every adjoint is computed except those of array constants (data): a
+    block constant gets no gradient (``Tape.block_adjoint`` refuses it).
     """
     opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
@@ -211,6 +215,10 @@ def backward(
             if not needed[node]:
                 return  # it depends on no wanted node, and neither do its operands
             needs = tuple([bool(needed[j]) for j in operands])
+        elif any([opcode[j] == CONST and j in block_values for j in operands]):
+            # Array constants (data such as a layer's X) get no gradient, as
+            # tensors without requires_grad in PyTorch: no dX product for them.
+            needs = tuple([not (opcode[j] == CONST and j in block_values) for j in operands])
         values = tuple([value_of(j) for j in operands])
         partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node), needs)
         if needs is not None:

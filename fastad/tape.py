@@ -167,6 +167,12 @@ class Tape(TapeStorage):
                 raise TypeError(
                     f"node {node} is a scalar node: its adjoint is tape.adjoint({node})"
                 )
+        if self.columns()[0][node] == optable.CONST:
+            raise ValueError(
+                f"node {node} is an array constant (data, such as a NumPy array in an "
+                "expression): constants get no gradient. Record it with fa.var(array) to "
+                f"differentiate with respect to it, or use tape.gradient(L, [{node}])"
+            )
         gradient = self.blocks.adjoints.get(node)
         if gradient is None:
             return np.zeros(self.blocks.values[node].shape)

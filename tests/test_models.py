@@ -489,3 +489,28 @@ def test_compiled_function_of_arrays_with_wrt(rng):
             fa.compile(_layer_loss, example=arguments, wrt=wrt)
     with pytest.raises(TypeError, match="wrt="):
         fa.compile(lambda x, y: x * y, example=np.ones(2), wrt=0)
+
+
+def test_array_constants_get_no_gradient_and_cost_no_product(rng, monkeypatch):
+    asked = []
+    rule = registry.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
+    original = rule.vjp
+
+    def spy(values, out, g, params, needs=None):
+        asked.append(needs)
+        return original(values, out, g, params, needs)
+
+    monkeypatch.setattr(rule, "vjp", spy)
+    X, W0, b0 = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
+    with fa.Tape() as tape:
+        W = fa.var(W0)
+        L = fa.linear_relu(X, W, b0).sum()  # X and b0 become constants
+        L.backward()
+        assert asked == [(False, True, False)]
+        X_id = tape.operands(L.id - 1)[0]  # the layer's first operand: X's constant
+        with pytest.raises(ValueError, match="constant"):
+            tape.block_adjoint(X_id)
+        (dX,) = tape.gradient(L, [X_id])  # asked for, it is computed
+        mask = (X @ W0 + b0) > 0
+        np.testing.assert_allclose(dX, mask @ W0.T, rtol=1e-14)
+        np.testing.assert_allclose(W.grad, X.T @ mask, rtol=1e-14)
