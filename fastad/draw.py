@@ -51,14 +51,14 @@ def table(
     shown = [i for i in ids if i is not None]
     symbols = {i: optable.ALL[opcode[i]].symbol for i in shown}
     values = {}
-    for i in shown:
-        block = tape.block_value(i)
-        values[i] = _fmt(val[i], 4) if block is None else "block" + str(block.shape)
+    for node in shown:
+        block = tape.block_value(node)
+        values[node] = _fmt(val[node], 4) if block is None else "block" + str(block.shape)
     op_width = max([8, *(len(symbol) for symbol in symbols.values())])
     value_width = max([12, *(len(text) for text in values.values())])
     header = f"{'id':>7}  {'op':<{op_width}} {'value':>{value_width}}"
     header += f" {'grad':>14}" if grad else ""
-    inputs = {i: ", ".join(f"#{j}" for j in tape.operands(i)) or "-" for i in ids if i is not None}
+    inputs = {i: ", ".join(f"#{j}" for j in tape.operands(i)) or "-" for i in shown}
     width = max([14, *(len(text) for text in inputs.values())])
     header += f"  {'inputs':<{width}} label"
     rows = [header + ("  where" if tape.debug else "")]
