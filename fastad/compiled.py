@@ -640,15 +640,20 @@ class BlockFunction:
         for position, (node, shape, value) in enumerate(
             zip(self._inputs, self._shapes, arguments, strict=True)
         ):
-            value = _block_argument(value, position)
-            if np.shape(value) != shape:
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise TypeError(
+                    f"argument {position} must hold real numbers, got dtype {array.dtype}"
+                )
+            if array.shape != shape:
                 raise ValueError(
-                    f"argument {position} has shape {np.shape(value)}, the traced function "
+                    f"argument {position} has shape {array.shape}, the traced function "
                     f"expects {shape}"
                 )
-            if shape:
-                value = as_stored(np.array(value, dtype=np.float64))  # a private copy
-            tape.set_leaf_value(node.id, value)
+            if shape:  # a private float64 copy, the one copy made
+                tape.set_leaf_value(node.id, as_stored(np.array(array, dtype=np.float64)))
+            else:
+                tape.set_leaf_value(node.id, float(array))
         tape.forward()
         for guard, truth in self._guards:
             if (tape.value(guard) != 0.0) != truth:

@@ -697,60 +697,65 @@ class CrossEntropy(BlockRule):
             )
         return ()
 
-    def _parts(self, values: Values) -> tuple[FloatArray, FloatArray, bool]:
-        """Log-softmax rows of the logits, target rows, and whether targets are labels."""
+    def _rows(self, values: Values) -> tuple[FloatArray, Any]:
+        """The logits as (samples, classes) rows, and the targets: int64 class
+        labels (checked), or probability rows."""
         X, T = values
         rows = np.ascontiguousarray(X, dtype=np.float64).reshape(-1, X.shape[-1])
-        labels = np.shape(T) != X.shape
-        targets = _one_hot(T, rows.shape) if labels else np.reshape(T, rows.shape)
-        with np.errstate(invalid="ignore"):
-            log_p = fused.log_softmax_rows(rows, *fused.row_shifts(rows))
-        return log_p, np.ascontiguousarray(targets, dtype=np.float64), labels
+        if np.shape(T) == X.shape:
+            return rows, np.ascontiguousarray(np.reshape(T, rows.shape), dtype=np.float64)
+        flat = np.ascontiguousarray(np.reshape(T, -1), dtype=np.float64)
+        labels, bad = fused.class_labels(flat, rows.shape[1])
+        if bad >= 0:
+            raise ValueError(
+                f"cross_entropy: label {flat[bad]:g} of sample {bad} is not a class: labels "
+                f"must be integers in [0, {rows.shape[1]})"
+            )
+        return rows, labels
 
     def _weight(self, count: int, params: Any) -> float:
         return 1.0 if params == "sum" else 1.0 / count if count else math.nan
 
+    def _log_softmax(self, rows: FloatArray) -> FloatArray:
+        with np.errstate(invalid="ignore"):
+            return fused.log_softmax_rows(rows, *fused.row_shifts(rows))
+
     def forward(self, values: Values, params: Any) -> RuleValue:
-        log_p, targets, _ = self._parts(values)
-        total = float(fused.cross_entropy_rows(log_p, targets).sum())
-        return total * self._weight(log_p.shape[0], params)
+        rows, targets = self._rows(values)
+        if targets.ndim == 1:
+            total = fused.cross_entropy_labels(rows, targets)
+        else:
+            total = float(fused.cross_entropy_rows(self._log_softmax(rows), targets).sum())
+        return total * self._weight(rows.shape[0], params)
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
     ) -> Values:
         X, T = values
-        log_p, targets, labels = self._parts(values)
-        w = float(g) * self._weight(log_p.shape[0], params)
-        dX, dT = fused.cross_entropy_backward(log_p, targets, w)
-        return dX.reshape(X.shape), None if labels else dT.reshape(np.shape(T))
+        dX, dT = self._gradients(values, float(g) * self._weight(_samples(X), params))
+        return dX.reshape(X.shape), None if dT is None else dT.reshape(np.shape(T))
+
+    def _gradients(self, values: Values, w: float) -> tuple[FloatArray, FloatArray | None]:
+        """``w`` times the derivatives of the summed loss for X and T (None for labels)."""
+        rows, targets = self._rows(values)
+        if targets.ndim == 1:
+            return fused.cross_entropy_labels_backward(rows, targets, w), None
+        return fused.cross_entropy_backward(self._log_softmax(rows), targets, w)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
-        log_p, targets, labels = self._parts(values)
-        w = self._weight(log_p.shape[0], params)
-        dX, dT = fused.cross_entropy_backward(log_p, targets, w)
+        X, _ = values
+        dX, dT = self._gradients(values, self._weight(_samples(X), params))
         tX, tT = tangents
         total = UNREACHED
         if tX is not None:
-            total += reach_sum(contributions(dX, np.reshape(tX, log_p.shape)))
-        if tT is not None and not labels:
-            total += reach_sum(contributions(dT, np.reshape(tT, log_p.shape)))
+            total += reach_sum(contributions(dX, np.reshape(tX, dX.shape)))
+        if tT is not None and dT is not None:
+            total += reach_sum(contributions(dT, np.reshape(tT, dT.shape)))
         return float(total)
 
 
-def _one_hot(labels: RuleValue, shape: Shape) -> FloatArray:
-    """Rows of one-hot targets from class labels; ``ValueError`` naming the first bad one."""
-    flat_labels = np.reshape(labels, -1)
-    classes = shape[1]
-    bad = np.flatnonzero(~((flat_labels >= 0) & (flat_labels < classes) & (flat_labels % 1 == 0)))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"cross_entropy: label {float(flat_labels[i]):g} of sample {i} is not a class: labels "
-            f"must be integers in [0, {classes})"
-        )
-    targets = np.zeros(shape)
-    targets[np.arange(shape[0]), flat_labels.astype(np.intp)] = 1.0
-    return targets
+def _samples(logits: FloatArray) -> int:
+    return math.prod(logits.shape[:-1])
 
 
 # -- the registry ---------------------------------------------------------------------------------

@@ -323,3 +323,49 @@ def cross_entropy_backward(
                 dX[r, c] = w * ((p * total if via else 0.0) - t) + 0.0
             dT[r, c] = _contribution(-log_p[r, c], w)
     return dX, dT
+
+
+# Integer class labels: no one-hot rows. The labels arrive as float64 (a
+# block of the tape); class_labels checks and converts them in one pass.
+@kernel
+def class_labels(labels: FloatArray, classes: int) -> tuple[np.ndarray, int]:
+    """``labels`` (1-D) as int64 classes, and the position of the first that is
+    not an integer in ``[0, classes)`` (-1: all are)."""
+    out = np.empty(labels.size, np.int64)
+    for i in range(labels.size):
+        v = labels[i]
+        if not (v >= 0.0 and v < classes and v == np.floor(v)):  # nan fails too
+            return out, i
+        out[i] = np.int64(v)
+    return out, -1
+
+
+@kernel
+def cross_entropy_labels(X: FloatArray, labels: np.ndarray) -> float:
+    """``sum_r -log_softmax(X[r])[labels[r]]``, each row shifted by its maximum."""
+    shift, log_total = row_shifts(X)
+    total = 0.0
+    for r in range(X.shape[0]):
+        total -= (X[r, labels[r]] - shift[r]) - log_total[r]
+    return total
+
+
+@kernel
+def cross_entropy_labels_backward(X: FloatArray, labels: np.ndarray, w: float) -> FloatArray:
+    """VJP of ``w * cross_entropy_labels``: ``dX = w (softmax(X) - onehot(labels))``.
+
+    As :func:`cross_entropy_backward` with one-hot targets: the label's
+    element is always reached, another where its softmax is not 0.
+    """
+    shift, log_total = row_shifts(X)
+    dX = np.empty_like(X)
+    for r in range(X.shape[0]):
+        for c in range(X.shape[1]):
+            p = np.exp((X[r, c] - shift[r]) - log_total[r])
+            if c == labels[r]:
+                dX[r, c] = w * (p - 1.0) + 0.0
+            elif p != 0.0:
+                dX[r, c] = w * p + 0.0
+            else:
+                dX[r, c] = UNREACHED
+    return dX
