@@ -22,7 +22,7 @@ This module is the public face of blocks: the ``Block`` handle (defined with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -141,6 +141,12 @@ def _shape_of(x: object) -> tuple[int, ...]:
     return x.shape if isinstance(x, Block) else np.shape(cast(Any, x))
 
 
+@overload
+def logsumexp(x: Block, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+@overload
+def logsumexp(x: Block, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
+@overload
+def logsumexp(x: ArrayLike, axis: Axes = None, keepdims: bool = False) -> Any: ...
 def logsumexp(x: ArrayInput, axis: Axes = None, keepdims: bool = False) -> Any:
     """``log(sum(exp(x)))`` over ``axis`` (default: all axes, as ``scipy.special.logsumexp``).
 
@@ -152,6 +158,10 @@ def logsumexp(x: ArrayInput, axis: Axes = None, keepdims: bool = False) -> Any:
     return _fused(LOGSUMEXP, "logsumexp", "m + fa.log(fa.exp(x - m).sum())", (x,), params)
 
 
+@overload
+def softmax(x: Block, axis: Axes = -1) -> Block: ...
+@overload
+def softmax(x: ArrayLike, axis: Axes = -1) -> FloatArray: ...
 def softmax(x: ArrayInput, axis: Axes = -1) -> Any:
     """``exp(x) / sum(exp(x))`` over ``axis`` (default: the last, as ``jax.nn.softmax``).
 
@@ -162,6 +172,10 @@ def softmax(x: ArrayInput, axis: Axes = -1) -> Any:
     return _fused(SOFTMAX, "softmax", "fa.exp(x - fa.logsumexp(x, axis, True))", (x,), params)
 
 
+@overload
+def log_softmax(x: Block, axis: Axes = -1) -> Block: ...
+@overload
+def log_softmax(x: ArrayLike, axis: Axes = -1) -> FloatArray: ...
 def log_softmax(x: ArrayInput, axis: Axes = -1) -> Any:
     """``x - logsumexp(x)`` over ``axis`` (default: the last): one fused, stable node.
 
@@ -171,6 +185,12 @@ def log_softmax(x: ArrayInput, axis: Axes = -1) -> Any:
     return _fused(LOG_SOFTMAX, "log_softmax", "x - fa.logsumexp(x, axis, True)", (x,), params)
 
 
+@overload
+def cross_entropy(logits: Block, targets: ArrayInput, reduction: str = "mean") -> Var: ...
+@overload
+def cross_entropy(logits: ArrayLike, targets: Block, reduction: str = "mean") -> Var: ...
+@overload
+def cross_entropy(logits: ArrayLike, targets: ArrayLike, reduction: str = "mean") -> float: ...
 def cross_entropy(logits: ArrayInput, targets: ArrayInput, reduction: str = "mean") -> Any:
     """Softmax cross-entropy of ``logits`` (classes along the last axis) as one fused node.
 
@@ -196,6 +216,7 @@ def cross_entropy(logits: ArrayInput, targets: ArrayInput, reduction: str = "mea
 
 # -- joining arrays -------------------------------------------------------------------------
 def concatenate(arrays: Sequence[ArrayInput], axis: int | None = 0) -> Any:
+    # Any: a Block when a block is among the arrays, else a plain array.
     """Join blocks (and arrays) along an existing ``axis``, as ``np.concatenate``.
 
     ``axis=None`` flattens each first. One node whatever the count; the

@@ -70,6 +70,21 @@ with fa.Tape():
     assert W.grad.shape == W.shape == (3, 2)
     assert isinstance(fa.grad(loss, [W, b])[1], np.ndarray)
 
+# Models with arrays: reductions, the softmax family, chosen gradients.
+with fa.Tape():
+    logits = fa.var(rng.normal(size=(4, 3)))
+    assert_type(fa.softmax(logits), fa.Block)
+    assert_type(fa.log_softmax(logits, axis=0), fa.Block)
+    assert_type(fa.logsumexp(logits), fa.Var)
+    assert_type(logits.max(), fa.Var)
+    assert_type(logits.sum(axis=(0, 1), keepdims=True), fa.Block | fa.Var)
+    ce = fa.cross_entropy(logits, np.array([0, 2, 1, 1]))
+    assert_type(ce, fa.Var)
+    assert_type(fa.stop_gradient(logits), fa.Block)
+    assert_type(fa.jvp(logits * 2.0, logits, np.ones((4, 3))), Floats)
+assert_type(fa.softmax(np.zeros(3)), Floats)
+assert_type(fa.cross_entropy(np.zeros((2, 3)), np.array([0, 1])), float)
+
 
 # Compiled functions of scalars: a float at one point, arrays for a batch.
 def neuron(w: fa.Var, x: fa.Var, b: fa.Var) -> fa.Var:
