@@ -414,6 +414,8 @@ class TapeStorage:
         Ids are integers (Python or NumPy; not bool or float: ``1.5`` is not
         silently node 1) in ``[0, len(tape))``: ``-1`` does not wrap around.
         """
+        if type(node) is int and 0 <= node < self._n:  # the common case, first
+            return node
         if isinstance(node, (bool, np.bool_)) or not isinstance(
             node, (numbers.Integral, np.integer)
         ):

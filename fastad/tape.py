@@ -135,6 +135,8 @@ class Tape(TapeStorage):
         ``ValueError``, a stale one :class:`fastad.StaleNodeError`.
         """
         self.sync()
+        if type(node) is int and 0 <= node < len(self):  # the common case, first
+            return node
         if isinstance(node, Node):
             if node.tape is not self:
                 raise ValueError(f"{what}: {node!r} was not recorded on this tape")
