@@ -590,6 +590,11 @@ class BlockFunction:
         """The traced tape; after a call it holds that call's values and gradients."""
         return self._tape
 
+    @property
+    def wrt(self) -> tuple[int, ...] | None:
+        """The argument positions gradients are computed for (None: every argument)."""
+        return None if self._wrt is None else tuple(self._wrt[0])
+
     def __repr__(self) -> str:
         return (
             f"<fastad.BlockFunction {self._name}: inputs {self._shapes}, {len(self._tape)} nodes>"
@@ -620,7 +625,7 @@ class BlockFunction:
             positions, single = self._wrt
             ids = [self._inputs[i].id for i in positions]
             gradients = self._tape.gradient(self._output, ids)
-            listed = [gradients[i] for i in range(len(ids))]
+            listed = [g if isinstance(g, np.ndarray) and g.ndim else float(g) for g in gradients]
             return value, listed[0] if single else listed
 
     def grad(self, arguments: Iterable[ArrayLike]) -> Any:

@@ -27,12 +27,15 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     (not the side of ``fa.where`` not taken, which the select never reads).
     A leaf or constant holding ``nan``/``inf`` is its own origin.
     """
-    _, in0, in1, val, _ = tape.columns()
+    opcode, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
     relevant = tape.value_ancestors(root) if root is not None else None
+    used = _used_elements(tape, opcode, root) if root is not None else {}
     for node, block in tape.blocks.values.items():
         if node < stop and (relevant is None or relevant[node]):
-            bad[node] = not np.isfinite(block).all()
+            finite = np.isfinite(block)
+            mask = used.get(node)
+            bad[node] = not (finite.all() if mask is None else (finite | ~mask).all())
     if relevant is not None:
         bad &= relevant
     if not bad.any():
@@ -43,6 +46,45 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
         if node < stop and any(bad[j] for j in tape.blocks.operands(node)[2:]):
             fed_bad[node] = True
     return _origin(tape, int(np.flatnonzero(bad & ~fed_bad)[0]), "forward")
+
+
+_PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code
+
+
+def _used_elements(tape: TapeStorage, opcode: Any, root: int) -> dict[int, Any]:
+    """Per block node, the elements ``root``'s value reads, where that is not all of them.
+
+    ``fa.where`` on arrays reads each operand only where its side is taken
+    (a ``pick`` of the condition), so a nan the select drops, such as
+    ``sqrt(-1)`` in ``fa.where(X > 0, fa.sqrt(X), 0.0)``, is no origin: as
+    for the scalar ``where``. Masks pass through elementwise ops of one
+    shape, back from the root in decreasing id order (every consumer of a
+    node comes after it); any other op reads all of its operands.
+    """
+    blocks = tape.blocks
+    masks: dict[int, Any] = {}
+    for node in reversed([n for n in blocks.ops if n <= root]):
+        mask = masks.get(node)
+        if mask is not None and mask.all():
+            mask = None
+        operands = blocks.operands(node)
+        code = int(opcode[node])
+        for position, j in enumerate(operands):
+            value = blocks.values.get(j)
+            if value is None:
+                continue
+            if mask is None and code not in (_PICK, _PICK_NOT):
+                masks[j] = np.ones(value.shape, np.bool_)  # read whole
+                continue
+            reads = np.ones(value.shape, np.bool_) if mask is None else mask
+            if code in (_PICK, _PICK_NOT) and position == 1:
+                condition = np.broadcast_to(tape.value(operands[0]), np.shape(reads))
+                taken = condition != 0.0
+                reads = reads & (taken if code == _PICK else ~taken)
+            if code >= optable.NUM_OPS or np.shape(reads) != value.shape:
+                reads = np.full(value.shape, bool(np.any(reads)))  # not elementwise: all
+            masks[j] = reads | masks[j] if j in masks else reads
+    return masks
 
 
 def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:

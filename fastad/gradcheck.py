@@ -533,6 +533,12 @@ def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
 
 
 def _block_problem(function: BlockFunction, x: object) -> _Problem:
+    if function.wrt is not None:
+        raise ValueError(
+            f"this function of arrays computes gradients for the arguments wrt={function.wrt} "
+            "only, and gradcheck checks every argument: check the same function compiled "
+            "without wrt="
+        )
     if not isinstance(x, (tuple, list)):
         raise TypeError(
             "a compiled function of arrays is checked at its arguments, a tuple like its "

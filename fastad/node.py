@@ -516,7 +516,8 @@ def matmul(x: Block | NumericArray, y: Block) -> Block | Var: ...
 @overload
 def matmul(x: Any, y: Any) -> Any: ...
 def matmul(x: Any, y: Any) -> Any:
-    """``x @ y`` for 1-D and 2-D operands; a scalar node for two vectors."""
+    """``x @ y`` with NumPy's rules (vectors, batch axes that broadcast); a scalar node
+    for two vectors."""
     if tape_of(x, y) is None:
         return np.matmul(x, y)
     return record_block(MATMUL, (x, y), None, "matmul operand")
@@ -693,7 +694,7 @@ class Block(Node, Operators["Block", "Block"]):
         count = reduction(self.shape, axis, keepdims, self).count(self.shape)
         centred = self - self.mean(axis, keepdims=True)
         squares = (centred * centred).sum(axis, keepdims)
-        return squares / float(count - ddof)
+        return squares / float(max(count - ddof, 0))  # as NumPy: inf or nan past n
 
     @overload
     def std(self, axis: None = None, ddof: int = 0, keepdims: Literal[False] = False) -> Var: ...
@@ -748,7 +749,7 @@ def reduction(
 ) -> registry.Reduction:
     """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
     as the registry's reductions take them (``owner`` names the operand in errors)."""
-    if not isinstance(keepdims, (bool, np.bool_)):
+    if not isinstance(keepdims, (bool, np.bool_)) and keepdims not in (0, 1):
         raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
     if axis is None:
         return registry.Reduction(None, bool(keepdims))

@@ -99,10 +99,10 @@ _UFUNC_HINTS = {
     "isinf": "a comparison with inf, or .value for the numbers (no gradient)",
     "logaddexp": "fa.logsumexp(fa.stack([a, b]), axis=0)",
     "erf": "fa.erf",
-    "floor": "fa.stop_gradient or .value: floor has no useful derivative",
-    "ceil": "fa.stop_gradient or .value: ceil has no useful derivative",
-    "round": "fa.stop_gradient or .value: rounding has no useful derivative",
-    "rint": "fa.stop_gradient or .value: rounding has no useful derivative",
+    "floor": ".value for the numbers (rounding has no useful derivative; it would be 0)",
+    "ceil": ".value for the numbers (rounding has no useful derivative; it would be 0)",
+    "round": ".value for the numbers (rounding has no useful derivative; it would be 0)",
+    "rint": ".value for the numbers (rounding has no useful derivative; it would be 0)",
 }
 
 
@@ -153,23 +153,54 @@ def _block(x: object, function: str) -> Block:
     return _refuse(f"np.{function} of {type(x).__name__}", f"fastad Blocks for np.{function}")
 
 
-def _reduction(name: str) -> Callable[..., Any]:
-    """``np.sum`` and co. on a block: its method, NumPy's arguments checked."""
+# One handler per NumPy signature: the positional order differs (np.max has
+# no dtype, np.var has ddof before keepdims), so a call that NumPy accepts
+# means the same here.
+def _sum_like(name: str) -> Callable[..., Any]:
+    """``np.sum``, ``np.prod``, ``np.mean``: ``(a, axis, dtype, out, keepdims, ...)``."""
 
     def reduce(
         a: object,
         axis: Any = None,
         dtype: Any = None,
         out: Any = None,
-        keepdims: bool = False,
-        **options: Any,  # initial=, where=; for var and std also ddof=
+        keepdims: Any = False,
+        **options: Any,  # initial=, where=: refused
     ) -> Any:
-        ddof = options.pop("ddof", 0) if name in ("var", "std") else 0
         _plain(name, dtype=dtype, out=out, **options)
-        method = getattr(_block(a, name), name)
-        if name in ("var", "std"):
-            return method(axis, ddof=ddof, keepdims=keepdims)
-        return method(axis, keepdims=keepdims)
+        return getattr(_block(a, name), name)(axis, keepdims=keepdims)
+
+    return reduce
+
+
+def _extremum(name: str) -> Callable[..., Any]:
+    """``np.max``, ``np.min``: ``(a, axis, out, keepdims, ...)``."""
+
+    def reduce(
+        a: object, axis: Any = None, out: Any = None, keepdims: Any = False, **options: Any
+    ) -> Any:
+        _plain(name, out=out, **options)
+        return getattr(_block(a, name), name)(axis, keepdims=keepdims)
+
+    return reduce
+
+
+def _spread(name: str) -> Callable[..., Any]:
+    """``np.var``, ``np.std``: ``(a, axis, dtype, out, ddof, keepdims, ...)``."""
+
+    def reduce(
+        a: object,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        ddof: Any = 0,
+        keepdims: Any = False,
+        **options: Any,  # correction= (NumPy 2's name for ddof); where=, mean=: refused
+    ) -> Any:
+        correction = options.pop("correction", None)
+        _plain(name, dtype=dtype, out=out, **options)
+        ddof = ddof if correction is None else correction
+        return getattr(_block(a, name), name)(axis, ddof=ddof, keepdims=keepdims)
 
     return reduce
 
@@ -240,13 +271,13 @@ def _size(a: Any, axis: int | None = None) -> int:
 
 
 _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
-    np.sum: _reduction("sum"),
-    np.mean: _reduction("mean"),
-    np.max: _reduction("max"),
-    np.min: _reduction("min"),
-    np.prod: _reduction("prod"),
-    np.var: _reduction("var"),
-    np.std: _reduction("std"),
+    np.sum: _sum_like("sum"),
+    np.mean: _sum_like("mean"),
+    np.max: _extremum("max"),
+    np.min: _extremum("min"),
+    np.prod: _sum_like("prod"),
+    np.var: _spread("var"),
+    np.std: _spread("std"),
     np.reshape: _reshape,
     np.transpose: _transpose,
     np.ravel: _ravel,

@@ -77,6 +77,8 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
         return out.reshape(x.shape[:-1] + y.shape[1:])
     # A stack: one scan finds the matrices holding a suspect element.
     m, n = product.shape[-2:]
+    if product.size == 0:
+        return product
     stacked = product.reshape(-1, n)
     rows = np.zeros(stacked.shape[0], np.bool_)
     if m and sweeps.rows_to_recheck(stacked, rows):

@@ -279,6 +279,7 @@ def to_rows(a: FloatArray, axes: tuple[int, ...] | None) -> tuple[FloatArray, La
     the kept axes in order, so a result of :meth:`Reduction.shape` read
     flat lines up with them. ``from_rows`` undoes it.
     """
+    a = np.asarray(a, dtype=np.float64)  # a scalar (a Var's value) is a 0-d array
     axes = tuple(range(a.ndim)) if axes is None else axes
     order = [i for i in range(a.ndim) if i not in axes] + list(axes)
     moved = np.transpose(a, order)
@@ -292,7 +293,32 @@ def to_rows(a: FloatArray, axes: tuple[int, ...] | None) -> tuple[FloatArray, La
 def from_rows(rows: FloatArray, layout: Layout) -> FloatArray:
     """The inverse of :func:`to_rows`: the array in its own axis order, C-contiguous."""
     shape, order = layout
-    return np.ascontiguousarray(np.transpose(rows.reshape(shape), np.argsort(order)))
+    out = np.transpose(rows.reshape(shape), np.argsort(order))
+    # not np.ascontiguousarray, which makes a 0-d result (a scalar operand) 1-d
+    return out if out.flags.c_contiguous else out.copy()
+
+
+def log_softmax_rows(rows: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The log-softmax of each row of ``rows`` (r, k), and each row's logsumexp (r,).
+
+    Each row is shifted by its maximum ``m``, so every exp is at most 1 (no
+    overflow at logits of 1e4 or more), and the log-softmax is ``(x - m) -
+    log(sum(exp(x - m)))``: ``x - m`` is exact near the maximum, where ``x -
+    logsumexp(x)`` would lose the digits of logsumexp's rounding (1e-12
+    relative at 1e4). A row whose maximum is infinite or nan gets ``x - m``
+    and logsumexp ``m``: IEEE's answers (inf for a row holding inf, -inf for
+    a row of -inf, nan with a nan). NumPy's vectorised exp does the work: a
+    compiled loop calling exp per element is several times slower.
+    """
+    if rows.shape[1] == 0:
+        return rows.copy(), np.full(rows.shape[0], -math.inf)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = rows.max(axis=1, keepdims=True)
+        log_p = rows - m
+        log_total = np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+        log_total[~np.isfinite(m)] = 0.0
+        log_p -= log_total
+        return log_p, (m + log_total).reshape(-1)
 
 
 def _per_row(x: RuleValue) -> FloatArray:
@@ -387,7 +413,8 @@ class Prod(Reduce):
     The derivative for an element is the product of the *other* elements of
     its slice, computed as prefix times suffix products, never by dividing
     the result: exact at zeros (one zero: only it gets a nonzero gradient;
-    two: nobody does), as the scalar-node chain of multiplies gives.
+    two: nobody does; a zero among the others is a strong zero even beside
+    an inf), as any chain of scalar multiplies gives.
     """
 
     def forward(self, values: Values, params: Any) -> RuleValue:
@@ -396,15 +423,19 @@ class Prod(Reduce):
         return _scalar_or_array(out)
 
     def _others(self, a: FloatArray, params: Any) -> FloatArray:
-        """Per element, the product of the other elements of its slice."""
+        """Per element, the product of the other elements of its slice: exactly 0
+        (a strong zero) where another element is 0, as every chain of scalar
+        multiplies gives, even with an inf among the others (not inf * 0 = nan)."""
         rows, layout = to_rows(a, params.axes)
         ones = np.ones((rows.shape[0], 1))
+        reversed_rows = rows[:, :0:-1]
         with np.errstate(invalid="ignore", over="ignore"):
             before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
-            after: FloatArray = np.cumprod(np.hstack([ones, rows[:, :0:-1]]), 1, np.float64)[
-                :, ::-1
-            ]
-            return from_rows(before * after, layout)
+            after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
+            others = before * after[:, ::-1]
+        zeros = rows == 0.0
+        others[(zeros.sum(axis=1, keepdims=True) - zeros) > 0] = 0.0
+        return from_rows(others, layout)
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
@@ -629,23 +660,20 @@ class Softmax(BlockRule):
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         rows, layout = to_rows(values[0], params.axes)
-        shift, log_total = fused.row_shifts(rows)
+        log_p, lse = log_softmax_rows(rows)
         if self.name == "logsumexp":
-            lse = shift + log_total
-            return _scalar_or_array(lse.reshape(params.shape(values[0].shape)))
-        with np.errstate(invalid="ignore"):  # inf - inf is nan, as unfused
-            kernel = fused.softmax_rows if self.name == "softmax" else fused.log_softmax_rows
-            return from_rows(kernel(rows, shift, log_total), layout)
+            return _scalar_or_array(lse.reshape(params.shape(np.shape(values[0]))))
+        if self.name == "softmax":
+            return from_rows(np.exp(log_p), layout)
+        return from_rows(log_p, layout)
 
     def _softmax(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
         """The softmax rows of ``a`` (from the saved output where it holds them)."""
         if self.name == "softmax":
             return to_rows(np.asarray(out), params.axes)[0]
         if self.name == "log_softmax":
-            with np.errstate(over="ignore"):
-                return np.exp(to_rows(np.asarray(out), params.axes)[0])
-        rows = to_rows(a, params.axes)[0]
-        return fused.softmax_rows(rows, *fused.row_shifts(rows))
+            return np.exp(to_rows(np.asarray(out), params.axes)[0])
+        return np.exp(log_softmax_rows(to_rows(a, params.axes)[0])[0])
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
@@ -716,16 +744,13 @@ class CrossEntropy(BlockRule):
     def _weight(self, count: int, params: Any) -> float:
         return 1.0 if params == "sum" else 1.0 / count if count else math.nan
 
-    def _log_softmax(self, rows: FloatArray) -> FloatArray:
-        with np.errstate(invalid="ignore"):
-            return fused.log_softmax_rows(rows, *fused.row_shifts(rows))
-
     def forward(self, values: Values, params: Any) -> RuleValue:
         rows, targets = self._rows(values)
+        log_p = log_softmax_rows(rows)[0]
         if targets.ndim == 1:
-            total = fused.cross_entropy_labels(rows, targets)
+            total = -float(log_p[np.arange(rows.shape[0]), targets].sum())
         else:
-            total = float(fused.cross_entropy_rows(self._log_softmax(rows), targets).sum())
+            total = float(fused.cross_entropy_rows(log_p, targets).sum())
         return total * self._weight(rows.shape[0], params)
 
     def vjp(
@@ -738,9 +763,11 @@ class CrossEntropy(BlockRule):
     def _gradients(self, values: Values, w: float) -> tuple[FloatArray, FloatArray | None]:
         """``w`` times the derivatives of the summed loss for X and T (None for labels)."""
         rows, targets = self._rows(values)
+        log_p = log_softmax_rows(rows)[0]
+        P = np.exp(log_p)
         if targets.ndim == 1:
-            return fused.cross_entropy_labels_backward(rows, targets, w), None
-        return fused.cross_entropy_backward(self._log_softmax(rows), targets, w)
+            return fused.cross_entropy_labels_backward(P, targets, w), None
+        return fused.cross_entropy_backward(log_p, P, targets, w)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         X, _ = values

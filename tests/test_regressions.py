@@ -448,3 +448,84 @@ def test_node_table_columns_widen_for_long_op_names_and_shapes():
         assert row[header.index("value") + len("value") - 1] != " "
         assert row[header.index("inputs")] in "-#"
     assert len(starts) == 2
+
+
+# -- issue 12: found in review -------------------------------------------------------------
+def test_prod_sends_nothing_past_a_zero_even_beside_an_inf():
+    # The product of the others was inf * 0 = nan. The rule: an element's
+    # derivative is exactly 0 when another element of its slice is 0, whatever
+    # the others; by hand, and as both chains of scalar multiplies give for
+    # the first row.
+    cases = {
+        (np.inf, 2.0, 0.0): [0.0, 0.0, np.inf],
+        (0.0, np.inf, 3.0, 1.0): [np.inf, 0.0, 0.0, 0.0],
+        (np.nan, 0.0, 1.0): [0.0, np.nan, 0.0],
+        (2.0, 0.0, 3.0): [0.0, 6.0, 0.0],
+    }
+    for row, expected in cases.items():
+        with fa.Tape():
+            x = fa.var(np.array(row))
+            np.testing.assert_array_equal(fa.grad(x.prod(), x), expected)
+            tangents = [fa.jvp(x.prod(), x, direction) for direction in np.eye(len(row))]
+            np.testing.assert_array_equal(tangents, expected)
+    for chain in (lambda a: (a[0] * a[1]) * a[2], lambda a: a[0] * (a[1] * a[2])):
+        with fa.Tape():
+            nodes = fa.scalar_nodes(np.array([np.inf, 2.0, 0.0]))
+            assert fa.grad(chain(nodes), list(nodes)).tolist() == [0.0, 0.0, np.inf]
+
+
+def test_checked_backward_ignores_what_an_array_where_drops():
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            L = fa.where(X > 0, fa.sqrt(X), 0.0).sum()
+        L.backward(check=True)  # sqrt(-1) is on the side not taken
+        np.testing.assert_array_equal(X.grad, [0.0, 0.25])
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            L = fa.where(X < 5, fa.sqrt(X), 0.0).sum()  # taken: a real nan
+        with pytest.raises(fa.NonFiniteError, match="sqrt"):
+            L.backward(check=True)
+
+
+def test_gradcheck_refuses_a_function_compiled_with_wrt():
+    example = (np.ones(2), np.ones((3, 2)))
+    f = fa.compile(lambda b, A: (A @ b).sum(), example=example, wrt=0)
+    assert f.wrt == (0,)
+    with pytest.raises(ValueError, match="without wrt="):
+        fa.gradcheck(f, example)
+    assert fa.gradcheck(fa.compile(lambda b, A: (A @ b).sum(), example=example), example)
+
+
+def test_empty_batched_products_and_scalar_logsumexp():
+    with fa.Tape():
+        A, B = fa.var(np.ones((2, 3, 0))), fa.var(np.ones((2, 0, 3)))
+        C = A @ B
+        np.testing.assert_array_equal(C.value, np.zeros((2, 3, 3)))
+        assert fa.grad(C.sum(), A).shape == (2, 3, 0)
+        E = fa.var(np.ones((2, 3, 4)))
+        assert fa.jvp(E @ np.ones((4, 0)), E, np.ones((2, 3, 4))).shape == (2, 3, 0)
+        x = fa.var(3.0)
+        y = fa.logsumexp(x)
+        assert isinstance(y, fa.Var) and y.value == 3.0 and fa.grad(y, x) == 1.0
+    assert fa.logsumexp(3.0) == 3.0
+
+
+def test_numpy_reductions_take_numpys_positional_arguments():
+    A = np.arange(6.0).reshape(2, 3) ** 2
+    with fa.Tape():
+        X = fa.var(A)
+        for call in (
+            lambda a: np.std(a, 1, None, None, 1),  # ddof is the fifth
+            lambda a: np.var(a, 0, None, None, 0, True),
+            lambda a: np.max(a, 0, None, True),  # np.max has no dtype
+            lambda a: np.sum(a, 1, None, None, True),
+            lambda a: np.var(a, correction=1),
+        ):
+            np.testing.assert_allclose(np.asarray(call(X).value), call(A), rtol=1e-14)
+        with warnings.catch_warnings():  # NumPy warns past n degrees of freedom; we do not
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.var(A, 0, ddof=3)
+        np.testing.assert_array_equal(X.var(axis=0, ddof=3).value, expected)
+        assert X.sum(keepdims=1).shape == (1, 1)
