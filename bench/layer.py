@@ -7,8 +7,9 @@ and the same layer trained in a long-lived-tape loop (``long_lived``).
 - ``numpy``: the fastest honest NumPy composition we found (forward plus
   hand-written backward, in-place where NumPy allows it), the SPEC's
   reference;
-- ``kernels``: fastad's fused kernels called directly
-  (``fastad.kernels.fused``), what the fused node costs without a tape;
+- ``kernels``: fastad's fused layer rule called directly (its forward and
+  VJP from ``fastad.registry``: the products and the compiled passes around
+  them), what the fused node costs without a tape;
   nobody calls this path, it is the floor under the tape's overhead;
 - ``fused``: what a user calls: ``fa.linear_relu`` recorded on a fresh
   ``fa.Tape()``, the scalar loss ``(H * G).sum()`` (whose gradient with
@@ -35,7 +36,10 @@ import time
 import numpy as np
 
 import fastad as fa
-from fastad.kernels import fused
+from fastad import registry
+from fastad.kernels import optable
+
+LINEAR_RELU = registry.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
 
 SIZES = ((8, 16, 16), (8, 64, 64), (32, 128, 128), (64, 256, 512), (64, 512, 1024))
 if os.environ.get("FASTAD_BENCH_QUICK") == "1":  # bench/report.py's default subset
@@ -95,8 +99,9 @@ def numpy_layer(X, W, b, G):
 
 
 def kernels_layer(X, W, b, G):
-    H = fused.linear_relu_forward(X, W, b)
-    dX, dW, db, _ = fused.linear_relu_backward(X, W, H, G, True, True)
+    """The fused layer's rule without a tape: its forward and its VJP, as a sweep calls them."""
+    H = LINEAR_RELU.forward((X, W, b), None)
+    dX, dW, db = LINEAR_RELU.vjp((X, W, b), H, G, None)
     return H, dX, dW, db
 
 

@@ -3,9 +3,12 @@
 Each kernel does in one compiled call what the unfused graph does in
 several nodes, and each backward rule is derived by hand below; the tests
 check every one against the same computation recorded unfused (as blocks and
-as scalar nodes). Matrix products go to BLAS through ``np.dot`` (Numba links
-SciPy's BLAS), so large layers run at BLAS speed; small layers gain because
-one call replaces the per-operation overhead of a NumPy composition.
+as scalar nodes). The matrix products are the front end's, through NumPy
+(``fastad/registry.py``): one BLAS in the process. Numba's ``np.dot`` would
+call SciPy's copy of OpenBLAS beside NumPy's, and two thread pools spinning
+on the same cores made threaded steps 10-80x slower (``bench/threads.py``).
+The kernels here are the passes around the products: bias, ReLU and their
+backward rules, losses, the softmax family's backward rules.
 
 Shapes: ``X`` is (B, n), ``W`` is (n, h), ``b`` is (h,), outputs (B, h).
 These kernels trust their input (C-contiguous float64, matching shapes);
@@ -41,75 +44,48 @@ def _contribution(partial: float, incoming: float) -> float:
 
 
 @kernel
-def linear_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArray:
-    """``Y = X @ W + b``: the bias is added in the same pass that copies the product."""
-    Y = np.dot(X, W)
+def add_bias(Y: FloatArray, b: FloatArray) -> None:
+    """``Y += b`` over the rows of a fresh product ``Y = X @ W``, in place."""
     for r in range(Y.shape[0]):
         for c in range(Y.shape[1]):
             Y[r, c] += b[c]
-    return Y
 
 
 @kernel
-def _products(
-    X: FloatArray, W: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
-) -> tuple[FloatArray, FloatArray]:
-    """``G @ W.T`` and ``X.T @ G``, each only if wanted (else an empty (0, 0) array)."""
-    dX = np.dot(G, W.T) if want_dx else np.empty((0, 0))
-    dW = np.dot(X.T, G) if want_dw else np.empty((0, 0))
-    return dX, dW
-
-
-@kernel
-def linear_backward(
-    X: FloatArray, W: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """VJP of ``Y = X @ W + b`` for the upstream gradient ``G`` (B, h).
-
-    dY/dX: ``dX = G @ W.T``; dY/dW: ``dW = X.T @ G``; the bias is broadcast
-    over the B rows, so ``db = G.sum(axis=0)``. No Jacobian (B*h x B*n) is
-    ever formed. ``db`` keeps strong zeros (a column of ``G`` nothing reached
-    gives ``UNREACHED``); the zeros of the two products get their reach from
-    the front end (``fastad.blocks``), which has ``G``. A product not wanted
-    (the data ``X`` of a layer, say) is not computed: an empty array.
-    """
-    dX, dW = _products(X, W, G, want_dx, want_dw)
-    db = np.full(G.shape[1], UNREACHED)
-    for r in range(G.shape[0]):
-        for c in range(G.shape[1]):
-            db[c] += G[r, c]
-    return dX, dW, db
-
-
-@kernel
-def linear_relu_forward(X: FloatArray, W: FloatArray, b: FloatArray) -> FloatArray:
-    """``H = relu(X @ W + b)`` with bias and ReLU applied in one pass over the product.
+def add_bias_relu(Y: FloatArray, b: FloatArray) -> None:
+    """``Y = relu(Y + b)`` in place, one pass over a fresh product ``Y = X @ W``.
 
     Fusing saves two full (B, h) temporaries and two passes over memory
     (``X @ W + b`` and ``maximum(., 0)`` each allocate and stream one).
     """
-    H = np.dot(X, W)
-    for r in range(H.shape[0]):
-        for c in range(H.shape[1]):
-            z = H[r, c] + b[c]
+    for r in range(Y.shape[0]):
+        for c in range(Y.shape[1]):
+            z = Y[r, c] + b[c]
             # relu, nan-propagating like the scalar op (nan <= 0 is False)
-            H[r, c] = 0.0 if z <= 0.0 else z
-    return H
+            Y[r, c] = 0.0 if z <= 0.0 else z
 
 
 @kernel
-def linear_relu_backward(
-    X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray, want_dx: bool, want_dw: bool
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """VJP of ``H = relu(Z)``, ``Z = X @ W + b`` for the upstream gradient ``G``.
+def bias_gradient(G: FloatArray) -> FloatArray:
+    """``db = G.sum(axis=0)`` for ``Y = X @ W + b``, the bias broadcast over the B rows.
 
-    ``dZ = G * relu'(Z)`` with ``relu'(z) = 1`` for ``z > 0`` and 0 otherwise
-    (``relu'(0) = 0``, as the scalar op). ``Z > 0`` exactly where ``H > 0``,
-    so the saved output is enough and ``Z`` is never stored. Then, as for
-    ``linear``: ``dX = dZ @ W.T``, ``dW = X.T @ dZ``, ``db = dZ.sum(axis=0)``.
-    The mask, the product and the bias sum share one pass. Returns ``dZ``
-    too: the front end works out the reach of the products' zeros from it.
-    Products not wanted are empty, as in :func:`linear_backward`.
+    Strong zeros: a column of ``G`` nothing reached gives ``UNREACHED``.
+    """
+    db = np.full(G.shape[1], UNREACHED)
+    for r in range(G.shape[0]):
+        for c in range(G.shape[1]):
+            db[c] += G[r, c]
+    return db
+
+
+@kernel
+def relu_backward(H: FloatArray, G: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``dZ = G * relu'(Z)`` and ``db = dZ.sum(axis=0)`` for ``H = relu(Z)``, ``Z = X @ W + b``.
+
+    ``relu'(z) = 1`` for ``z > 0`` and 0 otherwise (``relu'(0) = 0``, as the
+    scalar op); ``Z > 0`` exactly where ``H > 0``, so the saved output is
+    enough and ``Z`` is never stored. Mask and bias sum share one pass. Then
+    ``dX = dZ @ W.T`` and ``dW = X.T @ dZ``: the front end's products.
 
     Strong zeros as ``fa.relu``'s: a masked entry (``relu'(z) = 0``) sends
     ``UNREACHED`` even if ``G`` is inf/nan; ``relu'(nan) = nan`` propagates.
@@ -123,8 +99,7 @@ def linear_relu_backward(
             d = _contribution(partial, G[r, c])
             dZ[r, c] = d
             db[c] += d
-    dX, dW = _products(X, W, dZ, want_dx, want_dw)
-    return dX, dW, db, dZ
+    return dZ, db
 
 
 @kernel

@@ -1,6 +1,8 @@
 """Regressions found in review: each test pins one bug that once existed."""
 
+import ast
 import math
+import pathlib
 import warnings
 
 import numpy as np
@@ -529,3 +531,18 @@ def test_numpy_reductions_take_numpys_positional_arguments():
             expected = np.var(A, 0, ddof=3)
         np.testing.assert_array_equal(X.var(axis=0, ddof=3).value, expected)
         assert X.sum(keepdims=1).shape == (1, 1)
+
+
+def test_no_kernel_calls_blas():
+    # Numba's np.dot (and @ in a kernel) calls SciPy's OpenBLAS; beside
+    # NumPy's, two thread pools spinning on the same cores made threaded
+    # steps 10-80x slower (bench/threads.py). Products belong to the front
+    # end (NumPy); a kernel calling BLAS would bring the second pool back.
+    kernels = pathlib.Path(fa.__file__).resolve().parent / "kernels"
+    for path in sorted(kernels.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                raise AssertionError(f"{path.name}:{node.lineno}: a matrix product in a kernel")
+            if isinstance(node, ast.Attribute) and node.attr in ("dot", "matmul", "vdot"):
+                raise AssertionError(f"{path.name}:{node.lineno}: np.{node.attr} in a kernel")
