@@ -49,6 +49,9 @@ def _dispatch(
     signature = f"def {name}({parameters}) -> {returns}:"
     if len(signature) > LINE_LENGTH:  # as ruff format wraps it
         signature = f"def {name}(\n    {parameters}\n) -> {returns}:"
+        if len(f"    {parameters}") > LINE_LENGTH:  # one parameter per line
+            listed = "".join(f"    {p.strip()},\n" for p in parameters.split(","))
+            signature = f"def {name}(\n{listed}) -> {returns}:"
     lines = ["@kernel", signature, *(f"    {line}" if line else "" for line in doc)]
     for op in optable.OPS:
         if op.arity == 0:
@@ -146,6 +149,51 @@ def _lanes_source(with_partials: bool) -> str:
     )
 
 
+def _map_source(kind: str) -> str:
+    """``map_forward``, ``map_vjp`` or ``map_jvp``: a scalar rule over 1-D arrays.
+
+    One loop per op, as for the lanes: the dispatch on ``op`` happens once
+    per call, not once per element (a 37-way branch per element cost more
+    than most rules), and each loop is straight-line code. The rules are
+    the table's own expressions, so a block and its scalar-node expansion
+    agree bit for bit.
+    """
+    arrays = {"forward": "x, y, z", "vjp": "x, y, z, g, dx, dy", "jvp": "x, y, z, tx, ty, tz"}[kind]
+    docs = {
+        "forward": "``z[t] = op(x[t], y[t])`` over 1-D arrays of one size: the scalar rule.",
+        "vjp": "``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros.",
+        "jvp": "``tz = d0 * tx + d1 * ty`` per element, with strong zeros.",
+    }
+
+    def case(op: optable.Op, d0: str, d1: str) -> list[str]:
+        body = ["for t in range(z.size):", "    a = x[t]", "    b = y[t]"]
+        if kind == "forward":
+            body.append(f"    z[t] = {op.value}")
+        elif kind == "vjp":
+            body += [
+                "    out = z[t]",
+                f"    dx[t] = contribution({d0}, g[t])",
+                f"    dy[t] = contribution({d1}, g[t])",
+            ]
+        else:
+            body += [
+                "    out = z[t]",
+                f"    first = contribution({d0}, tx[t])",
+                f"    tz[t] = first + contribution({d1}, ty[t])",
+            ]
+        return [*body, "return"]
+
+    parameters = ", ".join(f"{name}: FloatArray" for name in arrays.split(", "))
+    return _dispatch(
+        f"map_{kind}",
+        f"op: int, {parameters}",
+        "None",
+        [f'"""{docs[kind]}"""'],
+        case,
+        "return",
+    )
+
+
 def generated_block() -> str:
     """The exact text that belongs between the markers in ``sweeps.py``."""
     parts = [
@@ -156,6 +204,9 @@ def generated_block() -> str:
         _values_and_partials_source(),
         _lanes_source(with_partials=False),
         _lanes_source(with_partials=True),
+        _map_source("forward"),
+        _map_source("vjp"),
+        _map_source("jvp"),
     ]
     return "\n\n\n".join(parts) + "\n\n\n" + END
 
