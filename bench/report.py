@@ -20,6 +20,18 @@ fused kernels without a tape and the unfused ``fa.relu(X @ W + b)`` have
 rows of their own, and the long-lived-tape row compares late with early
 steps of one training loop that never resets its tape.
 
+The small-model rows (``test_bench_models.py``) time one training step of
+a 64 -> 128 -> 10 MLP (fastad eager and compiled against NumPy by hand and
+PyTorch float64, "torch absent" where it is not installed), logistic
+regression's value and gradient, and the fused cross-entropy against the
+faster of two compositions from blocks.
+
+Every contender runs on one BLAS thread: the pytest subprocess gets
+OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and MKL_NUM_THREADS = 1, and
+``bench/conftest.py`` records what the run's pools really had (with
+threadpoolctl installed) in the JSON, printed above the table.
+``bench/threads.py`` shows why: a threaded BLAS on a busy 2-core machine.
+
 Figures are ratios measured side by side; absolute times drift with the
 machine and its load.
 """
@@ -44,10 +56,23 @@ LAYER_ROW_NAMES = {
 }
 
 
+# Every contender on one BLAS thread: NumPy's OpenBLAS, SciPy's (which
+# Numba's np.dot in fastad's fused kernels calls), MKL where NumPy has it,
+# and OpenMP pools (torch's; bench/models.py sets torch's own pool to 1).
+# Set, not defaulted: a report compares code, not thread pools. Numba's
+# threads are left alone (the batch rows time fastad's threads=2 on purpose).
+BLAS_THREAD_VARIABLES = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
 def run_suite(json_path, full):
-    env = dict(os.environ)
+    env = dict(os.environ, **BLAS_THREAD_VARIABLES)
     if not full:
         env["FASTAD_BENCH_QUICK"] = "1"
+    print("threads:", " ".join(f"{k}={v}" for k, v in BLAS_THREAD_VARIABLES.items()))
     command = [
         sys.executable,
         "-m",
@@ -196,6 +221,7 @@ def rows(table):
             "<= 1.2",
             ratio <= 1.2,
         )
+    _model_rows(table, add)
     memory = find(table, "test_memory_per_node")
     if memory:
         b = memory["bytes_per_node"]
@@ -205,6 +231,76 @@ def rows(table):
         s = startup["seconds_in_process"]
         add("import + first call, warm Numba cache", f"{s:.2f} s", "-", s, "<= 1 s", s <= 1.0)
     return out
+
+
+def _model_rows(table, add):
+    """The small-model targets (bench/test_bench_models.py), each against the same run."""
+    numpy_step = find(table, "test_mlp", way="numpy")
+    for way, goal in (("eager", 1.0), ("compiled", 1.0)):
+        step = find(table, "test_mlp", way=way)
+        if step and numpy_step:
+            ratio = step["seconds"] / numpy_step["seconds"]
+            add(
+                f"MLP 64-128-10 step, B=256, fastad {way} / NumPy",
+                _layer_time(step["seconds"]),
+                f"{_layer_time(numpy_step['seconds'])} (NumPy)",
+                ratio,
+                f"<= {goal}",
+                ratio <= goal,
+            )
+    eager, torch_step = find(table, "test_mlp", way="eager"), find(table, "test_mlp", way="torch")
+    if eager and torch_step:
+        ratio = eager["seconds"] / torch_step["seconds"]
+        add(
+            "MLP step, fastad eager / PyTorch float64",
+            _layer_time(eager["seconds"]),
+            f"{_layer_time(torch_step['seconds'])} (torch {torch_step['torch']}, 1 thread)",
+            ratio,
+            "<= 0.6",
+            ratio <= 0.6,
+        )
+    elif eager:
+        add(
+            "MLP step, fastad eager / PyTorch float64",
+            _layer_time(eager["seconds"]),
+            "-",
+            None,
+            "<= 0.6",
+            "torch absent",
+        )
+    logreg = find(table, "test_logreg", way="compiled")
+    numpy_logreg = find(table, "test_logreg", way="numpy")
+    if logreg and numpy_logreg:
+        ratio = logreg["seconds"] / numpy_logreg["seconds"]
+        add(
+            "logreg value+grad 2000x20, compiled / NumPy",
+            _layer_time(logreg["seconds"]),
+            f"{_layer_time(numpy_logreg['seconds'])} (NumPy)",
+            ratio,
+            "<= 1.5",
+            ratio <= 1.5,
+        )
+    sizes = sorted(
+        {(i["B"], i["c"]) for n, i in table.items() if n.startswith("test_cross_entropy")}
+    )
+    for B, c in sizes:
+        fused = find(table, "test_cross_entropy", way="fused", B=B, c=c)
+        composed = [
+            info
+            for way in ("log_softmax", "primitives")
+            if (info := find(table, "test_cross_entropy", way=way, B=B, c=c))
+        ]
+        if fused and composed:
+            best = min(composed, key=lambda info: info["seconds"])  # the faster composition
+            ratio = fused["seconds"] / best["seconds"]
+            add(
+                f"cross_entropy {B}x{c} fwd+bwd, fused / composed",
+                _layer_time(fused["seconds"]),
+                f"{_layer_time(best['seconds'])} (composed, {best['way']})",
+                ratio,
+                "< 1",
+                "fused faster" if ratio < 1 else "SHORT",
+            )
 
 
 def _layer_time(seconds):
@@ -220,7 +316,11 @@ def print_table(rows_):
 
 def _cells(row):
     target, fastad, reference, ratio, goal, passed = row
-    return target, fastad, reference, f"{ratio:.3g}", goal, "pass" if passed else "SHORT"
+    if isinstance(passed, str):  # a verdict in words: "torch absent", "fused faster"
+        verdict = passed
+    else:
+        verdict = "pass" if passed else "SHORT"
+    return target, fastad, reference, "-" if ratio is None else f"{ratio:.3g}", goal, verdict
 
 
 def plot(table, path):
@@ -265,7 +365,21 @@ def main(argv=None):
         f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python "
         f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}"
     )
-    table = index(run_suite(args.json, args.full))
+    results = run_suite(args.json, args.full)
+    table = index(results)
+    threads = results.get("machine_info", {}).get("threads")
+    if threads:  # recorded by bench/conftest.py: what the run's pools really had
+        pools = threads.get("pools")
+        if isinstance(pools, list):
+            pools = ", ".join(
+                f"{p['prefix']} ({pathlib.Path(p['filepath']).parent.name}) {p['num_threads']}"
+                for p in pools
+            )
+        torch_threads = threads.get("torch_num_threads")
+        print(
+            f"\nthread pools in the run: {pools}; Numba threads {threads.get('numba_num_threads')}"
+            + ("" if torch_threads is None else f", torch threads {torch_threads}")
+        )
     print()
     print_table(rows(table))
     print(f"\nbenchmark JSON: {args.json}")

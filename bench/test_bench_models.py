@@ -13,13 +13,14 @@
   primitives), forward+backward on a tape, logits (256, 10) and (256, 1000).
 
 Every case checks once that its loss and gradients equal the NumPy ones
-to 1e-10 relative (the gradients elementwise, with an absolute floor of
-1e-10 of the array's largest magnitude), which also warms the JIT, then
-stores ``us_per_call`` (best round) in ``extra_info``. ``bench/conftest.py``
-pins the BLAS libraries to one thread and torch's pool is set to one here
-too, so the ratios compare code, not thread pools. The NumPy references
-are checked against the textbook forms, and those against central
-differences, by the tests at the end.
+(the NumPy step itself: the textbook form's) to 1e-10 relative (the
+gradients elementwise, with an absolute floor of 1e-10 of the array's
+largest magnitude), which also warms the JIT, then stores ``us_per_call``
+(best round) in ``extra_info``. ``bench/conftest.py`` pins the BLAS
+libraries to one thread and torch's pool is set to one here too, so the
+ratios compare code, not thread pools. The NumPy references are checked
+against the textbook forms, and those against central differences, by
+the tests at the end.
 """
 
 import os
@@ -69,8 +70,9 @@ def mlp_way(way, inputs):
         return models.eager_mlp, inputs
     if way == "compiled":
         return models.compiled_mlp, models.compile_mlp(*inputs)
-    if models.torch is None:
-        pytest.skip(models.TORCH_MISSING)
+    torch, missing = models.load_torch()
+    if torch is None:
+        pytest.skip(missing)
     return models.torch_mlp, models.torch_mlp_setup(*inputs)
 
 
@@ -78,12 +80,14 @@ def mlp_way(way, inputs):
 @pytest.mark.parametrize("way", ["numpy", "eager", "compiled", "torch"])
 def test_mlp(benchmark, mlp, way):
     inputs, expected = mlp
+    if way == "numpy":  # the reference itself, against the textbook form
+        expected = models.textbook_mlp(*inputs)
     function, arguments = mlp_way(way, inputs)
     assert_same_step(function(*arguments), expected, way)  # checks and warms
     B, n, h, c = models.MLP_SIZE
     info = dict(way=way, B=B, n=n, h=h, c=c)
     if way == "torch":
-        info["torch"] = models.torch.__version__
+        info["torch"] = models.load_torch()[0].__version__
     time_step(benchmark, function, arguments, **info)
 
 
@@ -100,6 +104,7 @@ def test_logreg(benchmark, logreg, way):
     inputs, expected = logreg
     if way == "numpy":
         function, arguments = models.numpy_logreg, inputs
+        expected = models.textbook_logreg(*inputs)
     else:
         function, arguments = models.compiled_logreg, models.compile_logreg(*inputs)
     assert_same_step(function(*arguments), expected, way)
