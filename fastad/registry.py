@@ -427,11 +427,10 @@ class Prod(Reduce):
         multiplies gives, even with an inf among the others (not inf * 0 = nan)."""
         rows, layout = to_rows(a, params.axes)
         ones = np.ones((rows.shape[0], 1))
-        reversed_rows = rows[:, :0:-1]
-        with np.errstate(invalid="ignore", over="ignore"):
-            before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
-            after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
-            others = before * after[:, ::-1]
+        reversed_rows = rows[:, :0:-1]  # (VJP and JVP run under the sweep's IEEE state)
+        before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
+        after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
+        others = before * after[:, ::-1]
         zeros = rows == 0.0
         others[(zeros.sum(axis=1, keepdims=True) - zeros) > 0] = 0.0
         return from_rows(others, layout)
