@@ -306,18 +306,16 @@ def log_softmax_rows(rows: FloatArray) -> tuple[FloatArray, FloatArray]:
     logsumexp(x)`` would lose the digits of logsumexp's rounding (1e-12
     relative at 1e4). A row whose maximum is infinite or nan gets ``x - m``
     and logsumexp ``m``: IEEE's answers (inf for a row holding inf, -inf for
-    a row of -inf, nan with a nan). NumPy's vectorised exp does the work: a
-    compiled loop calling exp per element is several times slower.
+    a row of -inf, nan with a nan). NumPy's vectorised exp does the exps (a
+    compiled loop calling exp per element is several times slower), compiled
+    passes the row reductions.
     """
-    if rows.shape[1] == 0:
-        return rows.copy(), np.full(rows.shape[0], -math.inf)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        m = rows.max(axis=1, keepdims=True)
-        log_p = rows - m
-        log_total = np.log(np.exp(log_p).sum(axis=1, keepdims=True))
-        log_total[~np.isfinite(m)] = 0.0
-        log_p -= log_total
-        return log_p, (m + log_total).reshape(-1)
+    shift = fused.row_max(rows)
+    with np.errstate(invalid="ignore", over="ignore"):
+        log_p = rows - shift[:, np.newaxis]
+        log_total = fused.row_log_sums(np.exp(log_p), shift)
+        log_p -= log_total[:, np.newaxis]
+        return log_p, shift + log_total
 
 
 def _per_row(x: RuleValue) -> FloatArray:
