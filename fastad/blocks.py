@@ -261,10 +261,11 @@ def _parts(arrays: object, name: str) -> list[Any]:
     for part in parts:
         if isinstance(part, Var):
             raise ValueError(
-                f"{name}: {part!r} is a scalar node; zero-dimensional arrays cannot be joined"
+                f"{name}: {part!r} is a scalar node; join blocks (arrays of one axis or more)"
             )
     _refuse_scalar_nodes(name, "the blocks themselves", *parts)
-    return parts
+    # Nested lists of numbers are arrays, as NumPy reads them.
+    return [p if isinstance(p, (Node, np.ndarray)) else np.asarray(p, np.float64) for p in parts]
 
 
 def _holds_nodes(x: object) -> bool:

@@ -341,6 +341,11 @@ def where(condition: Any, x: Any, y: Any) -> Var | Block | FloatArray | float:
     0.0 0.0
     """
     operands = {"condition": condition, "x": x, "y": y}
+    if any(isinstance(v, (list, tuple)) for v in operands.values()):  # arrays, as NumPy reads them
+        operands = {
+            k: np.asarray(v) if isinstance(v, (list, tuple)) else v for k, v in operands.items()
+        }
+        condition, x, y = operands.values()
     if any(isinstance(v, Block) or _numeric_array(v) for v in operands.values()):
         return _where_elementwise(condition, x, y)
     for name, value in operands.items():

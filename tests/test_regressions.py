@@ -546,3 +546,13 @@ def test_no_kernel_calls_blas():
                 raise AssertionError(f"{path.name}:{node.lineno}: a matrix product in a kernel")
             if isinstance(node, ast.Attribute) and node.attr in ("dot", "matmul", "vdot"):
                 raise AssertionError(f"{path.name}:{node.lineno}: np.{node.attr} in a kernel")
+
+
+def test_joins_and_where_read_nested_lists_as_numpy_does():
+    with fa.Tape():
+        X = fa.var(np.ones((1, 3)))
+        joined = np.concatenate([[[1.0, 2.0, 3.0]], X])
+        np.testing.assert_array_equal(joined.value, [[1, 2, 3], [1, 1, 1]])
+        picked = fa.where([[True, False, True]], X * 2.0, [0.0, 5.0, 0.0])
+        np.testing.assert_array_equal(picked.value, [[2.0, 5.0, 2.0]])
+        np.testing.assert_array_equal(fa.grad(picked.sum(), X), [[2.0, 0.0, 2.0]])
