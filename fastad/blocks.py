@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fastad import reach
 from fastad.kernels import optable
 from fastad.node import (
     Block,
@@ -40,7 +41,7 @@ from fastad.node import (
     reduction,
     tape_of,
 )
-from fastad.reach import any_reached, reach_sum, reached_elements, unbroadcast
+from fastad.reach import any_reached, reached_elements
 from fastad.registry import broadcast_shape
 from fastad.tape import current_tape
 
@@ -134,6 +135,19 @@ def mse_loss(Y: ArrayLike, T: ArrayLike) -> float: ...
 def mse_loss(Y: Any, T: Any) -> Var | float:
     """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
     return _fused(MSE_LOSS, "mse_loss", "((Y - T) * (Y - T)).mean()", (Y, T))
+
+
+# Kept here from before the layers; outside a sweep they need an error state of their own.
+def reach_sum(x: ArrayLike, axis: Axes = None, keepdims: bool = False) -> Any:
+    """``fastad.reach.reach_sum`` with IEEE results and no warnings, for use outside a sweep."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return reach.reach_sum(x, axis, keepdims)
+
+
+def unbroadcast(gradient: Any, shape: tuple[int, ...]) -> Any:
+    """``fastad.reach.unbroadcast`` with IEEE results and no warnings, for use outside a sweep."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return reach.unbroadcast(gradient, shape)
 
 
 # -- the softmax family: fused, stable --------------------------------------------------------

@@ -30,7 +30,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     opcode, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
     relevant = tape.value_ancestors(root) if root is not None else None
-    used = _used_elements(tape, opcode, root) if root is not None else {}
+    used = {} if root is None else _used_elements(tape, opcode, root, relevant)
     for node, block in tape.blocks.values.items():
         if node < stop and (relevant is None or relevant[node]):
             finite = np.isfinite(block)
@@ -51,7 +51,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
 _PICK, _PICK_NOT = optable.BY_NAME["pick"].code, optable.BY_NAME["pick_not"].code
 
 
-def _used_elements(tape: TapeStorage, opcode: Any, root: int) -> dict[int, Any]:
+def _used_elements(tape: TapeStorage, opcode: Any, root: int, relevant: Any) -> dict[int, Any]:
     """Per block node, the elements ``root``'s value reads, where that is not all of them.
 
     ``fa.where`` on arrays reads each operand only where its side is taken
@@ -63,12 +63,13 @@ def _used_elements(tape: TapeStorage, opcode: Any, root: int) -> dict[int, Any]:
     """
     blocks = tape.blocks
     masks: dict[int, Any] = {}
-    for node in reversed([n for n in blocks.ops if n <= root]):
+    for node in reversed([n for n in blocks.ops if n <= root and relevant[n]]):
         mask = masks.get(node)
         if mask is not None and mask.all():
             mask = None
         operands = blocks.operands(node)
         code = int(opcode[node])
+        out_shape = np.shape(tape.value(node))
         for position, j in enumerate(operands):
             value = blocks.values.get(j)
             if value is None:
@@ -76,15 +77,26 @@ def _used_elements(tape: TapeStorage, opcode: Any, root: int) -> dict[int, Any]:
             if mask is None and code not in (_PICK, _PICK_NOT):
                 masks[j] = np.ones(value.shape, np.bool_)  # read whole
                 continue
-            reads = np.ones(value.shape, np.bool_) if mask is None else mask
+            reads = np.ones(out_shape, np.bool_) if mask is None else mask  # the output's shape
             if code in (_PICK, _PICK_NOT) and position == 1:
-                condition = np.broadcast_to(tape.value(operands[0]), np.shape(reads))
-                taken = condition != 0.0
+                taken = np.broadcast_to(tape.value(operands[0]), out_shape) != 0.0
                 reads = reads & (taken if code == _PICK else ~taken)
-            if code >= optable.NUM_OPS or np.shape(reads) != value.shape:
+            if code >= optable.NUM_OPS:
                 reads = np.full(value.shape, bool(np.any(reads)))  # not elementwise: all
+            else:
+                reads = _any_to(reads, value.shape)  # a broadcast operand: any of its copies
             masks[j] = reads | masks[j] if j in masks else reads
     return masks
+
+
+def _any_to(mask: Any, shape: tuple[int, ...]) -> Any:
+    """``mask`` (an elementwise op's output) reduced with ``any`` to a broadcast operand's shape."""
+    if mask.shape == shape:
+        return mask
+    extra = mask.ndim - len(shape)
+    reduced = mask.any(axis=tuple(range(extra))) if extra else mask
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and reduced.shape[i] != 1)
+    return reduced.any(axis=stretched, keepdims=True) if stretched else reduced
 
 
 def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:

@@ -369,8 +369,17 @@ def where(condition: Any, x: Any, y: Any) -> Var | Block | FloatArray | float:
 def _where_elementwise(condition: Any, x: Any, y: Any) -> Block | FloatArray:
     """``where`` with a block or an array among the operands: two picks and an add, per element."""
     condition = np.asarray(condition, np.float64) if _numeric_array(condition) else condition
-    taken = elementwise(_PICK, condition, x)
-    return cast("Block | FloatArray", taken + elementwise(_PICK_NOT, condition, y))
+    taken = _pick(_PICK, condition, x)
+    return cast("Block | FloatArray", taken + _pick(_PICK_NOT, condition, y))
+
+
+def _pick(code: int, condition: Any, side: Any) -> Any:
+    """One side of a select: a block op with an array involved, else a scalar node (or float)."""
+    if any(isinstance(v, Block) or _numeric_array(v) for v in (condition, side)):
+        return elementwise(code, condition, side)
+    if type(condition) is Var or type(side) is Var:
+        return record(code, condition, side)
+    return rules.value(code, float(condition), float(side))
 
 
 @overload

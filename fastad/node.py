@@ -749,7 +749,9 @@ def reduction(
 ) -> registry.Reduction:
     """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
     as the registry's reductions take them (``owner`` names the operand in errors)."""
-    if not isinstance(keepdims, (bool, np.bool_)) and keepdims not in (0, 1):
+    if not isinstance(keepdims, (bool, np.bool_)) and not (
+        isinstance(keepdims, (int, np.integer)) and keepdims in (0, 1)
+    ):
         raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
     if axis is None:
         return registry.Reduction(None, bool(keepdims))

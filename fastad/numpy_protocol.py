@@ -199,6 +199,8 @@ def _spread(name: str) -> Callable[..., Any]:
     ) -> Any:
         correction = options.pop("correction", None)
         _plain(name, dtype=dtype, out=out, **options)
+        if correction is not None and ddof != 0:
+            raise ValueError(f"np.{name}: ddof and correction are one setting: give one")
         ddof = ddof if correction is None else correction
         return getattr(_block(a, name), name)(axis, ddof=ddof, keepdims=keepdims)
 

@@ -144,7 +144,7 @@ class Elementwise(BlockRule):
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
-        shape = out.shape
+        shape = np.shape(out)
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
@@ -271,7 +271,7 @@ class Reduction(NamedTuple):
 Layout = tuple[Shape, list[int]]
 
 
-def to_rows(a: FloatArray, axes: tuple[int, ...] | None) -> tuple[FloatArray, Layout]:
+def to_rows(a: RuleValue, axes: tuple[int, ...] | None) -> tuple[FloatArray, Layout]:
     """``a`` as a C-contiguous (rows, k) array whose rows are the slices along ``axes``.
 
     The reduced axes are moved last (in order) and flattened; rows follow
@@ -410,8 +410,10 @@ class Prod(Reduce):
     The derivative for an element is the product of the *other* elements of
     its slice, computed as prefix times suffix products, never by dividing
     the result: exact at zeros (one zero: only it gets a nonzero gradient;
-    two: nobody does; a zero among the others is a strong zero even beside
-    an inf), as any chain of scalar multiplies gives.
+    two: nobody does). A zero among the others makes the derivative
+    exactly 0 even beside an inf (a chain of scalar multiplies gives 0 or
+    nan there, by its order; this rule is the chain that meets the zero
+    first); a nan among the others makes it nan.
     """
 
     def forward(self, values: Values, params: Any) -> RuleValue:
@@ -421,16 +423,19 @@ class Prod(Reduce):
 
     def _others(self, a: FloatArray, params: Any) -> FloatArray:
         """Per element, the product of the other elements of its slice: exactly 0
-        (a strong zero) where another element is 0, as every chain of scalar
-        multiplies gives, even with an inf among the others (not inf * 0 = nan)."""
+        (a strong zero) where another element is 0, even with an inf among the
+        others (not inf * 0 = nan: a chain of scalar multiplies that meets the
+        zero first gives 0); nan where another element is nan."""
         rows, layout = to_rows(a, params.axes)
         ones = np.ones((rows.shape[0], 1))
         reversed_rows = rows[:, :0:-1]  # (VJP and JVP run under the sweep's IEEE state)
         before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
         after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
         others = before * after[:, ::-1]
-        zeros = rows == 0.0
-        others[(zeros.sum(axis=1, keepdims=True) - zeros) > 0] = 0.0
+        zeros, nans = rows == 0.0, np.isnan(rows)
+        other_zero = (zeros.sum(axis=1, keepdims=True) - zeros) > 0
+        other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
+        others[other_zero & ~other_nan] = 0.0
         return from_rows(others, layout)
 
     def vjp(
@@ -689,7 +694,7 @@ class Softmax(BlockRule):
         return (from_rows(backward(P, G), layout),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
-        (a,) = values
+        a = np.asarray(values[0], dtype=np.float64)  # a scalar operand is 0-d
         t = np.broadcast_to(tangents[0], a.shape)
         P = from_rows(self._softmax(a, out, params), to_rows(a, params.axes)[1])
         moved = contributions(P, t)
@@ -748,10 +753,11 @@ class CrossEntropy(BlockRule):
     def forward(self, values: Values, params: Any) -> RuleValue:
         rows, targets = self._rows(values)
         log_p = log_softmax_rows(rows)[0]
-        if targets.ndim == 1:
-            total = -float(log_p[np.arange(rows.shape[0]), targets].sum())
-        else:
-            total = float(fused.cross_entropy_rows(log_p, targets).sum())
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, silently
+            if targets.ndim == 1:
+                total = 0.0 - float(log_p[np.arange(rows.shape[0]), targets].sum())
+            else:
+                total = float(fused.cross_entropy_rows(log_p, targets).sum())
         return total * self._weight(rows.shape[0], params)
 
     def vjp(

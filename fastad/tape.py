@@ -223,11 +223,12 @@ class Tape(TapeStorage):
             found = sweep.backward(
                 self, registry.rule, node, adjoints, block_adjoints, check, visits
             )
-            grad[lowest:stop] += adjoints[lowest:]
-            self.widen_adjoints(lowest, stop)
-            for i, gradient in block_adjoints.items():
-                held = self.blocks.adjoints.get(i)
-                self.blocks.adjoints[i] = gradient if held is None else held + gradient
+            with sweep.ieee():  # inf + -inf is nan, silently, as within the sweep
+                grad[lowest:stop] += adjoints[lowest:]
+                self.widen_adjoints(lowest, stop)
+                for i, gradient in block_adjoints.items():
+                    held = self.blocks.adjoints.get(i)
+                    self.blocks.adjoints[i] = gradient if held is None else held + gradient
         else:  # sweep straight into the tape's adjoints: no buffer, no copy
             self.clear_adjoints()  # the last sweep's span, not the whole tape
             grad[lowest:stop] = UNREACHED

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
+import fastad.kernels
 
 
 def test_jvp_with_repeated_and_intermediate_nodes_matches_grad():
@@ -461,7 +462,7 @@ def test_prod_sends_nothing_past_a_zero_even_beside_an_inf():
     cases = {
         (np.inf, 2.0, 0.0): [0.0, 0.0, np.inf],
         (0.0, np.inf, 3.0, 1.0): [np.inf, 0.0, 0.0, 0.0],
-        (np.nan, 0.0, 1.0): [0.0, np.nan, 0.0],
+        (np.nan, 0.0, 1.0): [0.0, np.nan, np.nan],  # a nan among the others: nan
         (2.0, 0.0, 3.0): [0.0, 6.0, 0.0],
     }
     for row, expected in cases.items():
@@ -538,8 +539,10 @@ def test_no_kernel_calls_blas():
     # NumPy's, two thread pools spinning on the same cores made threaded
     # steps 10-80x slower (bench/threads.py). Products belong to the front
     # end (NumPy); a kernel calling BLAS would bring the second pool back.
-    kernels = pathlib.Path(fa.__file__).resolve().parent / "kernels"
-    for path in sorted(kernels.glob("*.py")):
+    kernels = pathlib.Path(fastad.kernels.__file__).resolve().parent
+    paths = sorted(kernels.glob("*.py"))
+    assert {"fused.py", "sweeps.py"} <= {path.name for path in paths}, kernels
+    for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
@@ -556,3 +559,51 @@ def test_joins_and_where_read_nested_lists_as_numpy_does():
         picked = fa.where([[True, False, True]], X * 2.0, [0.0, 5.0, 0.0])
         np.testing.assert_array_equal(picked.value, [[2.0, 5.0, 2.0]])
         np.testing.assert_array_equal(fa.grad(picked.sum(), X), [[2.0, 0.0, 2.0]])
+
+
+def test_second_review_of_issue_12():
+    # A where condition larger than one side: checked mode crashed.
+    with fa.Tape() as tape:
+        C, x = fa.var(np.ones((3, 4))), fa.var(np.ones(4))
+        L = fa.where(C > 0, x, 0.0).sum()
+        L.backward(check=True)
+        np.testing.assert_array_equal(x.grad, [3.0, 3.0, 3.0, 3.0])
+        assert tape.first_nonfinite(L) is None
+    # A scalar condition with an array side: backward raised AttributeError.
+    with fa.Tape():
+        s, X = fa.var(1.0), fa.var(np.array([2.0, 3.0]))
+        L = fa.where(s > 0, X, 1.0).sum()
+        L.backward()
+        assert (s.grad, X.grad.tolist()) == (0.0, [1.0, 1.0])
+    # A nan on a dropped side, also consumed by a node the root does not read.
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            S = fa.sqrt(X)
+            S * 2.0  # recorded, never used by L
+            L = fa.where(X > 0, S, 0.0).sum()
+        L.backward(check=True)
+    # Forward mode through logsumexp of a scalar node.
+    with fa.Tape():
+        x = fa.var(3.0)
+        assert fa.jvp(fa.logsumexp(x), x, 1.0) == 1.0
+    # A nan among the others makes prod's derivative nan, a zero makes it 0.
+    with fa.Tape():
+        x = fa.var(np.array([np.nan, 0.0, 1.0]))
+        np.testing.assert_array_equal(fa.grad(x.prod(), x), [0.0, np.nan, np.nan])
+    # The helpers kept in fastad.blocks give IEEE values without warnings.
+    assert math.isnan(fa.blocks.reach_sum(np.array([np.inf, -np.inf])))
+    # Accumulating an inf onto a -inf adjoint: nan, no warning.
+    with fa.Tape():
+        x = fa.var(1.0)
+        (x * np.inf).backward()
+        (x * -np.inf).backward(accumulate=True)
+        assert math.isnan(x.grad)
+    # One class: a loss of exactly +0.0.
+    assert math.copysign(1.0, fa.cross_entropy(np.zeros((2, 1)), np.zeros(2))) == 1.0
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        with pytest.raises(ValueError, match="ddof and correction"):
+            np.var(X, ddof=1, correction=1)
+        with pytest.raises(TypeError, match="keepdims"):
+            X.sum(keepdims=1.0)
