@@ -51,7 +51,7 @@ CASADI_QUOTED_LATENCY_US = 17.8
 MICROGRAD_QUOTED_NS_PER_NODE = 8800.0
 LAYER_ROW_NAMES = {
     "fused": "linear_relu on a tape, fwd+bwd",
-    "kernels": "fused kernels alone, no tape",
+    "kernels": "fused layer rule alone, no tape",
     "blocks": "relu(X @ W + b) on a tape",
 }
 
