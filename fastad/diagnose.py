@@ -14,6 +14,7 @@ import numpy as np
 
 from fastad.errors import NonFiniteOrigin
 from fastad.kernels import optable, sweeps
+from fastad.reach import reduce_to
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray
@@ -83,20 +84,10 @@ def _used_elements(tape: TapeStorage, opcode: Any, root: int, relevant: Any) -> 
                 reads = reads & (taken if code == _PICK else ~taken)
             if code >= optable.NUM_OPS:
                 reads = np.full(value.shape, bool(np.any(reads)))  # not elementwise: all
-            else:
-                reads = _any_to(reads, value.shape)  # a broadcast operand: any of its copies
+            elif reads.shape != value.shape:  # a broadcast operand: any of its copies
+                reads = reduce_to(reads, value.shape, np.any)
             masks[j] = reads | masks[j] if j in masks else reads
     return masks
-
-
-def _any_to(mask: Any, shape: tuple[int, ...]) -> Any:
-    """``mask`` (an elementwise op's output) reduced with ``any`` to a broadcast operand's shape."""
-    if mask.shape == shape:
-        return mask
-    extra = mask.ndim - len(shape)
-    reduced = mask.any(axis=tuple(range(extra))) if extra else mask
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and reduced.shape[i] != 1)
-    return reduced.any(axis=stretched, keepdims=True) if stretched else reduced
 
 
 def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:

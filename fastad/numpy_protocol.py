@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from fastad import blocks, functions
+from fastad.kernels import optable
 from fastad.node import NUMPY_HANDLERS, Block, Node, Var, matmul
 
 
@@ -65,30 +66,16 @@ _UFUNCS: dict[str, Callable[..., Any]] = {
     "positive": lambda x: x,
     "square": lambda x: x * x,
     "reciprocal": lambda x: 1.0 / x,
-    "absolute": functions.abs,
     "fabs": functions.abs,
     "log2": lambda x: functions.log(x) * (1.0 / np.log(2.0)),
     "log10": lambda x: functions.log(x) * (1.0 / np.log(10.0)),
+    # Every public op whose name is a NumPy ufunc's (exp, log, maximum,
+    # arctan2...): a new op-table row with such a name is mapped by itself.
+    # (keyed by the ufunc's own name: np.abs is np.absolute).
     **{
-        name: _fastad_function(name)
-        for name in (
-            "exp",
-            "log",
-            "sqrt",
-            "sin",
-            "cos",
-            "tanh",
-            "maximum",
-            "minimum",
-            "log1p",
-            "expm1",
-            "tan",
-            "arctan",
-            "arctan2",
-            "sinh",
-            "cosh",
-            "sign",
-        )
+        getattr(np, op.name).__name__: _fastad_function(op.name)
+        for op in optable.PUBLIC
+        if isinstance(getattr(np, op.name, None), np.ufunc)
     },
 }
 """NumPy ufunc name -> what records it on nodes (the same op as the fastad function)."""

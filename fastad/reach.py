@@ -14,6 +14,7 @@ set none of their own, which would cost a few microseconds a call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,7 +98,7 @@ def product_reach(
 ) -> FloatArray:
     """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
-    For products a fused kernel has made already. Changes ``product`` in place.
+    Changes ``product`` in place.
     """
     if adjoint_left:
         rows = np.zeros(product.shape[0], np.bool_)
@@ -122,10 +123,21 @@ def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | flo
     gradient = np.asarray(gradient)
     if gradient.shape == tuple(shape):
         return gradient
-    extra = gradient.ndim - len(shape)
-    if extra:
-        gradient = reach_sum(gradient, axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and gradient.shape[i] != 1)
-    if stretched:
-        gradient = reach_sum(gradient, axis=stretched, keepdims=True)
+    gradient = reduce_to(gradient, shape, reach_sum)
     return gradient if shape else float(gradient)
+
+
+def reduce_to(x: NDArray[Any], shape: tuple[int, ...], reduce: Callable[..., Any]) -> Any:
+    """``x`` (of a broadcast result's shape) reduced to an operand's ``shape``.
+
+    ``reduce(x, axis=..., keepdims=...)`` runs over the leading axes
+    broadcasting added and over the axes it stretched from 1: ``reach_sum``
+    for gradients, ``np.any`` for masks of the elements read.
+    """
+    extra = x.ndim - len(shape)
+    if extra:
+        x = reduce(x, axis=tuple(range(extra)), keepdims=False)
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    if stretched:
+        x = reduce(x, axis=stretched, keepdims=True)
+    return x

@@ -267,6 +267,10 @@ class Reduction(NamedTuple):
         """A result-shaped array as a view that broadcasts against the operand's ``shape``."""
         return np.reshape(reduced, self._replace(keepdims=True).shape(shape))
 
+    def expand(self, reduced: RuleValue, shape: Shape) -> FloatArray:
+        """A result-shaped array repeated over the reduced axes: a read-only view of ``shape``."""
+        return np.broadcast_to(self.spread(reduced, shape), shape)
+
 
 Layout = tuple[Shape, list[int]]
 
@@ -279,14 +283,20 @@ def to_rows(a: RuleValue, axes: tuple[int, ...] | None) -> tuple[FloatArray, Lay
     flat lines up with them. ``from_rows`` undoes it.
     """
     a = np.asarray(a, dtype=np.float64)  # a scalar (a Var's value) is a 0-d array
-    axes = tuple(range(a.ndim)) if axes is None else axes
-    order = [i for i in range(a.ndim) if i not in axes] + list(axes)
-    moved = np.transpose(a, order)
-    kept = moved.shape[: a.ndim - len(axes)]
-    rows = np.ascontiguousarray(moved, dtype=np.float64).reshape(
-        math.prod(kept), math.prod(moved.shape[len(kept) :])
+    layout = row_layout(a.shape, axes)
+    moved_shape, order = layout
+    kept = moved_shape[: a.ndim - (a.ndim if axes is None else len(axes))]
+    rows = np.ascontiguousarray(np.transpose(a, order)).reshape(
+        math.prod(kept), math.prod(moved_shape[len(kept) :])
     )
-    return rows, (moved.shape, order)
+    return rows, layout
+
+
+def row_layout(shape: Shape, axes: tuple[int, ...] | None) -> Layout:
+    """The layout :func:`to_rows` gives an array of ``shape``, without touching its data."""
+    axes = tuple(range(len(shape))) if axes is None else axes
+    order = [i for i in range(len(shape)) if i not in axes] + list(axes)
+    return tuple(shape[i] for i in order), order
 
 
 def from_rows(rows: FloatArray, layout: Layout) -> FloatArray:
@@ -352,7 +362,7 @@ class Reduce(BlockRule):
             return (np.zeros(a.shape),)  # nothing to send a gradient to
         if self.name == "mean":
             g = g * (1.0 / params.count(a.shape))
-        return (np.broadcast_to(params.spread(g, a.shape), a.shape).copy(),)
+        return (params.expand(g, a.shape).copy(),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         a = values[0]
@@ -395,8 +405,7 @@ class Extremum(Reduce):
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
     ) -> Values:
         (a,) = values
-        incoming = np.broadcast_to(params.spread(g, a.shape), a.shape)
-        return (contributions(self._shares(a, out, params), incoming),)
+        return (contributions(self._shares(a, out, params), params.expand(g, a.shape)),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         (a,) = values
@@ -444,8 +453,7 @@ class Prod(Reduce):
         (a,) = values
         if a.size == 0:
             return (np.zeros(a.shape),)
-        incoming = np.broadcast_to(params.spread(g, a.shape), a.shape)
-        return (contributions(self._others(a, params), incoming),)
+        return (contributions(self._others(a, params), params.expand(g, a.shape)),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         (a,) = values
@@ -686,7 +694,7 @@ class Softmax(BlockRule):
     ) -> Values:
         (a,) = values
         P = self._softmax(a, out, params)
-        layout = to_rows(a, params.axes)[1]
+        layout = row_layout(np.shape(a), params.axes)
         if self.name == "logsumexp":
             return (from_rows(fused.logsumexp_backward(P, _per_row(g)), layout),)
         G = to_rows(np.asarray(g), params.axes)[0]
@@ -696,7 +704,7 @@ class Softmax(BlockRule):
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         a = np.asarray(values[0], dtype=np.float64)  # a scalar operand is 0-d
         t = np.broadcast_to(tangents[0], a.shape)
-        P = from_rows(self._softmax(a, out, params), to_rows(a, params.axes)[1])
+        P = from_rows(self._softmax(a, out, params), row_layout(a.shape, params.axes))
         moved = contributions(P, t)
         if self.name == "logsumexp":
             return _scalar_or_array(reach_sum(moved, params.axes, params.keepdims))
