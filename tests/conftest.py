@@ -1,3 +1,6 @@
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -13,6 +16,17 @@ require_regular_package(fastad)
 # Seeded, reproducible property tests: the same examples on every run.
 settings.register_profile("fastad", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile("fastad")
+
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def load_example(name):
+    """``examples/<name>.py`` as a module, for the tests of an example."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -1,20 +1,13 @@
 """examples/train_mlp.py: the loss falls, and its first step is a hand-written NumPy step."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
-
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
+from conftest import load_example
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("train_mlp", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("train_mlp")
 
 
 def numpy_step(parameters, X, labels):

@@ -1,22 +1,15 @@
 """The end-to-end example trains: loss falls, the optimiser step stays separate."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
+from conftest import load_example
 
 import fastad as fa
-
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_two_layer.py"
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("train_two_layer", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("train_two_layer")
 
 
 def test_loss_decreases(example):
