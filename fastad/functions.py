@@ -168,7 +168,7 @@ def _arrays_or_blocks(
         with np.errstate(all="ignore"):  # IEEE values per element, as for one node
             return np.frompyfunc(function, len(operands), 1)(*(as_object(x) for x in operands))
     if any(isinstance(x, Block) or _numeric_array(x) for x in operands):
-        return elementwise(code, *operands)
+        return cast("Block | FloatArray", elementwise(code, *operands))  # an array is among them
     return None
 
 
@@ -369,17 +369,8 @@ def where(condition: Any, x: Any, y: Any) -> Var | Block | FloatArray | float:
 def _where_elementwise(condition: Any, x: Any, y: Any) -> Block | FloatArray:
     """``where`` with a block or an array among the operands: two picks and an add, per element."""
     condition = np.asarray(condition, np.float64) if _numeric_array(condition) else condition
-    taken = _pick(_PICK, condition, x)
-    return cast("Block | FloatArray", taken + _pick(_PICK_NOT, condition, y))
-
-
-def _pick(code: int, condition: Any, side: Any) -> Any:
-    """One side of a select: a block op with an array involved, else a scalar node (or float)."""
-    if any(isinstance(v, Block) or _numeric_array(v) for v in (condition, side)):
-        return elementwise(code, condition, side)
-    if type(condition) is Var or type(side) is Var:
-        return record(code, condition, side)
-    return rules.value(code, float(condition), float(side))
+    taken = elementwise(_PICK, condition, x)  # a scalar node where neither is an array
+    return cast("Block | FloatArray", taken + elementwise(_PICK_NOT, condition, y))
 
 
 @overload

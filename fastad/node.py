@@ -492,11 +492,12 @@ def compute_block(code: int, operands: tuple[Any, ...], params: object = None) -
     return entry.forward(values, params)
 
 
-def elementwise(code: int, *operands: Any) -> Block | FloatArray | float:
+def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     """Record (or compute) scalar op ``code`` elementwise, with NumPy broadcasting.
 
     ``operands`` are nodes, numbers and arrays, as many as the op takes.
-    Without any node among them the result is a plain array (or float).
+    Without any node among them the result is a plain array (or float);
+    with scalar nodes and numbers only, a scalar node (``record``).
     """
     arity = optable.OPS[code].arity
     if len(operands) != arity:
@@ -505,6 +506,9 @@ def elementwise(code: int, *operands: Any) -> Block | FloatArray | float:
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)
         return out if out.ndim else float(out)
+    if not any(isinstance(v, Block) or is_array(v) for v in operands):
+        # Scalar nodes and numbers only: a scalar node, not a block op with a scalar value.
+        return record(code, *operands) if arity == 2 else record_unary(code, operands[0])
     nodes = tuple([as_operand(tape, v) for v in operands])
     return cast("Block", _append(tape, code, nodes, None))
 
