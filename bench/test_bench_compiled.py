@@ -4,10 +4,13 @@ Run with ``python -m pytest bench`` (the default ``pytest`` run only
 collects ``tests/``). Two groups:
 
 - ``batch``: ``value_and_grad`` of ``fa.compile(example_2)`` at 10^3 to
-  10^6 points with ``threads=1`` and ``threads=2``, beside the hand-written
-  NumPy value and gradient (``example2.py``) at the same sizes;
+  10^6 points with ``threads=1`` and ``threads=2``, for both replay tiers
+  (``backend="codegen"`` and ``"interpret"``), beside the hand-written
+  NumPy value and gradient (``example2.py``) on the ``(N, 6)`` points and
+  on column-contiguous ``(6, N)`` arrays (the fastest NumPy layout), and
+  the limit: a hand-written straight-line ``@njit`` loop of the function;
 - ``latency``: one call at one point (a float64 array of shape ``(6,)``),
-  ``value_and_grad`` and plain ``__call__``.
+  ``value_and_grad`` and plain ``__call__``, for both tiers.
 
 Batch benchmarks store ``ns_per_point`` (best round) in ``extra_info``,
 latency benchmarks ``us_per_call``. Every benchmark checks its result once
@@ -21,7 +24,14 @@ import os
 import numba
 import numpy as np
 import pytest
-from example2 import NUM_INPUTS, example_2, numpy_value_and_grad, random_points
+from example2 import (
+    NUM_INPUTS,
+    example_2,
+    limit_value_and_grad,
+    numpy_columns_value_and_grad,
+    numpy_value_and_grad,
+    random_points,
+)
 
 import fastad as fa
 
@@ -41,15 +51,16 @@ ONE_POINT = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 RTOL = 1e-12
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """``fa.compile(example_2)``, traced, with every path the benchmarks use warmed.
+@pytest.fixture(scope="module", params=["codegen", "interpret"], ids=lambda b: f"backend={b}")
+def compiled(request):
+    """``fa.compile(example_2, backend=...)``, traced, every path the benchmarks use warmed.
 
     Warming compiles (or loads from Numba's cache) the serial, parallel and
     one-point kernels, and creates the per-thread work spaces, so no round
-    pays for either.
+    pays for either. ``backend="auto"`` is one of these two once warm: the
+    rows name the tier they time.
     """
-    function = fa.compile(example_2, example=ONE_POINT)
+    function = fa.compile(example_2, example=ONE_POINT, backend=request.param)
     warm = random_points(8192, seed=SEED + 1)
     for threads in (1, 2):
         function.value_and_grad(warm, threads=threads)
@@ -97,7 +108,23 @@ def test_batch_numpy(benchmark, points):
     assert result[1].shape == points.shape
 
 
-# Batches under fastad.compiled._PARALLEL_MIN_POINTS (4096) run on the
+@pytest.mark.benchmark(group="batch")
+def test_batch_numpy_columns(benchmark, points, numpy_reference):
+    columns = np.ascontiguousarray(points.T)
+    value, grad = benchmark(numpy_columns_value_and_grad, columns)
+    store_per_point(benchmark, points.shape[0])
+    assert_matches((value, grad.T), numpy_reference)
+
+
+@pytest.mark.benchmark(group="batch")
+def test_batch_limit(benchmark, points, numpy_reference):
+    limit_value_and_grad(points[:10])  # compile outside the timing
+    result = benchmark(limit_value_and_grad, points)
+    store_per_point(benchmark, points.shape[0])
+    assert_matches(result, numpy_reference)
+
+
+# Batches under fastad.replay.PARALLEL_MIN_POINTS (4096) run on the
 # calling thread whatever ``threads`` says, so at 10^3 points both rows time
 # the serial path. ``threads`` is also capped at numba.get_num_threads().
 @pytest.mark.benchmark(group="batch")
@@ -106,6 +133,7 @@ def test_batch_fastad(benchmark, compiled, points, numpy_reference, threads):
     result = benchmark(compiled.value_and_grad, points, threads=threads)
     store_per_point(benchmark, points.shape[0])
     benchmark.extra_info["threads"] = min(threads, numba.get_num_threads())
+    benchmark.extra_info["backend"] = compiled.tier("grad").name
     assert_matches(result, numpy_reference)
     if threads > 1:
         # Each point is evaluated by the same sequence of operations whatever
@@ -119,6 +147,7 @@ def test_batch_fastad(benchmark, compiled, points, numpy_reference, threads):
 def test_latency_value_and_grad(benchmark, compiled):
     value, grad = benchmark(compiled.value_and_grad, ONE_POINT)
     store_per_call(benchmark)
+    benchmark.extra_info["backend"] = compiled.tier("grad").name
     assert_matches((np.array([value]), grad.reshape(1, -1)), numpy_value_and_grad(ONE_POINT[None]))
 
 
@@ -126,6 +155,7 @@ def test_latency_value_and_grad(benchmark, compiled):
 def test_latency_call(benchmark, compiled):
     value = benchmark(compiled, ONE_POINT)
     store_per_call(benchmark)
+    benchmark.extra_info["backend"] = compiled.tier("values").name
     assert isinstance(value, float)
     assert_matches((np.array([value]),), numpy_value_and_grad(ONE_POINT[None])[:1])
 

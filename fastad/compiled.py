@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast, overload
@@ -31,32 +32,21 @@ from fastad.kernels import optable, sweeps
 from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
-from fastad.storage import ARITY, as_stored
+from fastad.progress import progress
+from fastad.replay import BACKENDS, GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, VALUES, VJP, Replay, Tier
+from fastad.storage import as_stored
 from fastad.tape import Tape
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, IdArray, IndexArray, RealNumber, StrPath
+    from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
 
     Traceable = Callable[..., Any]
     """The Python function ``fa.compile`` traces: scalar (or array) arguments, fastad nodes
     while tracing, returning a node or number, or a tuple or list of them."""
 
-_VALUES, _VJP, _JVP = sweeps.VALUES, sweeps.VJP, sweeps.JVP
-_GRAD = sweeps.GRAD
-_sweep_point, _NO_FAILED_GUARD = sweeps.sweep_point, sweeps.NO_FAILED_GUARD
-_NO_GRADIENT = np.empty(0)
-_NO_STATUS = np.empty(0, np.int64)  # functions without guards never write status
+_NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
+_NOGRADIENT = np.empty(0)
 _COMPILED_FORMAT = "fastad-compiled-1"
-# Lanes per block: enough points that one dispatch per node is amortised,
-# few enough that the work space (4 rows of 8 bytes per node and lane) stays
-# in the per-core cache.
-_WORK_BUDGET_BYTES = 256 * 1024
-_MAX_LANES = 256
-_MIN_LANES = 32
-_MAX_WORK_BYTES = 64 * 1024 * 1024
-# Batches smaller than this run on the calling thread: starting the thread
-# pool costs more than it saves.
-_PARALLEL_MIN_POINTS = 4096
 
 
 # The kind of function follows from the example: arrays in it make a
@@ -68,6 +58,7 @@ def compile(
     num_inputs: int | None = None,
     example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
     optimize: bool = True,
+    backend: str = "auto",
 ) -> CompiledFunction: ...
 @overload
 def compile(
@@ -77,6 +68,7 @@ def compile(
     example: Sequence[ArrayLike],
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    backend: str = "auto",
 ) -> BlockFunction: ...
 @overload
 def compile(
@@ -85,6 +77,7 @@ def compile(
     num_inputs: int | None = None,
     example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
     optimize: bool = True,
+    backend: str = "auto",
 ) -> Callable[[Traceable], CompiledFunction]: ...
 @overload
 def compile(
@@ -94,6 +87,7 @@ def compile(
     example: Sequence[ArrayLike],
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    backend: str = "auto",
 ) -> Callable[[Traceable], BlockFunction]: ...
 def compile(  # noqa: A001
     function: Traceable | None = None,
@@ -102,6 +96,7 @@ def compile(  # noqa: A001
     example: Any = None,
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    backend: str = "auto",
 ) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
@@ -130,6 +125,21 @@ def compile(  # noqa: A001
         gradient is computed for them (a layer's ``X @ W`` then costs one
         product backward, not two). An int gives one gradient, a sequence
         a list; by default every argument gets one.
+    backend : {"auto", "interpret", "codegen"}
+        How a function of scalars is replayed; the results are the same bit
+        for bit, only the time differs. ``"interpret"``: the lanes
+        interpreter (one opcode dispatch per node serves a row of points; no
+        compile step). ``"codegen"``: generated straight-line kernels, one
+        module per kind of call (value, gradient, VJP, JVP, Jacobian),
+        compiled by Numba when first used (seconds, reported on stderr) and
+        cached on disk, so later processes load them in a fraction of a
+        second. ``"auto"`` (default): the interpreter first; once a kind of
+        call has done ``fastad.replay.HOT_NODE_POINTS`` of work its generated
+        code compiles in a background thread and takes over (at once when an
+        earlier process cached it), never for code of more than
+        ``fastad.codegen.BUDGET_ROWS`` rows (nodes times passes).
+        ``f.tier("grad")`` tells which tier runs and why. A function of
+        arrays replays its tape (``"codegen"`` is refused).
 
     Examples
     --------
@@ -140,29 +150,31 @@ def compile(  # noqa: A001
     """
     if function is None:
         return lambda f: compile(
-            f, num_inputs=num_inputs, example=example, optimize=optimize, wrt=wrt
+            f, num_inputs=num_inputs, example=example, optimize=optimize, wrt=wrt, backend=backend
         )
+    _check_backend(backend)
     if _has_arrays(example):
+        if backend == "codegen":
+            raise ValueError(
+                'backend="codegen" generates code for functions of scalars; a function of '
+                'arrays replays its tape (use backend="auto" or "interpret")'
+            )
         return BlockFunction(function, example, wrt)
     if wrt is not None:
         raise TypeError(
             "wrt= chooses arguments of a function of arrays (example=(X, W, ...)); a "
             "function of scalars computes its whole gradient in one compiled sweep: index it"
         )
-    return CompiledFunction(function, num_inputs=num_inputs, example=example, optimize=optimize)
+    return CompiledFunction(
+        function, num_inputs=num_inputs, example=example, optimize=optimize, backend=backend
+    )
 
 
-def _lane_count(n: int) -> int:
-    """Points per block for a program of ``n`` nodes.
-
-    As many as fit the per-core cache budget, but at least 32 (one lane per
-    block costs ~27 ns per node and point on a 2,000-node DAG, 32 lanes
-    ~10) unless the work space would pass ``_MAX_WORK_BYTES``.
-    """
-    row_bytes = 32 * (n + 1)  # 4 float64 rows of n + 1 per lane
-    lanes = _WORK_BUDGET_BYTES // row_bytes
-    floor = min(_MIN_LANES, max(1, _MAX_WORK_BYTES // row_bytes))
-    return int(min(_MAX_LANES, max(floor, lanes)))
+def _check_backend(backend: object) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
 
 
 def _has_arrays(example: Any) -> TypeGuard[Sequence[ArrayLike]]:
@@ -193,9 +205,12 @@ class CompiledFunction:
         num_inputs: int | None = None,
         example: ArrayLike | None = None,
         optimize: bool = True,
+        backend: str = "auto",
     ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
+        _check_backend(backend)
+        self._backend = backend
         self._function = function
         self._input_names, self._num_inputs = _signature(function, num_inputs)
         self._point_shape = (self._num_inputs,)
@@ -203,7 +218,6 @@ class CompiledFunction:
         self._optimize = optimize
         self.optimization: OptimizationReport | None = None
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._traced = False
         if example is not None:
             point, single = self._points(example)
@@ -217,7 +231,8 @@ class CompiledFunction:
             if self._traced:
                 return
             tape = Tape(trace=True)
-            with tape:
+            name = getattr(self._function, "__name__", "function")
+            with tape, progress(f"tracing {name}", lambda: f"{len(tape):,} nodes recorded"):
                 inputs = [
                     tape.input(float(v), name)
                     for v, name in zip(point, self._input_names, strict=True)
@@ -241,7 +256,8 @@ class CompiledFunction:
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
             if self._optimize:
-                optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
+                with progress(f"optimising the tape of {name} ({len(tape):,} nodes)"):
+                    optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
                 tape, self.optimization = optimized.tape, optimized.report
                 input_ids, output_ids = optimized.new_ids[input_ids], optimized.new_ids[output_ids]
                 guards = np.column_stack([optimized.new_ids[guards[:, 0]], guards[:, 1]])
@@ -255,29 +271,13 @@ class CompiledFunction:
         guards: IdArray,
         scalar_output: bool,
     ) -> None:
-        n = len(tape)
-        in1 = np.append(tape.in1, -1)
-        in1[:n][ARITY[tape.opcode] == 1] = n  # unary ops read the scratch row
-        header = [n, inputs.size, outputs.size, guards.shape[0]]
-        self._program: IndexArray = np.concatenate(
-            [
-                header,
-                np.append(tape.opcode, 0),
-                np.append(tape.in0, -1),
-                in1,
-                inputs,
-                outputs,
-                guards[:, 0],
-                guards[:, 1],
-            ]
-        ).astype(np.int32)
-        tape.freeze(f"the compiled function {getattr(self._function, '__name__', 'function')!r}")
+        name = getattr(self._function, "__name__", "function")
+        tape.freeze(f"the compiled function {name!r}")
         self._tape = tape
-        self._template = np.append(tape.val, 0.0)
+        self._replay = Replay(tape, inputs, outputs, guards, self._backend, repr(name))
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
         self._scalar_output = scalar_output
         self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
-        self._lanes = _lane_count(n)
         self._traced = True
 
     # -- what it is ------------------------------------------------------------------
@@ -296,9 +296,39 @@ class CompiledFunction:
         """The traced tape (read it, print ``tape.table()``; None before tracing)."""
         return self._tape if self._traced else None
 
+    @property
+    def backend(self) -> str:
+        """The replay backend asked for: ``"auto"``, ``"interpret"`` or ``"codegen"``."""
+        return self._backend
+
+    def tier(self, call: str = "grad") -> Tier:
+        """Which tier replays a kind of call, and why: ``Tier(name, reason)``.
+
+        ``call`` is one of ``"values"``, ``"grad"`` (also ``value_and_grad``),
+        ``"vjp"``, ``"jvp"``, ``"jacobian_fwd"``, ``"jacobian_rev"``. ``name``
+        is ``"codegen"`` or ``"interpret"``. Needs a traced function.
+        """
+        modes = {
+            "values": VALUES,
+            "grad": GRAD,
+            "vjp": VJP,
+            "jvp": JVP,
+            "jacobian_fwd": JACOBIAN_FWD,
+            "jacobian_rev": JACOBIAN_REV,
+        }
+        if call not in modes:
+            raise ValueError(f"call must be one of {', '.join(map(repr, modes))}, got {call!r}")
+        if not self._traced:
+            raise ValueError("this function has not been traced yet: call it once or pass example=")
+        return self._replay.tier(modes[call])
+
     def __repr__(self) -> str:
         name = getattr(self._function, "__name__", "function")
-        state = f"{len(self._tape)} nodes, {self._g} guards" if self._traced else "not traced"
+        state = (
+            f"{len(self._tape)} nodes, {self._g} guards, backend {self._backend!r}"
+            if self._traced
+            else "not traced"
+        )
         return f"<fastad.CompiledFunction {name}: {self._num_inputs} inputs, {state}>"
 
     # -- evaluation ----------------------------------------------------------------
@@ -306,8 +336,8 @@ class CompiledFunction:
         """Output value(s) at one point or a batch."""
         points, single = self._points(points)
         if single and self._scalar_output:
-            return self._point(points[0], _VALUES, _NO_GRADIENT)
-        values, _ = self._run(points, _VALUES, None, threads)
+            return self._point(points[0], VALUES, _NOGRADIENT)
+        values, _ = self._run(points, VALUES, None, threads)
         return self._shape_values(values, single)
 
     def value_and_grad(
@@ -322,13 +352,13 @@ class CompiledFunction:
         ):
             # The latency path: one float64 point, no conversion or copy.
             gradient = np.empty(self._k)
-            return self._point(points, _GRAD, gradient), gradient
+            return self._point(points, GRAD, gradient), gradient
         points, single = self._points(points)
         self._require_scalar("value_and_grad")
         if single:
             gradient = np.empty(self._k)
-            return self._point(points[0], _GRAD, gradient), gradient
-        values, gradients = self._run(points, _GRAD, None, threads)
+            return self._point(points[0], GRAD, gradient), gradient
+        values, gradients = self._run(points, GRAD, None, threads)
         return values.reshape(-1), gradients
 
     def grad(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
@@ -357,7 +387,7 @@ class CompiledFunction:
                 f"cotangent shape {np.shape(cotangents)} does not match the output: expected "
                 f"{self._output_shape(single, points.shape[0])}"
             )
-        values, pulled = self._run(points, _VJP, np.ascontiguousarray(u), threads)
+        values, pulled = self._run(points, VJP, np.ascontiguousarray(u), threads)
         pulled = pulled[0] if single else pulled
         return self._shape_values(values, single), pulled
 
@@ -376,23 +406,34 @@ class CompiledFunction:
                 f"tangent shape {np.shape(tangents)} does not match the points' shape "
                 f"{points.shape[1:] if single else points.shape}"
             )
-        values, pushed = self._run(points, _JVP, np.ascontiguousarray(v), threads)
+        values, pushed = self._run(points, JVP, np.ascontiguousarray(v), threads)
         return self._shape_values(values, single), self._shape_values(pushed, single)
 
-    def jacobian(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
+    def jacobian(
+        self, points: ArrayLike, threads: int | None = None, mode: str | None = None
+    ) -> FloatArray:
         """``J``: shape ``(m, k)`` at one point, ``(N, m, k)`` for a batch.
 
         For a scalar output the gradient's shapes, ``(k,)`` and ``(N, k)``.
 
-        Computed as ``m`` reverse sweeps per point (rows of the identity as
-        cotangents), batched like every other evaluation.
+        Each point's Jacobian comes from one forward pass and then ``k``
+        tangent passes (``mode="fwd"``, one per input) or ``m`` adjoint
+        passes (``mode="rev"``, one per output); by default the cheaper:
+        forward when ``k <= m``. The two agree to rounding. Nothing larger
+        than the result is allocated besides the ``(N, m)`` values; a result
+        that cannot fit in the memory available raises ``MemoryError``,
+        naming its size, before anything is allocated.
         """
         points, single = self._points(points)
-        n_points, m = points.shape[0], self._m
-        repeated = np.repeat(points, m, axis=0)
-        cotangents = np.tile(np.eye(m), (n_points, 1))
-        _, rows = self._run(repeated, _VJP, cotangents, threads)
-        jac = rows.reshape(n_points, m, self._k)
+        n_points, m, k = points.shape[0], self._m, self._k
+        if mode is None:
+            mode = "fwd" if k <= m else "rev"
+        if mode not in ("fwd", "rev"):
+            raise ValueError(f'mode must be "fwd", "rev" or None, got {mode!r}')
+        _check_fits(n_points * m * (k + 1) * 8, f"the Jacobian of {n_points:,} points", (m, k))
+        sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
+        _, rows = self._run(points, sweep_mode, None, threads)
+        jac = rows.reshape(n_points, m, k)
         if self._scalar_output:
             jac = jac[:, 0]  # like grad: (k,) or (N, k)
         return jac[0] if single else jac
@@ -444,22 +485,9 @@ class CompiledFunction:
             return float(values[0, 0]) if single else values[:, 0].copy()
         return values[0].copy() if single else values
 
-    def _work(self) -> FloatArray:
-        # One work space per thread: concurrent calls never share buffers.
-        work = getattr(self._local, "work", None)
-        if work is None:
-            work = self._local.work = sweeps.new_work(self._template, self._lanes)
-        return work
-
     def _point(self, point: FloatArray, mode: int, gradient: FloatArray) -> float:
-        """One point of a scalar-output function (``sweeps.sweep_point``): the value."""
-        try:
-            work = self._local.point_work
-        except AttributeError:
-            # Per thread: concurrent calls never share a work space.
-            work = self._local.point_work = np.zeros((4, self._template.size))
-            work[0] = self._template
-        value, failed = _sweep_point(self._program, work, point, gradient, mode)
+        """One point of a scalar-output function (VALUES or GRAD): the value."""
+        value, failed = self._replay.point(point, mode, gradient)
         if failed != _NO_FAILED_GUARD:
             self._raise_branch_error(point.reshape(1, -1), np.array([failed]))
         return value
@@ -469,22 +497,10 @@ class CompiledFunction:
     ) -> tuple[FloatArray, FloatArray]:
         if not self._traced:
             raise ValueError("cannot evaluate an untraced function on an empty batch")
-        n_points = points.shape[0]
-        width = self._k if mode in (_VJP, _GRAD) else self._m
-        values = np.empty((n_points, self._m))
-        derivatives = np.empty((n_points, width))
-        status = np.full(n_points, _NO_FAILED_GUARD, np.int64) if self._g else _NO_STATUS
-        if directions is None:
-            directions = values  # not read in VALUES and GRAD modes; any float64 2-D array
-        threads = _thread_count(threads)
-        batch = (points, directions, values, derivatives, status, mode)
-        if threads > 1 and n_points >= _PARALLEL_MIN_POINTS:
-            sweeps.sweep_points_parallel(
-                self._program, self._template, *batch, self._lanes, threads
-            )
-        else:
-            sweeps.sweep_points(self._program, self._work(), *batch)
-        if self._g and n_points and status.max() != _NO_FAILED_GUARD:
+        values, derivatives, status = self._replay.run(
+            points, mode, directions, _thread_count(threads)
+        )
+        if self._g and points.shape[0] and status.max() != _NO_FAILED_GUARD:
             self._raise_branch_error(points, status)
         return values, derivatives
 
@@ -523,6 +539,7 @@ class CompiledFunction:
                     "input_names": self._input_names,
                     "labels": {str(i): v for i, v in self._tape.labels.items()},
                     "name": getattr(self._function, "__name__", "function"),
+                    "backend": self._backend,
                 }
             ),
         }
@@ -759,7 +776,7 @@ def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFun
     compiled._num_inputs = inputs.size
     compiled._point_shape = (inputs.size,)
     compiled._lock = threading.Lock()
-    compiled._local = threading.local()
+    compiled._backend = meta["backend"]
     compiled._traced = False
     compiled._optimize = False
     compiled.optimization = None
@@ -773,6 +790,7 @@ _METADATA_TYPES: dict[str, tuple[type, object, str]] = {
     "input_names": (list, [], "a list of strings"),
     "labels": (dict, {}, "an object of node id: label"),
     "name": (str, "function", "a string"),
+    "backend": (str, "auto", '"auto", "interpret" or "codegen"'),
 }
 
 
@@ -787,6 +805,8 @@ def _metadata(text: str, source: str) -> dict[str, Any]:
                 f"{source}: metadata field {key!r} must be {description}, got {value!r}"
             )
         checked[key] = value
+    if checked["backend"] not in BACKENDS:
+        raise ValueError(f"{source}: metadata field 'backend' must be one of {BACKENDS}")
     if not all(isinstance(name, str) for name in checked["input_names"]):
         raise ValueError(f"{source}: metadata input_names must be strings")
     return checked
@@ -851,6 +871,39 @@ def _real_array(values: ArrayLike, what: str) -> FloatArray:
     if array.dtype.kind in "biuf":
         return array.astype(np.float64, copy=False)
     raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+
+
+def _check_fits(size: int, what: str, shape: tuple[int, int]) -> None:
+    """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available."""
+    available = _available_memory()
+    if available is not None and size > available:
+        raise MemoryError(
+            f"{what} ({shape[0]:,} outputs x {shape[1]:,} inputs each, with the values) needs "
+            f"{_format_bytes(size)}; {_format_bytes(available)} is available. Evaluate fewer "
+            "points at a time, or use jvp / vjp for the products you need"
+        )
+
+
+def _format_bytes(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux: MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _thread_count(threads: int | None) -> int:

@@ -313,9 +313,28 @@ if _NUMBA_CACHE_API:
         _locator_classes = [KernelCacheLocator]
 
     class KernelCache(_FUNCTION_CACHE):  # type: ignore[misc]
-        """Numba's function cache with :class:`KernelCacheLocator` as its only locator."""
+        """Numba's function cache with :class:`KernelCacheLocator` as its only locator.
+
+        An entry that cannot be loaded (a truncated or corrupt file, one
+        written for a module Numba cannot find again) is a cache miss, not a
+        crash: Numba's own loader raises on such files. The index is emptied
+        so the fresh compile overwrites the entry, and one warning says so.
+        """
 
         _impl_class = _KernelCacheImpl
+
+        def load_overload(self, sig: Any, target_context: Any) -> Any:
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as error:  # noqa: BLE001  (any unreadable entry is a miss)
+                self.flush()
+                warnings.warn(
+                    f"fastad: discarded an unreadable compiled-kernel cache entry for "
+                    f"{self._name} ({type(error).__name__}: {error}); compiling it afresh",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return None
 
 
 def _attach_cache(dispatcher: Any) -> None:

@@ -2183,9 +2183,11 @@ def mark_value_ancestors(
 # are filled once from ``template``.
 #
 # Modes: VALUES (outputs only), VJP (outputs and cotangent^T J), GRAD (VJP
-# with every cotangent 1, without reading one), JVP (outputs and J tangent).
+# with every cotangent 1, without reading one), JVP (outputs and J tangent),
+# JACOBIAN_REV / JACOBIAN_FWD (outputs and the whole (m, k) Jacobian, row
+# by row, from one forward pass: m adjoint or k tangent passes).
 
-VALUES, VJP, JVP, GRAD = 0, 1, 2, 3
+VALUES, VJP, JVP, GRAD, JACOBIAN_REV, JACOBIAN_FWD = 0, 1, 2, 3, 4, 5
 NO_FAILED_GUARD = -1
 HEADER = 4
 
@@ -2231,9 +2233,9 @@ def sweep_block(
     """Evaluate points ``start:start + count`` in lanes ``0:count`` of ``work``.
 
     Writes ``values[p]`` (m outputs), ``derivatives[p]`` (k for VJP, m for
-    JVP) and ``status[p]`` (index of the first guard whose truth differs
-    from the traced one; the caller fills ``status`` with
-    ``NO_FAILED_GUARD``).
+    JVP, the ``m * k`` Jacobian row by row for the JACOBIAN modes) and
+    ``status[p]`` (index of the first guard whose truth differs from the
+    traced one; the caller fills ``status`` with ``NO_FAILED_GUARD``).
     """
     n, k, m, g, opcode, in0, in1, io = unpack(program)
     val, d0, d1, adj = work[0], work[1], work[2], work[3]
@@ -2275,14 +2277,7 @@ def sweep_block(
                 seed = 1.0 if mode == GRAD else directions[start + lane, r]
                 if seed != 0.0:
                     adj[row, lane] += seed
-        for i in range(n - 1, -1, -1):
-            j = in0[i]
-            if j < 0:
-                continue
-            pull(adj[j], d0[i], adj[i], count)
-            c = in1[i]
-            if c != n:  # unary ops read the scratch row: nothing to send there
-                pull(adj[c], d1[i], adj[i], count)
+        adjoint_pass(in0, in1, d0, d1, adj, n, count)
         for t in range(k):
             row = io[t]
             for lane in range(count):
@@ -2295,19 +2290,72 @@ def sweep_block(
                 seed = directions[start + lane, t]
                 if seed != 0.0:  # a zero tangent is a strong zero, as in VJP
                     adj[row, lane] = seed
-        for i in range(n):
-            j = in0[i]
-            if j < 0:
-                continue
-            c = in1[i]
-            for lane in range(count):
-                adj[i, lane] = contribution(d0[i, lane], adj[j, lane]) + contribution(
-                    d1[i, lane], adj[c, lane]
-                )
+        tangent_pass(in0, in1, d0, d1, adj, n, count)
         for r in range(m):
             row = io[k + r]
             for lane in range(count):
                 derivatives[start + lane, r] = adj[row, lane] + 0.0
+    elif mode == JACOBIAN_REV:  # row r of each point's Jacobian: a VJP with cotangent e_r
+        for r in range(m):
+            adj[:, :count] = UNREACHED
+            adj[io[k + r], :count] += 1.0
+            adjoint_pass(in0, in1, d0, d1, adj, n, count)
+            for t in range(k):
+                row = io[t]
+                for lane in range(count):
+                    derivatives[start + lane, r * k + t] = adj[row, lane] + 0.0
+    elif mode == JACOBIAN_FWD:  # column t: a JVP with tangent e_t
+        for t in range(k):
+            adj[:, :count] = UNREACHED
+            adj[io[t], :count] = 1.0
+            tangent_pass(in0, in1, d0, d1, adj, n, count)
+            for r in range(m):
+                row = io[k + r]
+                for lane in range(count):
+                    derivatives[start + lane, r * k + t] = adj[row, lane] + 0.0
+
+
+@kernel
+def adjoint_pass(
+    in0: IndexArray,
+    in1: IndexArray,
+    d0: FloatArray,
+    d1: FloatArray,
+    adj: FloatArray,
+    n: int,
+    count: int,
+) -> None:
+    """Seeded adjoints in lanes ``0:count`` pulled back through nodes ``n - 1 .. 0``."""
+    for i in range(n - 1, -1, -1):
+        j = in0[i]
+        if j < 0:
+            continue
+        pull(adj[j], d0[i], adj[i], count)
+        c = in1[i]
+        if c != n:  # unary ops read the scratch row: nothing to send there
+            pull(adj[c], d1[i], adj[i], count)
+
+
+@kernel
+def tangent_pass(
+    in0: IndexArray,
+    in1: IndexArray,
+    d0: FloatArray,
+    d1: FloatArray,
+    adj: FloatArray,
+    n: int,
+    count: int,
+) -> None:
+    """Seeded tangents in lanes ``0:count`` pushed through nodes ``0 .. n - 1``."""
+    for i in range(n):
+        j = in0[i]
+        if j < 0:
+            continue
+        c = in1[i]
+        for lane in range(count):
+            adj[i, lane] = contribution(d0[i, lane], adj[j, lane]) + contribution(
+                d1[i, lane], adj[c, lane]
+            )
 
 
 @kernel

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from strategies import dags, evaluate
 
 import fastad as fa
-from fastad import compiled as compiled_module
-from fastad import demo
+from fastad import demo, replay
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 
@@ -67,7 +66,7 @@ def test_random_expressions_replay_equals_eager(dag, new_point):
 def test_batch_equals_per_point(example_2, rng, threads):
     # More points than one block and than the parallel threshold, and not a
     # multiple of the lane count, so partial blocks are exercised too.
-    points = rng.uniform(-3, 3, size=(compiled_module._PARALLEL_MIN_POINTS + 517, 6))
+    points = rng.uniform(-3, 3, size=(replay.PARALLEL_MIN_POINTS + 517, 6))
     values, gradients = example_2.value_and_grad(points, threads=threads)
     for index in rng.choice(points.shape[0], size=40, replace=False):
         value, gradient = example_2.value_and_grad(points[index])

@@ -1,0 +1,266 @@
+"""The code-generation tier of compiled functions: generated kernels, cached as files.
+
+:mod:`fastad.kernels.codegen` writes the source of a module that evaluates
+one traced program as straight-line code; this module keeps those modules
+on disk, loads them and calls them. Files, because Numba caches machine code
+only for functions whose source is a file (functions made with ``exec``
+cannot use ``cache=True``), so a process that meets a known program again
+loads its kernels instead of compiling them.
+
+The cache lives in ``cache_directory()/generated`` (``$FASTAD_CACHE_DIR``
+or the per-user cache folder, never inside ``site-packages``; Numba's
+files for these modules go beside fastad's own, under ``numba/``). A
+module's file name is a hash of its text and of the fastad, Numba and
+Python versions and fastad's Numba options. Before a module is used its
+file is read back and compared with the text generated now, character for
+character: a corrupt, truncated or foreign file is rewritten, never
+trusted. Writes go to a temporary file in the same folder and are renamed
+into place, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import sys
+import threading
+import types
+import uuid
+import warnings
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numba
+import numpy as np
+
+from fastad.kernels import codegen as generator
+from fastad.kernels.jit import JIT_OPTIONS, cache_directory
+from fastad.progress import progress
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray, IdArray
+
+Program = generator.Program
+MODES = generator.MODES
+
+# Numba's compile time of generated code, measured on the CI-sized machine
+# (2 cores; `python bench/codegen_curve.py`): about COMPILE_SECONDS_PER_ROW
+# per row of straight-line code (a row: one node in one pass) plus a fixed
+# cost, growing a little faster than linearly. The README publishes the
+# curve; `auto` generates code up to BUDGET_ROWS rows (a few seconds' cold
+# compile, once per machine thanks to the cache) and interprets above.
+COMPILE_SECONDS_FIXED = 0.6
+COMPILE_SECONDS_PER_ROW = 2.0e-4
+BUDGET_ROWS = 1_000
+
+
+def rows(program: Program, mode: str) -> int:
+    """The size of ``mode``'s generated code for ``program``: nodes times passes."""
+    return int(program.opcode.size) * generator.passes(program, mode)
+
+
+def expected_compile_seconds(size: int) -> float:
+    """The cold compile time the measured curve predicts for ``size`` rows."""
+    return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_ROW * size
+
+
+@cache
+def _version_key() -> str:
+    try:
+        fastad_version = importlib.metadata.version("fastad")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        fastad_version = "source"
+    return (
+        f"fastad {fastad_version}; numba {numba.__version__}; python {sys.version}; "
+        f"options {sorted(JIT_OPTIONS.items())}"
+    )
+
+
+def module_key(source: str) -> str:
+    """The cache key of a generated module: its text and every version it depends on."""
+    digest = hashlib.sha256()
+    digest.update(_version_key().encode())
+    digest.update(b"\0")
+    digest.update(source.encode())
+    return digest.hexdigest()[:32]
+
+
+def load_module(source: str, name: str) -> types.ModuleType:
+    """The module ``source`` defines, from its cached file (written if need be).
+
+    ``name`` is the module's name (``__name__``). Without a writable cache
+    folder the module is built from the text directly: it works, and its
+    kernels compile afresh in every process (fastad's cache warning says so).
+    """
+    known = sys.modules.get(name)
+    if known is not None and getattr(known, "__fastad_source__", None) == source:
+        return known
+    path = _cached_file(source, name)
+    module = types.ModuleType(name)
+    module.__file__ = str(path) if path is not None else f"<{name}>"
+    # Compiled from the text just checked, not imported: an import would
+    # trust a bytecode file in __pycache__ that is keyed by timestamp only.
+    code = compile(source, module.__file__, "exec")
+    module.__dict__["__fastad_source__"] = source
+    # Registered before it runs: Numba finds a kernel's module by name
+    # (inspect.getmodule), and a module it cannot find is never cached.
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102  (fastad's own generated code)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _cached_file(source: str, name: str) -> Path | None:
+    root = cache_directory()
+    if root is None:
+        return None
+    folder = root / "generated"
+    path = folder / f"{name}.py"
+    try:
+        if path.is_file() and not path.is_symlink() and path.read_text("utf-8") == source:
+            return path
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            temporary.write_text(source, "utf-8")
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except (OSError, UnicodeDecodeError) as error:
+        warnings.warn(
+            f"fastad: cannot cache generated code in {folder} ({error}); it will be compiled "
+            "afresh in every process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return path
+
+
+class GeneratedCode:
+    """The generated kernels of one program, one module per mode, made when first asked for.
+
+    Safe to use from several threads: a module is made once, under a lock,
+    and Numba serialises compilation.
+    """
+
+    def __init__(self, program: Program, title: str) -> None:
+        self._program = program
+        self._title = title
+        self._sources: dict[str, tuple[str, str]] = {}
+        self._modules: dict[str, types.ModuleType] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def program(self) -> Program:
+        """The program the kernels evaluate."""
+        return self._program
+
+    def _source(self, mode: str) -> tuple[str, str]:
+        """``(text, module name)`` of ``mode``'s module, generated once."""
+        found = self._sources.get(mode)
+        if found is None:
+            with progress(f"generating code for {self._title} ({mode})"):
+                text = generator.module_source(self._program, mode, self._title)
+            found = self._sources[mode] = (text, f"fastad_{module_key(text)}")
+        return found
+
+    def module(self, mode: str) -> types.ModuleType:
+        """The generated module for ``mode`` (written or checked on first use)."""
+        module = self._modules.get(mode)
+        if module is None:
+            with self._lock:
+                module = self._modules.get(mode)
+                if module is None:
+                    module = self._modules[mode] = load_module(*self._source(mode))
+        return module
+
+    def is_cached(self, mode: str) -> bool:
+        """Whether ``mode``'s kernels were compiled into the cache before (a load, not a compile).
+
+        True when the module's file holds exactly the text generated now and
+        the marker written after its kernels first compiled is beside it.
+        """
+        root = cache_directory()
+        if root is None:
+            return False
+        text, name = self._source(mode)
+        folder = root / "generated"
+        try:
+            return (folder / f"{name}.compiled").is_file() and (folder / f"{name}.py").read_text(
+                "utf-8"
+            ) == text
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def prepare(self, mode: str, parallel: bool) -> None:
+        """Compile (or load from the cache) every kernel of ``mode`` that calls will use.
+
+        Each kernel is called once on empty or zero arrays, which makes Numba
+        compile it for the argument types the real calls have; the one-point
+        kernel and, with ``parallel``, the threaded one are included. Slow
+        steps report progress on stderr.
+        """
+        module = self.module(mode)
+        program = self._program
+        k, m = program.inputs.size, program.outputs.size
+        width = max(1, generator.derivative_width(program, mode))
+        empty = (
+            np.empty((0, k)),
+            np.empty((0, max(k, m))),
+            np.empty((0, m)),
+            np.empty((0, width)),
+            np.empty(0, np.int64),
+        )
+        calls: list[tuple[Any, tuple[Any, ...]]] = [(module.batch, (*empty, 0, 0))]
+        if parallel:
+            calls.append((module.parallel, (*empty, 1)))
+        point = getattr(module, "point", None)
+        if point is not None:
+            calls.append((point, (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)))
+        if all(getattr(kernel, "signatures", True) for kernel, _ in calls):
+            return  # compiled already (or NUMBA_DISABLE_JIT)
+        size = rows(program, mode)
+        what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
+        with progress(what, expected=expected_compile_seconds(size)):
+            for kernel, arguments in calls:
+                kernel(*arguments)
+        self._mark_compiled(mode)
+
+    def _mark_compiled(self, mode: str) -> None:
+        root = cache_directory()
+        if root is not None:
+            marker = root / "generated" / f"{self._source(mode)[1]}.compiled"
+            with contextlib.suppress(OSError):  # only a hint for the next process
+                marker.touch()
+
+    def run(
+        self,
+        mode: str,
+        points: FloatArray,
+        directions: FloatArray,
+        values: FloatArray,
+        derivatives: FloatArray,
+        status: IdArray,
+        threads: int,
+        parallel: bool,
+    ) -> None:
+        """Evaluate every point in ``mode`` (the arrays as the interpreter's batch takes them)."""
+        self.prepare(mode, parallel)
+        module = self.module(mode)
+        if parallel:
+            module.parallel(points, directions, values, derivatives, status, threads)
+        else:
+            module.batch(points, directions, values, derivatives, status, 0, points.shape[0])
+
+    def point(self, mode: str) -> Callable[..., Any]:
+        """The compiled one-point kernel of a scalar-output program ("values" or "grad")."""
+        self.prepare(mode, parallel=False)
+        return cast("Callable[..., Any]", self.module(mode).point)

@@ -1,0 +1,438 @@
+"""Straight-line kernels generated from one traced program: the second replay tier.
+
+The interpreter (``sweeps.sweep_block``) dispatches on every node's opcode
+for every row of lanes. For a program that is not too long, this module
+writes instead the Python source of a module whose kernels evaluate that
+one program as straight-line code, one local variable per node, with the
+loop over points inside the kernel: nothing is dispatched, nothing is
+stored per node, and LLVM sees the whole function.
+
+The statements are the op table's own rule expressions (``optable.OPS``),
+with the operands' variables substituted for ``a``, ``b`` and ``out``, in
+the interpreter's order: values and local partials node by node, adjoints
+accumulated in decreasing node order with each node's ``in0`` edge before
+its ``in1`` edge, tangents in increasing order, guards compared in their
+recorded order. So every result equals the interpreter's bit for bit. What
+the generator leaves out changes no bit:
+
+- an edge whose local partial is the literal ``0.0`` (comparisons,
+  ``stop_gradient``, the condition of a pick): ``contribution(0.0, g)`` is
+  ``UNREACHED``, and adding ``UNREACHED`` (-0.0) changes nothing;
+- an edge into a node that depends on no input (a constant, a constant
+  expression): its adjoint is never read;
+- every edge out of a node that nothing can reach (its adjoint or tangent
+  is statically ``UNREACHED``);
+- the first addition to a buffer that starts at ``UNREACHED``
+  (``-0.0 + x == x`` for every ``x``), which becomes an assignment;
+- ``contribution(1.0, g)``, which is ``g`` itself (``g * 1.0 + 0.0`` is
+  ``g`` for every reached ``g``, and ``UNREACHED`` stays ``UNREACHED``).
+
+Each mode gets a module of its own (``MODES``), so a program's module is
+only as long as what it is called for. The front end (``fastad.codegen``)
+caches the modules as files, because Numba's on-disk cache needs a source
+file (functions made with ``exec`` cannot be cached). A module holds copies
+of the op table's helpers and of ``contribution``, so its text alone
+determines its machine code and the cache can be keyed by that text.
+
+Kernels trust their input as every kernel does: the program comes from a
+validated tape, the arrays are C-contiguous float64 of the right shapes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import math
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from . import optable, sweeps
+
+MODES = ("values", "grad", "vjp", "jvp", "jacobian_fwd", "jacobian_rev")
+"""What a module computes per point.
+
+``values``: the outputs. ``grad``: a scalar output and its gradient (the
+seed is 1). ``vjp``: outputs and ``u^T J`` for a cotangent ``u`` per point.
+``jvp``: outputs and ``J v``. ``jacobian_fwd`` / ``jacobian_rev``: outputs
+and the whole ``(m, k)`` Jacobian, by ``k`` tangent passes or ``m``
+adjoint passes after one forward pass (``derivatives[p]`` holds it row by
+row, ``m * k`` numbers).
+"""
+POINT_MODES = ("values", "grad")
+"""Modes that also get a one-point kernel (the latency path)."""
+
+
+class Program(NamedTuple):
+    """A traced program as the generator reads it (all from a validated tape).
+
+    ``opcode``, ``in0``, ``in1``: the tape's columns (``-1`` for a missing
+    operand); ``values``: the traced values (constants keep theirs);
+    ``inputs``, ``outputs``: node ids; ``guards``: ``(g, 2)`` rows of
+    (node id, traced truth 0 or 1).
+    """
+
+    opcode: NDArray[np.uint8]
+    in0: NDArray[np.int32]
+    in1: NDArray[np.int32]
+    values: NDArray[np.float64]
+    inputs: NDArray[np.int64]
+    outputs: NDArray[np.int64]
+    guards: NDArray[np.int64]
+
+
+class _Rule(NamedTuple):
+    value: str  # format template with {a}, {b}, {out}
+    partials: tuple[str, ...]
+
+
+_PLACEHOLDERS = {"a": "{a}", "b": "{b}", "out": "{out}"}
+
+
+def _template(expression: str) -> str:
+    """``expression`` with the rule variables ``a``, ``b``, ``out`` as format fields.
+
+    Parsed, so ``a`` inside ``atan`` or ``fabs`` is left alone; the rule
+    dialect has no braces of its own (no dict or set displays).
+    """
+    tree = ast.parse(expression, mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _PLACEHOLDERS:
+            node.id = _PLACEHOLDERS[node.id]
+    return ast.unparse(tree)
+
+
+@functools.cache
+def _rules() -> dict[int, _Rule]:
+    return {
+        op.code: _Rule(_template(op.value), tuple(_template(p) for p in op.partials))
+        for op in optable.OPS
+        if op.arity
+    }
+
+
+def _is_plain(expression: str) -> bool:
+    """A variable or a literal: no need for a local of its own."""
+    return expression.isidentifier() or expression in ("1.0", "-1.0")
+
+
+class _Emitter:
+    """Writes the per-point statements of one kernel, indented by ``indent``.
+
+    ``constants`` collects the module-level names of constants that need
+    one (a nan, whose sign and payload a literal would lose).
+    """
+
+    def __init__(self, program: Program, indent: str, constants: dict[str, float]) -> None:
+        self.program = program
+        self.indent = indent
+        self.constants = constants
+        self.lines: list[str] = []
+        self.n = program.opcode.size
+        self.arity = [optable.ALL[int(code)].arity for code in program.opcode]
+        self.partials: dict[tuple[int, int], str] = {}
+        # Nodes that depend on an input: only their adjoints and tangents can
+        # ever be reached, so only edges into them carry anything.
+        depends = np.zeros(self.n, bool)
+        depends[program.inputs] = True
+        for i in range(self.n):
+            depends[i] |= any(depends[j] for j in self.operands(i))
+        self.depends = depends
+
+    def emit(self, line: str) -> None:
+        self.lines.append(self.indent + line)
+
+    def operands(self, i: int) -> list[int]:
+        return [int(self.program.in0[i]), int(self.program.in1[i])][: self.arity[i]]
+
+    def literal(self, value: float) -> str:
+        """Source text of a float that reads back bit for bit."""
+        if math.isnan(value):
+            name = f"NAN_{len(self.constants)}"
+            self.constants[name] = value
+            return name
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+
+    def forward(self, read_input: list[str], with_partials: bool) -> None:
+        """Values in node order and, ``with_partials``, every live edge's local partial."""
+        program = self.program
+        rules = _rules()
+        position = {int(node): t for t, node in enumerate(program.inputs)}
+        for i in range(self.n):
+            if i in position:
+                self.emit(f"v{i} = {read_input[position[i]]}")
+                continue
+            if not self.arity[i]:  # a constant (or a leaf that is not an input)
+                self.emit(f"v{i} = {self.literal(float(program.values[i]))}")
+                continue
+            rule = rules[int(program.opcode[i])]
+            operands = self.operands(i)
+            names = {
+                "a": f"v{operands[0]}",
+                "b": f"v{operands[1]}" if len(operands) > 1 else "0.0",
+                "out": f"v{i}",
+            }
+            self.emit(f"v{i} = {rule.value.format(**names)}")
+            if not with_partials:
+                continue
+            for slot, operand in enumerate(operands):
+                partial = rule.partials[slot].format(**names)
+                if partial == "0.0" or not self.depends[operand]:
+                    continue  # sends nothing, or to a node whose adjoint nobody reads
+                if not _is_plain(partial):
+                    self.emit(f"p{i}_{slot} = {partial}")
+                    partial = f"p{i}_{slot}"
+                self.partials[i, slot] = partial
+
+    def guards(self, on_failure: list[str]) -> None:
+        """Find the first guard whose truth differs from the traced one, then ``on_failure``."""
+        if not self.program.guards.shape[0]:
+            return
+        self.emit("failed = -1")
+        for q, (node, truth) in enumerate(self.program.guards.tolist()):
+            # The interpreter's test, (value != 0.0) != truth, written out.
+            fails = f"not (v{node} != 0.0)" if truth else f"v{node} != 0.0"
+            self.emit(f"if failed < 0 and {fails}:")
+            self.emit(f"    failed = {q}")
+        for line in on_failure:
+            self.emit(line)
+
+    def term(self, i: int, slot: int, incoming: str) -> str:
+        """What edge ``(i, slot)`` sends: ``contribution(partial, incoming)``."""
+        partial = self.partials[i, slot]
+        return incoming if partial == "1.0" else f"contribution({partial}, {incoming})"
+
+    def reverse(self, seeds: list[tuple[int, str]], write: list[str], prefix: str = "g") -> None:
+        """Adjoints: the seeds in output order, then the live edges, last node first.
+
+        ``seeds``: (output node, seed expression); an output listed twice
+        adds both. ``write[t]``: a statement with ``{}`` for input ``t``'s
+        derivative. Every sum gets a new name (``g7``, ``g7_1``, ...; each
+        pass its own ``prefix``): code that assigns each variable once spares
+        Numba's SSA reconstruction, which took most of the compile time of
+        reassigned adjoints. An adjoint that is another's is that name.
+        """
+        current: dict[int, str] = {}  # node -> the name of its adjoint so far
+        versions: dict[int, int] = {}
+
+        def accumulate(node: int, term: str) -> None:
+            if node in current:
+                versions[node] = versions.get(node, 0) + 1
+                name = f"{prefix}{node}_{versions[node]}"
+                self.emit(f"{name} = {current[node]} + {term}")
+            elif term.isidentifier():
+                name = term  # -0.0 + g is g: no statement at all
+            else:
+                name = f"{prefix}{node}"
+                self.emit(f"{name} = {term}")
+            current[node] = name
+
+        for node, seed in seeds:
+            accumulate(node, seed)
+        for i in range(self.n - 1, -1, -1):
+            if i not in current:
+                continue  # statically unreached: sends nothing
+            for slot, operand in enumerate(self.operands(i)):
+                if (i, slot) in self.partials:
+                    accumulate(operand, self.term(i, slot, current[i]))
+        for t, node in enumerate(self.program.inputs.tolist()):
+            self.emit(write[t].format(f"{current[node]} + 0.0" if node in current else "0.0"))
+
+    def tangents(self, seeds: dict[int, str], write: list[str], prefix: str = "t") -> None:
+        """Tangents: the seeded inputs, then every node in increasing order.
+
+        ``write[r]``: a statement with ``{}`` for output ``r``'s tangent.
+        Each pass has its own ``prefix``, so every name is assigned once.
+        """
+        current: dict[int, str] = {}
+        for node, seed in seeds.items():
+            current[node] = f"{prefix}{node}"
+            self.emit(f"{prefix}{node} = {seed}")
+        for i in range(self.n):
+            if i in seeds:
+                continue
+            terms = [
+                self.term(i, slot, current[operand])
+                for slot, operand in enumerate(self.operands(i))
+                if (i, slot) in self.partials and operand in current
+            ]
+            if len(terms) == 1 and terms[0].isidentifier():
+                current[i] = terms[0]  # contribution(1.0, t) is t: no statement
+            elif terms:
+                current[i] = f"{prefix}{i}"
+                self.emit(f"{prefix}{i} = {' + '.join(terms)}")
+        for r, node in enumerate(self.program.outputs.tolist()):
+            self.emit(write[r].format(f"{current[node]} + 0.0" if node in current else "0.0"))
+
+
+def _strong(seed: str) -> str:
+    """A seed read at run time: a zero is a strong zero, as in the interpreter."""
+    return f"({seed} if {seed} != 0.0 else -0.0)"
+
+
+def _statements(
+    emitter: _Emitter, mode: str, read: list[str], write: list[str], derivative: list[str]
+) -> None:
+    """One point's statements in ``mode``.
+
+    ``read[t]``: where input ``t`` comes from (``points[p, 0]``);
+    ``write[r]``: where output ``r`` goes (empty: the kernel returns it);
+    ``derivative[d]``: where derivative slot ``d`` goes.
+    """
+    program = emitter.program
+    k, m = program.inputs.size, program.outputs.size
+    inputs, outputs = program.inputs.tolist(), program.outputs.tolist()
+    emitter.forward(read, with_partials=mode != "values")
+    for target, node in zip(write, outputs, strict=False):
+        emitter.emit(f"{target} = v{node}")
+
+    def assign(targets: list[str]) -> list[str]:
+        return [f"{target} = {{}}" for target in targets]
+
+    if mode == "grad":
+        emitter.reverse([(outputs[0], "1.0")], assign(derivative[:k]))
+    elif mode == "vjp":
+        for r in range(m):
+            emitter.emit(f"u{r} = directions[p, {r}]")
+        seeds = [(node, _strong(f"u{r}")) for r, node in enumerate(outputs)]
+        emitter.reverse(seeds, assign(derivative[:k]))
+    elif mode == "jvp":
+        for t in range(k):
+            emitter.emit(f"e{t} = directions[p, {t}]")
+        emitter.tangents(
+            {node: _strong(f"e{t}") for t, node in enumerate(inputs)}, assign(derivative[:m])
+        )
+    elif mode == "jacobian_fwd":  # one tangent pass per input: column t
+        for t, node in enumerate(inputs):
+            emitter.tangents({node: "1.0"}, assign(derivative[t::k]), prefix=f"t{t}_")
+    elif mode == "jacobian_rev":  # one adjoint pass per output: row r
+        for r, node in enumerate(outputs):
+            emitter.reverse(
+                [(node, "1.0")], assign(derivative[r * k : (r + 1) * k]), prefix=f"g{r}_"
+            )
+
+
+def derivative_width(program: Program, mode: str) -> int:
+    """Derivative numbers per point in ``mode``: ``k``, ``m``, ``m * k`` or 0."""
+    k, m = program.inputs.size, program.outputs.size
+    return {"values": 0, "grad": k, "vjp": k, "jvp": m}.get(mode, k * m)
+
+
+def passes(program: Program, mode: str) -> int:
+    """Sweeps over the program per point in ``mode``: the size of its code, in programs."""
+    k, m = program.inputs.size, program.outputs.size
+    return {"values": 1, "grad": 2, "vjp": 2, "jvp": 2, "jacobian_fwd": 1 + k}.get(mode, 1 + m)
+
+
+def _helpers() -> Iterator[str]:
+    """The rule helpers and ``contribution``, as ``@kernel`` sources."""
+    for helper in optable.HELPERS:
+        yield "@kernel\n" + inspect.getsource(helper).rstrip()
+    for kernel in (sweeps.reached, sweeps.contribution):
+        function = getattr(kernel, "py_func", kernel)  # a plain function under NUMBA_DISABLE_JIT
+        yield inspect.getsource(function).rstrip()
+
+
+def module_source(program: Program, mode: str, title: str) -> str:
+    """The text of the generated module that evaluates ``program`` in ``mode``.
+
+    It defines ``batch(points, directions, values, derivatives, status,
+    start, stop)`` over points ``start:stop`` and ``parallel(..., status,
+    threads)`` over all points on ``threads`` workers; for a scalar output in
+    a ``POINT_MODES`` mode also ``point(point)`` (values) or ``point(point,
+    gradient)`` (grad), which returns the value, or ``(value, failed
+    guard)`` when the program has guards. ``title`` names the program in
+    the module's docstring.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    k, m, g = program.inputs.size, program.outputs.size, program.guards.shape[0]
+    width = derivative_width(program, mode)
+    constants: dict[str, float] = {}
+    batch = _Emitter(program, " " * 8, constants)
+    _statements(
+        batch,
+        mode,
+        [f"points[p, {t}]" for t in range(k)],
+        [f"values[p, {r}]" for r in range(m)],
+        [f"derivatives[p, {d}]" for d in range(width)],
+    )
+    batch.guards(["if failed >= 0:", "    status[p] = failed"])
+    kernels = [
+        "@kernel\n"
+        "def batch(points, directions, values, derivatives, status, start, stop):\n"
+        f'    """Points ``start:stop`` of {title}, in mode {mode}."""\n'
+        "    for p in range(start, stop):\n" + "\n".join(batch.lines),
+        # Contiguous ranges per worker; every point is independent, so the
+        # results do not depend on the split.
+        "@kernel(parallel=True)\n"
+        "def parallel(points, directions, values, derivatives, status, threads):\n"
+        '    """All points on ``threads`` workers, a contiguous range each."""\n'
+        "    total = points.shape[0]\n"
+        "    workers = max(1, min(threads, total))\n"
+        "    chunk = (total + workers - 1) // workers\n"
+        "    for worker in prange(workers):\n"
+        "        start = worker * chunk\n"
+        "        stop = min(total, start + chunk)\n"
+        "        batch(points, directions, values, derivatives, status, start, stop)",
+    ]
+    if m == 1 and mode in POINT_MODES:
+        point = _Emitter(program, " " * 4, constants)
+        _statements(
+            point,
+            mode,
+            [f"point[{t}]" for t in range(k)],
+            [],
+            [f"gradient[{t}]" for t in range(width)],
+        )
+        point.guards([])
+        returned = f"v{int(program.outputs[0])}" + (", failed" if g else "")
+        parameters = "point, gradient" if mode == "grad" else "point"
+        kernels.append(
+            f"@kernel\ndef point({parameters}):\n"
+            f'    """One point of {title}, in mode {mode} (the latency path)."""\n'
+            + "\n".join(point.lines)
+            + f"\n    return {returned}"
+        )
+    header = [
+        f'"""Generated by fastad for {title}: mode {mode}, {program.opcode.size} nodes.',
+        "",
+        "Do not edit: fastad writes this file from the traced program and checks",
+        'it, character for character, before every use."""',
+        "",
+        "from math import (  # noqa: F401",
+        "    " + ", ".join(sorted(_MATH_NAMES)) + ",",
+        ")",
+        "",
+        "from numba import prange  # noqa: F401",
+        "",
+        "from fastad.kernels.codegen import from_bits  # noqa: F401",
+        "from fastad.kernels.jit import kernel",
+        "",
+        "UNREACHED = -0.0",
+    ]
+    header += [f"{name} = from_bits({_bits(value)})" for name, value in constants.items()]
+    return "\n\n\n".join(["\n".join(header), *_helpers(), *kernels]) + "\n"
+
+
+_MATH_NAMES = (
+    "atan atan2 copysign cos cosh erf exp expm1 fabs inf isfinite log log1p nan pow sin "
+    "sinh sqrt tan tanh"
+).split()
+
+
+def _bits(value: float) -> int:
+    (bits,) = struct.unpack("<q", struct.pack("<d", value))
+    return int(bits)
+
+
+def from_bits(bits: int) -> float:
+    """The float64 with these 64 bits (a nan keeps its sign and payload)."""
+    (value,) = struct.unpack("<d", struct.pack("<q", bits))
+    return float(value)

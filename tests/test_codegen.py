@@ -1,0 +1,389 @@
+"""Generated code (backend="codegen") equals the interpreter bit for bit, and its cache."""
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from op_table import OP_CASES
+
+import fastad as fa
+from fastad import codegen, compiled, demo, replay
+from fastad.progress import progress
+
+EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
+SPECIAL = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e308, -1e-310)
+
+
+def assert_same_bits(actual, expected):
+    """Equal bit for bit (signed zeros included), every nan counted as one value.
+
+    The nan rule: both tiers give nan at the same places, but which of two
+    nan payloads an addition keeps depends on its operand order, which LLVM
+    may canonicalise differently in two compilations.
+    """
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape
+    same = actual.view(np.uint64) == expected.view(np.uint64)
+    same |= np.isnan(actual) & np.isnan(expected)
+    assert same.all(), f"{(~same).sum()} elements differ, first at {np.argwhere(~same)[0]}"
+
+
+def random_program(seed, n_inputs=4, n_outputs=3):
+    """A function using every op of the table at least once, on a random DAG with fan-out.
+
+    Operands are earlier nodes, chosen near the end so chains grow deep, or
+    constants (0.0, -0.0, 2.0, 0.5) as second operands.
+    """
+    rng = np.random.default_rng(seed)
+    cases = [OP_CASES[i] for i in rng.permutation(len(OP_CASES))]
+    cases += [OP_CASES[i] for i in rng.integers(0, len(OP_CASES), 25)]
+    plan = []
+    for step, case in enumerate(cases):
+        available = n_inputs + step
+        operands = []
+        for slot in range(len(case.domain)):
+            if slot == 1 and rng.random() < 0.15:
+                operands.append(("const", float(rng.choice([0.0, -0.0, 2.0, 0.5]))))
+            else:
+                low = max(0, available - 8) if rng.random() < 0.8 else 0
+                operands.append(("node", int(rng.integers(low, available))))
+        plan.append((case.apply, operands))
+    outputs = [int(i) for i in rng.choice(n_inputs + len(plan), n_outputs, replace=False)]
+    outputs[0] = n_inputs + len(plan) - 1
+
+    def function(*xs):
+        nodes = list(xs)
+        for apply, operands in plan:
+            values = [nodes[i] if kind == "node" else i for kind, i in operands]
+            nodes.append(apply(*values))
+        return [nodes[i] for i in outputs]
+
+    return function
+
+
+def points_with_special_values(rng, n_points, k):
+    points = rng.uniform(-2.0, 2.0, (n_points, k))
+    rows = rng.integers(0, n_points, n_points // 4)
+    columns = rng.integers(0, k, rows.size)
+    points[rows, columns] = rng.choice(SPECIAL, rows.size)
+    return points
+
+
+def both_tiers(function, example, **options):
+    interpreted = fa.compile(function, example=example, backend="interpret", **options)
+    generated = fa.compile(function, example=example, backend="codegen", **options)
+    assert len(interpreted.tape) == len(generated.tape)
+    return interpreted, generated
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_programs_equal_the_interpreter_in_every_mode(seed):
+    rng = np.random.default_rng(100 + seed)
+    function = random_program(seed)
+    example = rng.uniform(0.5, 1.5, 4)
+    interpreted, generated = both_tiers(function, example, num_inputs=4)
+    assert generated.tier("vjp").name == "codegen"
+    points = points_with_special_values(rng, 300, 4)
+    cotangents = rng.normal(size=(300, 3))
+    cotangents[::5, 1] = 0.0  # zero seeds are strong zeros
+    tangents = rng.normal(size=(300, 4))
+    tangents[::3, 2] = 0.0
+    assert_same_bits(generated(points), interpreted(points))
+    for mine, theirs in zip(
+        generated.vjp(points, cotangents), interpreted.vjp(points, cotangents), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+    for mine, theirs in zip(
+        generated.jvp(points, tangents), interpreted.jvp(points, tangents), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+    for mode in ("fwd", "rev"):
+        assert_same_bits(
+            generated.jacobian(points, mode=mode), interpreted.jacobian(points, mode=mode)
+        )
+    assert_same_bits(generated(points[7]), interpreted(points[7]))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_scalar_programs_equal_the_interpreter(seed):
+    rng = np.random.default_rng(200 + seed)
+    function = random_program(seed + 10, n_outputs=1)
+    interpreted, generated = both_tiers(
+        lambda *xs: function(*xs)[0], rng.uniform(0.5, 1.5, 4), num_inputs=4
+    )
+    points = points_with_special_values(rng, 300, 4)
+    for mine, theirs in zip(
+        generated.value_and_grad(points), interpreted.value_and_grad(points), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+    for point in points[:40]:  # the one-point kernels
+        value, gradient = generated.value_and_grad(point)
+        expected_value, expected_gradient = interpreted.value_and_grad(point)
+        assert_same_bits(value, expected_value)
+        assert_same_bits(gradient, expected_gradient)
+        assert_same_bits(generated(point), interpreted(point))
+
+
+def test_threads_give_the_same_bits():
+    rng = np.random.default_rng(3)
+    interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
+    points = points_with_special_values(rng, 9000, 6)  # above the parallel threshold
+    expected = interpreted.value_and_grad(points, threads=1)
+    for threads in (1, 2):
+        for mine, theirs in zip(
+            generated.value_and_grad(points, threads=threads), expected, strict=True
+        ):
+            assert_same_bits(mine, theirs)
+
+
+def test_example_2_matches_the_article():
+    f = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
+    value, gradient = f.value_and_grad(EXAMPLE_2)
+    np.testing.assert_allclose(value, 0.14976, atol=5e-5)
+    np.testing.assert_allclose(
+        gradient,
+        [-0.22032911, -0.09180379, -0.14688607, 0.05508228, -0.18360759, 0.77397165],
+        rtol=1e-7,
+    )
+
+
+def branchy(x, y):
+    if x > y:
+        return fa.where(x > 0.0, fa.log(x), x * y)
+    return x - y
+
+
+def test_guards_raise_the_same_branch_error():
+    interpreted, generated = both_tiers(branchy, np.array([2.0, 1.0]))
+    points = np.array([[3.0, 1.0], [0.5, -1.0], [1.0, 2.0], [4.0, 9.0]])
+    messages = []
+    for f in (interpreted, generated):
+        with pytest.raises(fa.BranchError) as batch:
+            f.value_and_grad(points)
+        with pytest.raises(fa.BranchError) as one:
+            f.value_and_grad(points[2])
+        with pytest.raises(fa.BranchError) as values:
+            f(points[2])
+        messages.append((str(batch.value), str(one.value), str(values.value)))
+    assert messages[0] == messages[1]
+    assert "point 2" in messages[0][0] and "2 of 4 points differ" in messages[0][0]
+    good = points[:2]
+    for mine, theirs in zip(
+        generated.value_and_grad(good), interpreted.value_and_grad(good), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+
+
+def test_where_keeps_the_untaken_side_out():
+    f = fa.compile(lambda x: fa.where(x > 0.0, fa.sqrt(x), 0.0), example=[1.0], backend="codegen")
+    value, gradient = f.value_and_grad(np.array([[-1.0], [0.0], [4.0]]))
+    assert_same_bits(value, [0.0, 0.0, 2.0])
+    assert_same_bits(gradient, [[0.0], [0.0], [0.25]])
+
+
+# -- the Jacobian by the cheaper mode ---------------------------------------------------
+def wide(a, b):  # 2 inputs, 3 outputs: forward mode by default
+    return [a * b, fa.sin(a) + b, fa.exp(b) / (1.0 + a * a)]
+
+
+def test_jacobian_modes_agree_with_central_differences():
+    f = fa.compile(wide, example=[0.3, -0.2])
+    rng = np.random.default_rng(5)
+    points = rng.uniform(-1, 1, (20, 2))
+    forward, reverse = f.jacobian(points, mode="fwd"), f.jacobian(points, mode="rev")
+    np.testing.assert_allclose(forward, reverse, rtol=1e-14, atol=1e-15)
+    h = 1e-6
+    for j in range(2):
+        step = np.zeros(2)
+        step[j] = h
+        difference = (f(points + step) - f(points - step)) / (2 * h)
+        np.testing.assert_allclose(forward[:, :, j], difference, rtol=1e-7, atol=1e-8)
+    np.testing.assert_array_equal(f.jacobian(points), forward)
+    assert f.jacobian(points[0]).shape == (3, 2)
+
+
+def test_scalar_jacobian_keeps_the_gradient_shape():
+    f = fa.compile(demo.example_2, example=EXAMPLE_2)
+    points = np.tile(EXAMPLE_2, (3, 1))
+    for mode in (None, "fwd", "rev"):
+        np.testing.assert_allclose(f.jacobian(points, mode=mode), f.grad(points), rtol=1e-14)
+
+
+def test_jacobian_refuses_a_result_that_cannot_fit(monkeypatch):
+    f = fa.compile(wide, example=[0.3, -0.2])
+    monkeypatch.setattr(compiled, "_available_memory", lambda: 10_000)
+    with pytest.raises(
+        MemoryError,
+        match=r"1,000 points \(3 outputs x 2 inputs each, with the values\) needs 70\.3 KiB; "
+        r"9\.8 KiB",
+    ):
+        f.jacobian(np.zeros((1000, 2)))
+    with pytest.raises(ValueError, match="mode must be"):
+        f.jacobian(np.zeros(2), mode="forward")
+
+
+# -- choosing the tier -----------------------------------------------------------------
+def wait_for_codegen(f, call, timeout=300.0):
+    deadline = time.monotonic() + timeout
+    while f.tier(call).name != "codegen":
+        assert "failed" not in f.tier(call).reason
+        assert time.monotonic() < deadline, f.tier(call).reason
+        time.sleep(0.05)
+
+
+def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTAD_CACHE_DIR", str(tmp_path))  # nothing cached yet
+
+    def unique(x, y):  # a program no other test compiles, so nothing is loaded yet
+        return fa.tanh(x * y) + 0.123456789 * x
+
+    f = fa.compile(unique, example=[0.5, 2.0])
+    assert f.backend == "auto"
+    points = np.tile([0.5, 2.0], (2000, 1))
+    expected = fa.compile(unique, example=[0.5, 2.0], backend="interpret")
+    expected = expected.value_and_grad(points)
+    tier = f.tier("grad")
+    assert tier.name == "interpret" and "interpreted until" in tier.reason
+    monkeypatch.setattr(replay, "HOT_NODE_POINTS", 20_000)
+    f.value_and_grad(points)  # 2,000 points of a 6-node program: still counting
+    assert f"{len(f.tape) * 2000:,} so far" in f.tier("grad").reason
+    value, gradient = f.value_and_grad(points)  # hot: the background compile starts
+    assert_same_bits(value, expected[0])
+    wait_for_codegen(f, "grad")
+    assert "compiled in the background" in f.tier("grad").reason
+    for mine, theirs in zip(f.value_and_grad(points), expected, strict=True):
+        assert_same_bits(mine, theirs)
+    # A new function of the same program finds it in the cache: generated at once.
+    again = fa.compile(unique, example=[0.5, 2.0])
+    assert again.tier("grad").name == "codegen"
+    assert "from the cache" in again.tier("grad").reason
+    assert again.tier("values").name == "interpret"  # another kind of call
+
+
+def test_auto_interprets_above_the_budget(monkeypatch):
+    monkeypatch.setattr(codegen, "BUDGET_ROWS", 10)
+    large = fa.compile(demo.example_2, example=EXAMPLE_2)
+    tier = large.tier("grad")
+    assert tier.name == "interpret"
+    assert "above the budget of 10 rows" in tier.reason and 'backend="codegen"' in tier.reason
+    forced = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
+    assert forced.tier("grad").name == "codegen"
+    assert fa.compile(demo.example_2, backend="interpret", example=EXAMPLE_2).tier().name == (
+        "interpret"
+    )
+
+
+def test_backend_errors():
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'interpret', 'codegen'"):
+        fa.compile(demo.example_2, backend="jit")
+    with pytest.raises(ValueError, match="generates code for functions of scalars"):
+        fa.compile(lambda x: (x * x).sum(), example=(np.ones(3),), backend="codegen")
+    f = fa.compile(demo.example_2)
+    with pytest.raises(ValueError, match="not been traced"):
+        f.tier()
+    f(EXAMPLE_2)
+    with pytest.raises(ValueError, match="call must be one of"):
+        f.tier("hessian")
+
+
+def test_backend_survives_pickling_and_files(tmp_path):
+    f = fa.compile(demo.example_2, example=EXAMPLE_2, backend="interpret")
+    assert pickle.loads(pickle.dumps(f)).backend == "interpret"
+    f.save(tmp_path / "f.npz")
+    loaded = fa.load(tmp_path / "f.npz")
+    assert loaded.backend == "interpret"
+    assert loaded.value_and_grad(EXAMPLE_2)[0] == f.value_and_grad(EXAMPLE_2)[0]
+
+
+# -- progress --------------------------------------------------------------------------
+def test_progress_speaks_only_for_slow_steps(capfd):
+    with progress("a quick step", delay=0.5):
+        pass
+    assert capfd.readouterr().err == ""
+    with progress("a slow step", lambda: "3 of 7 parts", delay=0.05, interval=10.0):
+        time.sleep(0.3)
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0].startswith("fastad: a slow step, 3 of 7 parts, 0 s so far")
+    assert lines[-1].startswith("fastad: a slow step: done in")
+
+
+# -- the cache on disk -----------------------------------------------------------------
+CACHED_RUN = textwrap.dedent(
+    """
+    import numpy as np, fastad as fa
+    from fastad import demo
+    f = fa.compile(demo.example_2, example=np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0]),
+                   backend="codegen")
+    points = np.linspace(-1.0, 1.0, 60).reshape(10, 6)
+    value, gradient = f.value_and_grad(points)
+    print(repr(value.sum()), repr(gradient.sum()))
+    """
+)
+
+
+def cached_run(cache, debug=False):
+    environment = {**os.environ, "FASTAD_CACHE_DIR": str(cache)}
+    environment["NUMBA_DEBUG_CACHE"] = "1" if debug else "0"
+    return subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", CACHED_RUN],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_new_process_loads_generated_code_from_the_cache(tmp_path):
+    first = cached_run(tmp_path)
+    assert first.returncode == 0, first.stderr
+    modules = list((tmp_path / "generated").glob("fastad_*.py"))
+    assert len(modules) == 1  # grad mode only
+    again = cached_run(tmp_path, debug=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == first.stdout.splitlines()[-1]
+    loaded = [line for line in again.stdout.splitlines() if "data loaded" in line]
+    saved = [line for line in again.stdout.splitlines() if "data saved" in line]
+    assert any("batch" in line or "fastad_" in line for line in loaded), again.stdout
+    assert not [line for line in saved if "fastad_" in line], again.stdout
+
+
+def test_a_corrupt_cache_is_regenerated_not_trusted(tmp_path):
+    first = cached_run(tmp_path)
+    assert first.returncode == 0, first.stderr
+    (module,) = (tmp_path / "generated").glob("fastad_*.py")
+    original = module.read_text()
+    module.write_text(original[: len(original) // 2] + "\nraise SystemExit('tampered')\n")
+    again = cached_run(tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    assert module.read_text() == original
+    # Numba's own files: an unreadable index is a miss with a warning, never a crash.
+    indexes = list((tmp_path / "numba").rglob("fastad_*.nbi"))
+    assert indexes
+    for index in indexes:
+        index.write_bytes(b"not a pickle")
+    environment = {**os.environ, "FASTAD_CACHE_DIR": str(tmp_path)}
+    third = subprocess.run(
+        [sys.executable, "-c", CACHED_RUN],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == first.stdout
+    assert "discarded an unreadable compiled-kernel cache entry" in third.stderr
+
+
+def test_module_key_names_every_version():
+    source = "x = 1\n"
+    assert codegen.module_key(source) != codegen.module_key(source + "\n")
+    assert len(codegen.module_key(source)) == 32
+    assert "numba" in codegen._version_key() and "python" in codegen._version_key()
