@@ -42,6 +42,8 @@ from fastad.kernels.jit import JIT_OPTIONS, cache_directory
 from fastad.progress import progress
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from fastad._typing import FloatArray, IdArray
 
 Program = generator.Program
@@ -53,8 +55,8 @@ MODES = generator.MODES
 # cost, growing a little faster than linearly. The README publishes the
 # curve; `auto` generates code up to BUDGET_ROWS rows (a few seconds' cold
 # compile, once per machine thanks to the cache) and interprets above.
-COMPILE_SECONDS_FIXED = 0.6
-COMPILE_SECONDS_PER_ROW = 2.0e-4
+COMPILE_SECONDS_FIXED = 1.0
+COMPILE_SECONDS_PER_ROW = 0.012
 BUDGET_ROWS = 1_000
 
 
@@ -218,6 +220,7 @@ class GeneratedCode:
             np.empty((0, m)),
             np.empty((0, width)),
             np.empty(0, np.int64),
+            np.zeros(0, np.bool_),
         )
         calls: list[tuple[Any, tuple[Any, ...]]] = [(module.batch, (*empty, 0, 0))]
         if parallel:
@@ -249,16 +252,22 @@ class GeneratedCode:
         values: FloatArray,
         derivatives: FloatArray,
         status: IdArray,
+        recheck: NDArray[np.bool_],
         threads: int,
         parallel: bool,
-    ) -> None:
-        """Evaluate every point in ``mode`` (the arrays as the interpreter's batch takes them)."""
+    ) -> int:
+        """Evaluate every point in ``mode`` (the arrays as the interpreter's batch takes them).
+
+        Returns how many points it flagged in ``recheck`` (a zeroed array of
+        one flag per point): their derivatives hold a nan, and the exact
+        rules must give them again (see ``fastad.kernels.codegen``).
+        """
         self.prepare(mode, parallel)
         module = self.module(mode)
+        arrays = (points, directions, values, derivatives, status, recheck)
         if parallel:
-            module.parallel(points, directions, values, derivatives, status, threads)
-        else:
-            module.batch(points, directions, values, derivatives, status, 0, points.shape[0])
+            return int(module.parallel(*arrays, threads))
+        return int(module.batch(*arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:
         """The compiled one-point kernel of a scalar-output program ("values" or "grad")."""

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     while tracing, returning a node or number, or a tuple or list of them."""
 
 _NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
-_NOGRADIENT = np.empty(0)
+_NO_GRADIENT = np.empty(0)
+_FLOAT64 = np.dtype(np.float64)  # `dtype is _FLOAT64`: a cheaper test than ==
 _COMPILED_FORMAT = "fastad-compiled-1"
 
 
@@ -275,6 +276,7 @@ class CompiledFunction:
         tape.freeze(f"the compiled function {name!r}")
         self._tape = tape
         self._replay = Replay(tape, inputs, outputs, guards, self._backend, repr(name))
+        self._fast_points = self._replay.fast_points
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
         self._scalar_output = scalar_output
         self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
@@ -336,7 +338,7 @@ class CompiledFunction:
         """Output value(s) at one point or a batch."""
         points, single = self._points(points)
         if single and self._scalar_output:
-            return self._point(points[0], VALUES, _NOGRADIENT)
+            return self._point(points[0], VALUES, _NO_GRADIENT)
         values, _ = self._run(points, VALUES, None, threads)
         return self._shape_values(values, single)
 
@@ -346,12 +348,17 @@ class CompiledFunction:
         """``(value, gradient)``; needs a scalar output."""
         if (
             type(points) is np.ndarray
+            and points.dtype is _FLOAT64
             and points.shape == self._point_shape
-            and points.dtype == np.float64
             and self._scalar_output
         ):
-            # The latency path: one float64 point, no conversion or copy.
+            # The latency path: one float64 point, no conversion or copy, and
+            # for a program without guards, once generated code runs it, one
+            # kernel call and nothing else.
             gradient = np.empty(self._k)
+            kernel = self._fast_points.get(GRAD)
+            if kernel is not None:
+                return kernel(points, gradient), gradient
             return self._point(points, GRAD, gradient), gradient
         points, single = self._points(points)
         self._require_scalar("value_and_grad")

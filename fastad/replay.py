@@ -154,6 +154,10 @@ class Replay:
         self._states: dict[int, tuple[str, str]] = {}
         self._work: dict[int, int] = {}  # node-points interpreted per mode (auto)
         self._point_kernels: dict[int, Any] = {}  # generated one-point kernels, compiled
+        self.fast_points: dict[int, Any] = {}
+        """The generated one-point kernels a caller may call directly: only for a
+        program without guards (a kernel returns the value; GRAD also takes
+        the gradient buffer), filled as modes come to run generated code."""
 
     # -- tiers -----------------------------------------------------------------------
     # Per mode, one of: _INTERPRET (for good), _COUNTING (auto: interpreting
@@ -259,26 +263,50 @@ class Replay:
 
         ``status`` holds each point's first failing guard or
         ``NO_FAILED_GUARD`` (an empty array for a program without guards).
+        Generated code flags the points whose fast derivatives hold a nan;
+        the interpreter gives those again, so either tier's bits come out.
         """
         n_points = points.shape[0]
+        if not self._generated_ready(mode, n_points * self._n):
+            return self._interpret(points, mode, directions, threads)
+        values, derivatives, status = self._outputs(n_points, mode)
+        recheck = np.zeros(n_points, np.bool_)
+        flagged = self._generated.run(
+            MODE_NAMES[mode],
+            points,
+            values if directions is None else directions,  # not read without directions
+            values,
+            derivatives,
+            status,
+            recheck,
+            threads,
+            threads > 1 and n_points >= PARALLEL_MIN_POINTS,
+        )
+        if flagged:
+            rows = np.flatnonzero(recheck)
+            again = self._interpret(
+                points[rows], mode, None if directions is None else directions[rows], threads
+            )
+            values[rows], derivatives[rows] = again[0], again[1]
+            if self.g:
+                status[rows] = again[2]
+        return values, derivatives, status
+
+    def _outputs(self, n_points: int, mode: int) -> tuple[FloatArray, FloatArray, IdArray]:
         values = np.empty((n_points, self.m))
         derivatives = np.empty((n_points, max(1, self.derivative_width(mode))))
         status = np.full(n_points, NO_FAILED_GUARD, np.int64) if self.g else _NO_STATUS
+        return values, derivatives, status
+
+    def _interpret(
+        self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int
+    ) -> tuple[FloatArray, FloatArray, IdArray]:
+        """The lanes interpreter over every point: ``run``'s result."""
+        n_points = points.shape[0]
+        values, derivatives, status = self._outputs(n_points, mode)
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
-        parallel = threads > 1 and n_points >= PARALLEL_MIN_POINTS
-        if self._generated_ready(mode, n_points * self._n):
-            self._generated.run(
-                MODE_NAMES[mode],
-                points,
-                directions,
-                values,
-                derivatives,
-                status,
-                threads,
-                parallel,
-            )
-        elif parallel:
+        if threads > 1 and n_points >= PARALLEL_MIN_POINTS:
             sweeps.sweep_points_parallel(
                 self.program,
                 self.template,
@@ -311,7 +339,10 @@ class Replay:
             result = generated(point, gradient) if mode == GRAD else generated(point)
             return result if self.g else (result, NO_FAILED_GUARD)
         if self._generated_ready(mode, self._n):
-            self._point_kernels[mode] = self._generated.point(MODE_NAMES[mode])
+            kernel = self._generated.point(MODE_NAMES[mode])
+            self._point_kernels[mode] = kernel
+            if not self.g:
+                self.fast_points[mode] = kernel
             return self.point(point, mode, gradient)
         try:
             work = self._local.point_work

@@ -127,10 +127,14 @@ class _Emitter:
     one (a nan, whose sign and payload a literal would lose).
     """
 
-    def __init__(self, program: Program, indent: str, constants: dict[str, float]) -> None:
+    def __init__(
+        self, program: Program, indent: str, constants: dict[str, float], plain: bool = False
+    ) -> None:
         self.program = program
         self.indent = indent
         self.constants = constants
+        self.plain = plain
+        self.written: list[str] = []  # the derivative values written, for the recheck test
         self.lines: list[str] = []
         self.n = program.opcode.size
         self.arity = [optable.ALL[int(code)].arity for code in program.opcode]
@@ -204,9 +208,35 @@ class _Emitter:
             self.emit(line)
 
     def term(self, i: int, slot: int, incoming: str) -> str:
-        """What edge ``(i, slot)`` sends: ``contribution(partial, incoming)``."""
+        """What edge ``(i, slot)`` sends: ``contribution(partial, incoming)``.
+
+        In ``plain`` code the product alone (see ``module_source``).
+        """
         partial = self.partials[i, slot]
-        return incoming if partial == "1.0" else f"contribution({partial}, {incoming})"
+        if partial == "1.0":
+            return incoming
+        if self.plain:
+            return f"{partial} * {incoming}"
+        return f"contribution({partial}, {incoming})"
+
+    def seed(self, value: str) -> str:
+        """A seed read at run time: a zero is a strong zero (in plain code, just the value)."""
+        return value if self.plain else f"({value} if {value} != 0.0 else -0.0)"
+
+    def write(self, statement: str, value: str) -> None:
+        """``statement`` with a derivative ``value``, remembered for ``recheck``."""
+        if value != "0.0":
+            self.written.append(value.removesuffix(" + 0.0"))
+        self.emit(statement.format(value))
+
+    def recheck(self) -> None:
+        """Flag the point when a derivative of plain code is nan, for the exact rules."""
+        if not self.written:
+            return
+        self.emit(f"total = {' + '.join(self.written)}")
+        self.emit("if total != total:")
+        self.emit("    recheck[p] = True")
+        self.emit("    flagged += 1")
 
     def reverse(self, seeds: list[tuple[int, str]], write: list[str], prefix: str = "g") -> None:
         """Adjoints: the seeds in output order, then the live edges, last node first.
@@ -242,7 +272,7 @@ class _Emitter:
                 if (i, slot) in self.partials:
                     accumulate(operand, self.term(i, slot, current[i]))
         for t, node in enumerate(self.program.inputs.tolist()):
-            self.emit(write[t].format(f"{current[node]} + 0.0" if node in current else "0.0"))
+            self.write(write[t], f"{current[node]} + 0.0" if node in current else "0.0")
 
     def tangents(self, seeds: dict[int, str], write: list[str], prefix: str = "t") -> None:
         """Tangents: the seeded inputs, then every node in increasing order.
@@ -268,12 +298,7 @@ class _Emitter:
                 current[i] = f"{prefix}{i}"
                 self.emit(f"{prefix}{i} = {' + '.join(terms)}")
         for r, node in enumerate(self.program.outputs.tolist()):
-            self.emit(write[r].format(f"{current[node]} + 0.0" if node in current else "0.0"))
-
-
-def _strong(seed: str) -> str:
-    """A seed read at run time: a zero is a strong zero, as in the interpreter."""
-    return f"({seed} if {seed} != 0.0 else -0.0)"
+            self.write(write[r], f"{current[node]} + 0.0" if node in current else "0.0")
 
 
 def _statements(
@@ -300,13 +325,13 @@ def _statements(
     elif mode == "vjp":
         for r in range(m):
             emitter.emit(f"u{r} = directions[p, {r}]")
-        seeds = [(node, _strong(f"u{r}")) for r, node in enumerate(outputs)]
+        seeds = [(node, emitter.seed(f"u{r}")) for r, node in enumerate(outputs)]
         emitter.reverse(seeds, assign(derivative[:k]))
     elif mode == "jvp":
         for t in range(k):
             emitter.emit(f"e{t} = directions[p, {t}]")
         emitter.tangents(
-            {node: _strong(f"e{t}") for t, node in enumerate(inputs)}, assign(derivative[:m])
+            {node: emitter.seed(f"e{t}") for t, node in enumerate(inputs)}, assign(derivative[:m])
         )
     elif mode == "jacobian_fwd":  # one tangent pass per input: column t
         for t, node in enumerate(inputs):
@@ -343,19 +368,32 @@ def module_source(program: Program, mode: str, title: str) -> str:
     """The text of the generated module that evaluates ``program`` in ``mode``.
 
     It defines ``batch(points, directions, values, derivatives, status,
-    start, stop)`` over points ``start:stop`` and ``parallel(..., status,
-    threads)`` over all points on ``threads`` workers; for a scalar output in
-    a ``POINT_MODES`` mode also ``point(point)`` (values) or ``point(point,
-    gradient)`` (grad), which returns the value, or ``(value, failed
-    guard)`` when the program has guards. ``title`` names the program in
-    the module's docstring.
+    recheck, start, stop)`` over points ``start:stop`` and ``parallel(...,
+    recheck, threads)`` over all points on ``threads`` workers; for a scalar
+    output in a ``POINT_MODES`` mode also ``point(point)`` (values) or
+    ``point(point, gradient)`` (grad), which returns the value, or ``(value,
+    failed guard)`` when the program has guards. ``title`` names the program
+    in the module's docstring.
+
+    The batch kernels' derivatives are *plain*: each edge sends ``partial *
+    incoming``, without the strong-zero tests of ``contribution``, and
+    seeds are taken as they are. Plain and exact sweeps give the same bits
+    wherever the plain derivatives have no nan (by induction from the seeds:
+    every plain adjoint or tangent equals the exact one up to the sign of a
+    zero, or is nan; a term the exact rule drops is a signed zero or nan in
+    plain code; the ``+ 0.0`` on the way out makes every zero +0.0). So a
+    point whose plain derivatives hold a nan (any nan: a sum of them is
+    tested, which also flags ``inf - inf``) is flagged in ``recheck``, the
+    kernels return how many they flagged, and the caller evaluates those
+    points again with the exact rules (the interpreter). The one-point
+    kernels use the exact rules throughout.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     k, m, g = program.inputs.size, program.outputs.size, program.guards.shape[0]
     width = derivative_width(program, mode)
     constants: dict[str, float] = {}
-    batch = _Emitter(program, " " * 8, constants)
+    batch = _Emitter(program, " " * 8, constants, plain=True)
     _statements(
         batch,
         mode,
@@ -364,23 +402,26 @@ def module_source(program: Program, mode: str, title: str) -> str:
         [f"derivatives[p, {d}]" for d in range(width)],
     )
     batch.guards(["if failed >= 0:", "    status[p] = failed"])
+    batch.recheck()
+    signature = "points, directions, values, derivatives, status, recheck"
     kernels = [
-        "@kernel\n"
-        "def batch(points, directions, values, derivatives, status, start, stop):\n"
-        f'    """Points ``start:stop`` of {title}, in mode {mode}."""\n'
-        "    for p in range(start, stop):\n" + "\n".join(batch.lines),
+        f"@kernel\ndef batch({signature}, start, stop):\n"
+        f'    """Points ``start:stop`` of {title}, in mode {mode}: how many to recheck."""\n'
+        "    flagged = 0\n"
+        "    for p in range(start, stop):\n" + "\n".join(batch.lines) + "\n    return flagged",
         # Contiguous ranges per worker; every point is independent, so the
         # results do not depend on the split.
-        "@kernel(parallel=True)\n"
-        "def parallel(points, directions, values, derivatives, status, threads):\n"
+        f"@kernel(parallel=True)\ndef parallel({signature}, threads):\n"
         '    """All points on ``threads`` workers, a contiguous range each."""\n'
         "    total = points.shape[0]\n"
         "    workers = max(1, min(threads, total))\n"
         "    chunk = (total + workers - 1) // workers\n"
+        "    flagged = 0\n"
         "    for worker in prange(workers):\n"
         "        start = worker * chunk\n"
         "        stop = min(total, start + chunk)\n"
-        "        batch(points, directions, values, derivatives, status, start, stop)",
+        f"        flagged += batch({signature}, start, stop)\n"
+        "    return flagged",
     ]
     if m == 1 and mode in POINT_MODES:
         point = _Emitter(program, " " * 4, constants)
