@@ -233,7 +233,13 @@ class _Emitter:
         """Flag the point when a derivative of plain code is nan, for the exact rules."""
         if not self.written:
             return
-        self.emit(f"total = {' + '.join(self.written)}")
+        # A pairwise sum: a chain of k - 1 dependent additions is k times the
+        # latency; any nan among the terms makes the sum nan either way.
+        terms = self.written
+        while len(terms) > 1:
+            pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=False)]
+            terms = pairs + terms[len(pairs) * 2 :]
+        self.emit(f"total = {terms[0]}")
         self.emit("if total != total:")
         self.emit("    recheck[p] = True")
         self.emit("    flagged += 1")
