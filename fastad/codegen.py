@@ -29,7 +29,7 @@ import threading
 import types
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -98,25 +98,29 @@ def load_module(source: str, name: str) -> types.ModuleType:
     folder the module is built from the text directly: it works, and its
     kernels compile afresh in every process (fastad's cache warning says so).
     """
-    known = sys.modules.get(name)
-    if known is not None and getattr(known, "__fastad_source__", None) == source:
-        return known
-    path = _cached_file(source, name)
-    module = types.ModuleType(name)
-    module.__file__ = str(path) if path is not None else f"<{name}>"
-    # Compiled from the text just checked, not imported: an import would
-    # trust a bytecode file in __pycache__ that is keyed by timestamp only.
-    code = compile(source, module.__file__, "exec")
-    module.__dict__["__fastad_source__"] = source
-    # Registered before it runs: Numba finds a kernel's module by name
-    # (inspect.getmodule), and a module it cannot find is never cached.
-    sys.modules[name] = module
-    try:
-        exec(code, module.__dict__)  # noqa: S102  (fastad's own generated code)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    with _MODULES_LOCK:  # one process-wide lock: sys.modules is shared by all programs
+        known = sys.modules.get(name)
+        if known is not None and getattr(known, "__fastad_source__", None) == source:
+            return known
+        path = _cached_file(source, name)
+        module = types.ModuleType(name)
+        module.__file__ = str(path) if path is not None else f"<{name}>"
+        # Compiled from the text just checked, not imported: an import would
+        # trust a bytecode file in __pycache__ that is keyed by timestamp only.
+        code = compile(source, module.__file__, "exec")
+        # Registered before it runs: Numba finds a kernel's module by name
+        # (inspect.getmodule), and a module it cannot find is never cached.
+        sys.modules[name] = module
+        try:
+            exec(code, module.__dict__)  # noqa: S102  (fastad's own generated code)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        module.__dict__["__fastad_source__"] = source  # complete: others may use it
+        return module
+
+
+_MODULES_LOCK = threading.Lock()
 
 
 def _cached_file(source: str, name: str) -> Path | None:
@@ -146,6 +150,19 @@ def _cached_file(source: str, name: str) -> Path | None:
     return path
 
 
+_typeof: Callable[[object], Any] = numba.typeof  # Numba's types, for compile()
+
+
+def _uncompiled(kernel: Any) -> bool:
+    """A dispatcher that has no compiled signature yet (False under NUMBA_DISABLE_JIT)."""
+    return hasattr(kernel, "signatures") and not kernel.signatures
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    yield
+
+
 class GeneratedCode:
     """The generated kernels of one program, one module per mode, made when first asked for.
 
@@ -155,7 +172,9 @@ class GeneratedCode:
 
     def __init__(self, program: Program, title: str) -> None:
         self._program = program
-        self._title = title
+        self._title = title  # for progress reports only: never part of the code
+        # Every node's traced value: the kernels read the constants from it.
+        self.constants = np.append(program.values, 0.0)
         self._sources: dict[str, tuple[str, str]] = {}
         self._modules: dict[str, types.ModuleType] = {}
         self._lock = threading.Lock()
@@ -170,7 +189,7 @@ class GeneratedCode:
         found = self._sources.get(mode)
         if found is None:
             with progress(f"generating code for {self._title} ({mode})"):
-                text = generator.module_source(self._program, mode, self._title)
+                text = generator.module_source(self._program, mode)
             found = self._sources[mode] = (text, f"fastad_{module_key(text)}")
         return found
 
@@ -202,39 +221,44 @@ class GeneratedCode:
         except (OSError, UnicodeDecodeError):
             return False
 
-    def prepare(self, mode: str, parallel: bool) -> None:
+    def prepare(self, mode: str, parallel: bool, report: bool = True) -> None:
         """Compile (or load from the cache) every kernel of ``mode`` that calls will use.
 
-        Each kernel is called once on empty or zero arrays, which makes Numba
-        compile it for the argument types the real calls have; the one-point
-        kernel and, with ``parallel``, the threaded one are included. Slow
-        steps report progress on stderr.
+        Each kernel is compiled for the argument types the real calls have,
+        without being called (a call of the threaded kernel could meet
+        another thread's parallel region, which Numba's workqueue threading
+        layer does not survive); the one-point kernel and, with ``parallel``,
+        the threaded one are included. With ``report``, a slow compile
+        reports progress on stderr (a background compile keeps quiet).
         """
         module = self.module(mode)
         program = self._program
         k, m = program.inputs.size, program.outputs.size
         width = max(1, generator.derivative_width(program, mode))
-        empty = (
+        arrays = (
             np.empty((0, k)),
             np.empty((0, max(k, m))),
             np.empty((0, m)),
             np.empty((0, width)),
             np.empty(0, np.int64),
             np.zeros(0, np.bool_),
+            self.constants,
         )
-        calls: list[tuple[Any, tuple[Any, ...]]] = [(module.batch, (*empty, 0, 0))]
+        kernels: list[tuple[Any, tuple[Any, ...]]] = [(module.batch, (*arrays, 0, 0))]
         if parallel:
-            calls.append((module.parallel, (*empty, 1)))
+            kernels.append((module.parallel, (*arrays, 1)))
         point = getattr(module, "point", None)
         if point is not None:
-            calls.append((point, (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)))
-        if all(getattr(kernel, "signatures", True) for kernel, _ in calls):
-            return  # compiled already (or NUMBA_DISABLE_JIT)
+            vectors = (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)
+            kernels.append((point, (*vectors, self.constants)))
+        missing = [(kernel, arguments) for kernel, arguments in kernels if _uncompiled(kernel)]
+        if not missing:
+            return
         size = rows(program, mode)
         what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-        with progress(what, expected=expected_compile_seconds(size)):
-            for kernel, arguments in calls:
-                kernel(*arguments)
+        with progress(what, expected=expected_compile_seconds(size)) if report else _quiet():
+            for kernel, arguments in missing:
+                kernel.compile(tuple(_typeof(argument) for argument in arguments))
         self._mark_compiled(mode)
 
     def _mark_compiled(self, mode: str) -> None:
@@ -264,12 +288,16 @@ class GeneratedCode:
         """
         self.prepare(mode, parallel)
         module = self.module(mode)
-        arrays = (points, directions, values, derivatives, status, recheck)
+        arrays = (points, directions, values, derivatives, status, recheck, self.constants)
         if parallel:
             return int(module.parallel(*arrays, threads))
         return int(module.batch(*arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:
-        """The compiled one-point kernel of a scalar-output program ("values" or "grad")."""
+        """The compiled one-point kernel of a scalar-output program ("values" or "grad").
+
+        Called as ``kernel(point, constants)`` or ``kernel(point, gradient,
+        constants)`` with :attr:`constants`.
+        """
         self.prepare(mode, parallel=False)
         return cast("Callable[..., Any]", self.module(mode).point)

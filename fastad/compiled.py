@@ -128,7 +128,7 @@ def compile(  # noqa: A001
         a list; by default every argument gets one.
     backend : {"auto", "interpret", "codegen"}
         How a function of scalars is replayed; the results are the same bit
-        for bit, only the time differs. ``"interpret"``: the lanes
+        for bit (a nan's sign and payload aside), only the time differs. ``"interpret"``: the lanes
         interpreter (one opcode dispatch per node serves a row of points; no
         compile step). ``"codegen"``: generated straight-line kernels, one
         module per kind of call (value, gradient, VJP, JVP, Jacobian),
@@ -277,6 +277,7 @@ class CompiledFunction:
         self._tape = tape
         self._replay = Replay(tape, inputs, outputs, guards, self._backend, repr(name))
         self._fast_points = self._replay.fast_points
+        self._constants = self._replay.constants
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
         self._scalar_output = scalar_output
         self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
@@ -358,7 +359,7 @@ class CompiledFunction:
             gradient = np.empty(self._k)
             kernel = self._fast_points.get(GRAD)
             if kernel is not None:
-                return kernel(points, gradient), gradient
+                return kernel(points, gradient, self._constants), gradient
             return self._point(points, GRAD, gradient), gradient
         points, single = self._points(points)
         self._require_scalar("value_and_grad")
@@ -899,7 +900,22 @@ def _format_bytes(size: int) -> str:
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory available to a new allocation (Linux: MemAvailable), or None."""
+    """Bytes a new allocation can take, or None if unknown.
+
+    Linux: ``MemAvailable``, lowered to what the process's cgroup (v2 or v1)
+    has left, since a container's limit kills a process long before the
+    machine runs out. Elsewhere: the physical memory.
+    """
+    found = [value for value in (_meminfo_available(), _cgroup_available()) if value is not None]
+    if found:
+        return min(found)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -907,10 +923,26 @@ def _available_memory() -> int | None:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):
-        return None
+    return None
+
+
+def _cgroup_available() -> int | None:
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            with open(limit_file) as limit, open(usage_file) as usage:
+                text = limit.read().strip()
+                if text == "max":
+                    return None
+                return max(0, int(text) - int(usage.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _thread_count(threads: int | None) -> int:

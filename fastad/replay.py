@@ -4,8 +4,8 @@ A :class:`Replay` holds one traced program in the two forms the replay
 tiers take: the packed program of the lanes interpreter
 (``sweeps.sweep_block``: one opcode dispatch per node serves a row of
 points) and, made on demand, the straight-line kernels of
-:mod:`fastad.codegen` (one module per mode). Both give the same bits; the
-tier only changes the time. ``backend`` chooses:
+:mod:`fastad.codegen` (one module per mode). Both give the same bits (a
+nan's sign and payload aside); the tier only changes the time. ``backend`` chooses:
 
 - ``"interpret"``: always the interpreter (no compile step per program);
 - ``"codegen"``: always generated code, however long it takes to compile;
@@ -156,8 +156,10 @@ class Replay:
         self._point_kernels: dict[int, Any] = {}  # generated one-point kernels, compiled
         self.fast_points: dict[int, Any] = {}
         """The generated one-point kernels a caller may call directly: only for a
-        program without guards (a kernel returns the value; GRAD also takes
-        the gradient buffer), filled as modes come to run generated code."""
+        program without guards, filled as modes come to run generated code.
+        ``kernel(point, gradient, constants)`` (GRAD) or ``kernel(point,
+        constants)`` returns the value, with :attr:`constants`."""
+        self.constants = self._generated.constants
 
     # -- tiers -----------------------------------------------------------------------
     # Per mode, one of: _INTERPRET (for good), _COUNTING (auto: interpreting
@@ -178,6 +180,8 @@ class Replay:
                 found = self._states.get(mode)
                 if found is None:
                     found = self._states[mode] = self._first_state(mode)
+                    if found[0] == _BUILDING:  # stored first: the thread replaces it
+                        self._start_build(mode, "loaded from the cache")
         return found
 
     def _first_state(self, mode: int) -> tuple[str, str]:
@@ -185,8 +189,7 @@ class Replay:
             return _INTERPRET, 'backend="interpret"'
         name = MODE_NAMES[mode]
         size = codegen.rows(self._generated.program, name)
-        if self.backend == "codegen":
-            self._generated.prepare(name, parallel=_threads_available())
+        if self.backend == "codegen":  # compiled by the first call that needs it
             return _READY, f'backend="codegen": generated code, {size:,} rows'
         if size > codegen.BUDGET_ROWS:
             seconds = codegen.expected_compile_seconds(size)
@@ -195,9 +198,11 @@ class Replay:
                 f"compile, above the budget of {codegen.BUDGET_ROWS:,} rows; "
                 'backend="codegen" compiles them anyway'
             )
-        if self._generated.is_cached(name):
-            self._generated.prepare(name, parallel=_threads_available())
-            return _READY, f'backend="auto": generated code, {size:,} rows, from the cache'
+        if self._generated.is_cached(name):  # a load, not a compile: in the background now
+            return _BUILDING, (
+                'backend="auto": generated code is loading from the cache in a background '
+                "thread; interpreted meanwhile"
+            )
         return _COUNTING, self._counting_reason(mode, size)
 
     def _counting_reason(self, mode: int, size: int) -> str:
@@ -222,28 +227,30 @@ class Replay:
                 f'backend="auto": generated code is compiling in a background thread after '
                 f"{done:,} node-points of work; interpreted meanwhile",
             )
-        threading.Thread(
-            target=self._build, args=(mode, done), name="fastad-codegen", daemon=True
-        ).start()
+        self._start_build(mode, f"compiled in the background after {done:,} node-points of work")
         return False
 
-    def _build(self, mode: int, done: int) -> None:
+    def _start_build(self, mode: int, how: str) -> None:
+        threading.Thread(
+            target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
+        ).start()
+
+    def _build(self, mode: int, how: str) -> None:
+        """The background thread: compile or load ``mode``'s kernels, then switch to them."""
         name = MODE_NAMES[mode]
         size = codegen.rows(self._generated.program, name)
+        failed: BaseException | None = None
         try:
-            self._generated.prepare(name, parallel=_threads_available())
-        except Exception as error:  # noqa: BLE001  (reported, and the interpreter stays)
-            reason = f"generated code failed to compile ({type(error).__name__}: {error})"
-            self._states[mode] = (_INTERPRET, f'backend="auto": {reason}; interpreted')
-            warnings.warn(
-                f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=1
-            )
+            # Quiet: nobody waits for it.
+            self._generated.prepare(name, parallel=_threads_available(), report=False)
+        except BaseException as error:  # noqa: BLE001  (reported; the interpreter stays)
+            failed = error
+        if failed is None:
+            self._states[mode] = (_READY, f'backend="auto": generated code, {size:,} rows, {how}')
             return
-        self._states[mode] = (
-            _READY,
-            f'backend="auto": generated code, {size:,} rows, compiled in the background '
-            f"after {done:,} node-points of work",
-        )
+        reason = f"generated code failed to compile ({type(failed).__name__}: {failed})"
+        self._states[mode] = (_INTERPRET, f'backend="auto": {reason}; interpreted')
+        warnings.warn(f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=1)
 
     def derivative_width(self, mode: int) -> int:
         """Derivative numbers per point in ``mode``."""
@@ -336,7 +343,11 @@ class Replay:
         """
         generated = self._point_kernels.get(mode)
         if generated is not None:
-            result = generated(point, gradient) if mode == GRAD else generated(point)
+            constants = self.constants
+            if mode == GRAD:
+                result = generated(point, gradient, constants)
+            else:
+                result = generated(point, constants)
             return result if self.g else (result, NO_FAILED_GUARD)
         if self._generated_ready(mode, self._n):
             kernel = self._generated.point(MODE_NAMES[mode])

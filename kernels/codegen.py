@@ -12,8 +12,11 @@ with the operands' variables substituted for ``a``, ``b`` and ``out``, in
 the interpreter's order: values and local partials node by node, adjoints
 accumulated in decreasing node order with each node's ``in0`` edge before
 its ``in1`` edge, tangents in increasing order, guards compared in their
-recorded order. So every result equals the interpreter's bit for bit. What
-the generator leaves out changes no bit:
+recorded order. So every result equals the interpreter's bit for bit (a
+nan result is nan in both, but which nan, its sign and payload, may differ:
+LLVM may order the operands of a commutative operation differently in the
+two compilations, and x86 keeps the first operand's nan). What the
+generator leaves out changes no bit:
 
 - an edge whose local partial is the literal ``0.0`` (comparisons,
   ``stop_gradient``, the condition of a pick): ``contribution(0.0, g)`` is
@@ -43,8 +46,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import math
-import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -121,18 +122,11 @@ def _is_plain(expression: str) -> bool:
 
 
 class _Emitter:
-    """Writes the per-point statements of one kernel, indented by ``indent``.
+    """Writes the per-point statements of one kernel, indented by ``indent``."""
 
-    ``constants`` collects the module-level names of constants that need
-    one (a nan, whose sign and payload a literal would lose).
-    """
-
-    def __init__(
-        self, program: Program, indent: str, constants: dict[str, float], plain: bool = False
-    ) -> None:
+    def __init__(self, program: Program, indent: str, plain: bool = False) -> None:
         self.program = program
         self.indent = indent
-        self.constants = constants
         self.plain = plain
         self.written: list[str] = []  # the derivative values written, for the recheck test
         self.lines: list[str] = []
@@ -153,16 +147,6 @@ class _Emitter:
     def operands(self, i: int) -> list[int]:
         return [int(self.program.in0[i]), int(self.program.in1[i])][: self.arity[i]]
 
-    def literal(self, value: float) -> str:
-        """Source text of a float that reads back bit for bit."""
-        if math.isnan(value):
-            name = f"NAN_{len(self.constants)}"
-            self.constants[name] = value
-            return name
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-
     def forward(self, read_input: list[str], with_partials: bool) -> None:
         """Values in node order and, ``with_partials``, every live edge's local partial."""
         program = self.program
@@ -172,8 +156,11 @@ class _Emitter:
             if i in position:
                 self.emit(f"v{i} = {read_input[position[i]]}")
                 continue
-            if not self.arity[i]:  # a constant (or a leaf that is not an input)
-                self.emit(f"v{i} = {self.literal(float(program.values[i]))}")
+            if not self.arity[i]:
+                # A constant (or a leaf that is not an input), read at run time:
+                # a literal would let LLVM rewrite the ops it meets (pow(x, 2.0)
+                # becomes x * x, pow(x, 0.5) sqrt), which moves the last bit.
+                self.emit(f"v{i} = constants[{i}]")
                 continue
             rule = rules[int(program.opcode[i])]
             operands = self.operands(i)
@@ -370,16 +357,20 @@ def _helpers() -> Iterator[str]:
         yield inspect.getsource(function).rstrip()
 
 
-def module_source(program: Program, mode: str, title: str) -> str:
+def module_source(program: Program, mode: str) -> str:
     """The text of the generated module that evaluates ``program`` in ``mode``.
 
     It defines ``batch(points, directions, values, derivatives, status,
-    recheck, start, stop)`` over points ``start:stop`` and ``parallel(...,
-    recheck, threads)`` over all points on ``threads`` workers; for a scalar
-    output in a ``POINT_MODES`` mode also ``point(point)`` (values) or
-    ``point(point, gradient)`` (grad), which returns the value, or ``(value,
-    failed guard)`` when the program has guards. ``title`` names the program
-    in the module's docstring.
+    recheck, constants, start, stop)`` over points ``start:stop`` and
+    ``parallel(..., recheck, constants, threads)`` over all points on
+    ``threads`` workers; for a scalar output in a ``POINT_MODES`` mode also
+    ``point(point, constants)`` (values) or ``point(point, gradient,
+    constants)`` (grad), which returns the value, or ``(value, failed
+    guard)`` when the program has guards. ``constants`` holds every node's
+    traced value (the constants' among them). The text holds nothing but
+    the program's structure: no names, no values, so it can be trusted
+    whatever a loaded file held, and programs that differ only in their
+    constants share one module.
 
     The batch kernels' derivatives are *plain*: each edge sends ``partial *
     incoming``, without the strong-zero tests of ``contribution``, and
@@ -398,8 +389,7 @@ def module_source(program: Program, mode: str, title: str) -> str:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     k, m, g = program.inputs.size, program.outputs.size, program.guards.shape[0]
     width = derivative_width(program, mode)
-    constants: dict[str, float] = {}
-    batch = _Emitter(program, " " * 8, constants, plain=True)
+    batch = _Emitter(program, " " * 8, plain=True)
     _statements(
         batch,
         mode,
@@ -409,10 +399,10 @@ def module_source(program: Program, mode: str, title: str) -> str:
     )
     batch.guards(["if failed >= 0:", "    status[p] = failed"])
     batch.recheck()
-    signature = "points, directions, values, derivatives, status, recheck"
+    signature = "points, directions, values, derivatives, status, recheck, constants"
     kernels = [
         f"@kernel\ndef batch({signature}, start, stop):\n"
-        f'    """Points ``start:stop`` of {title}, in mode {mode}: how many to recheck."""\n'
+        f'    """Points ``start:stop`` in mode {mode}: returns how many to recheck."""\n'
         "    flagged = 0\n"
         "    for p in range(start, stop):\n" + "\n".join(batch.lines) + "\n    return flagged",
         # Contiguous ranges per worker; every point is independent, so the
@@ -430,7 +420,7 @@ def module_source(program: Program, mode: str, title: str) -> str:
         "    return flagged",
     ]
     if m == 1 and mode in POINT_MODES:
-        point = _Emitter(program, " " * 4, constants)
+        point = _Emitter(program, " " * 4)
         _statements(
             point,
             mode,
@@ -440,15 +430,15 @@ def module_source(program: Program, mode: str, title: str) -> str:
         )
         point.guards([])
         returned = f"v{int(program.outputs[0])}" + (", failed" if g else "")
-        parameters = "point, gradient" if mode == "grad" else "point"
+        parameters = "point, gradient, constants" if mode == "grad" else "point, constants"
         kernels.append(
             f"@kernel\ndef point({parameters}):\n"
-            f'    """One point of {title}, in mode {mode} (the latency path)."""\n'
+            f'    """One point in mode {mode} (the latency path)."""\n'
             + "\n".join(point.lines)
             + f"\n    return {returned}"
         )
     header = [
-        f'"""Generated by fastad for {title}: mode {mode}, {program.opcode.size} nodes.',
+        f'"""Generated by fastad: a program of {program.opcode.size} nodes, mode {mode}.',
         "",
         "Do not edit: fastad writes this file from the traced program and checks",
         'it, character for character, before every use."""',
@@ -459,12 +449,10 @@ def module_source(program: Program, mode: str, title: str) -> str:
         "",
         "from numba import prange  # noqa: F401",
         "",
-        "from fastad.kernels.codegen import from_bits  # noqa: F401",
         "from fastad.kernels.jit import kernel",
         "",
         "UNREACHED = -0.0",
     ]
-    header += [f"{name} = from_bits({_bits(value)})" for name, value in constants.items()]
     return "\n\n\n".join(["\n".join(header), *_helpers(), *kernels]) + "\n"
 
 
@@ -472,14 +460,3 @@ _MATH_NAMES = (
     "atan atan2 copysign cos cosh erf exp expm1 fabs inf isfinite log log1p nan pow sin "
     "sinh sqrt tan tanh"
 ).split()
-
-
-def _bits(value: float) -> int:
-    (bits,) = struct.unpack("<q", struct.pack("<d", value))
-    return int(bits)
-
-
-def from_bits(bits: int) -> float:
-    """The float64 with these 64 bits (a nan keeps its sign and payload)."""
-    (value,) = struct.unpack("<d", struct.pack("<q", bits))
-    return float(value)

@@ -5,6 +5,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -127,6 +128,107 @@ def test_random_scalar_programs_equal_the_interpreter(seed):
         assert_same_bits(value, expected_value)
         assert_same_bits(gradient, expected_gradient)
         assert_same_bits(generated(point), interpreted(point))
+
+
+@pytest.mark.parametrize(
+    "function",
+    [lambda x: x**3.0, lambda x: x**0.5, lambda x: x**-1.0, lambda x: 2.0**x],
+    ids=["x**3", "x**0.5", "x**-1", "2**x"],
+)
+def test_constants_reach_the_kernels_at_run_time(function):
+    # Regression: constants written into the code as literals let LLVM turn
+    # pow(x, 2.0) into x * x and pow(x, 0.5) into sqrt, a last-bit change.
+    interpreted, generated = both_tiers(function, np.array([2.0]))
+    points = np.geomspace(1e-3, 1e3, 4000).reshape(-1, 1)
+    for mine, theirs in zip(
+        generated.value_and_grad(points), interpreted.value_and_grad(points), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+    for point in points[::97]:
+        for mine, theirs in zip(
+            generated.value_and_grad(point), interpreted.value_and_grad(point), strict=True
+        ):
+            assert_same_bits(mine, theirs)
+
+
+def test_names_never_reach_the_generated_code(tmp_path):
+    # Regression: a function's name (which a loaded file sets) went into the
+    # generated module's docstrings unescaped, so a crafted name ran code.
+    def function(x):
+        return fa.exp(x) * 3.0
+
+    function.__name__ = 'f"""; raise SystemExit("injected"); """'
+    f = fa.compile(function, example=[0.5], backend="codegen")
+    f.save(tmp_path / "f.npz")
+    loaded = fa.load(tmp_path / "f.npz")
+    assert loaded.backend == "codegen"
+    assert_same_bits(
+        loaded.grad(np.array([[0.25], [1.0]])), [[np.exp(0.25) * 3.0], [np.exp(1.0) * 3.0]]
+    )
+
+
+def test_threads_compiling_one_new_program_at_once():
+    # Regression: a module was visible in sys.modules before it had run, so a
+    # second thread could take a half-built module.
+    def fresh(x, y):
+        return fa.sin(x * y) + 0.7071067811865476 * y
+
+    point = np.array([0.3, 0.4])
+    expected = fa.compile(fresh, example=point, backend="interpret").value_and_grad(point)
+    functions = [fa.compile(fresh, example=point, backend="codegen") for _ in range(6)]
+    results, errors = [None] * 6, []
+
+    def call(i):
+        try:
+            results[i] = functions[i].value_and_grad(point)
+        except Exception as error:  # noqa: BLE001  (collected for the assertion)
+            errors.append(error)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for value, gradient in results:
+        assert_same_bits(value, expected[0])
+        assert_same_bits(gradient, expected[1])
+
+
+WORKQUEUE_RUN = textwrap.dedent(
+    """
+    import numpy as np, fastad as fa
+    from fastad import replay
+    replay.HOT_NODE_POINTS = 1
+    f = fa.compile(lambda a, b: fa.tanh(a * b) * 1.25 + b, example=[0.5, 0.5])
+    points = np.random.default_rng(0).uniform(-1, 1, (400_000, 2))
+    for _ in range(30):
+        f.value_and_grad(points, threads=2)
+    print("survived")
+    """
+)
+
+
+def test_background_compile_beside_parallel_calls_under_workqueue(tmp_path):
+    # Regression: the background compile called the threaded kernel to make
+    # Numba compile it; beside the user's own parallel call, Numba's
+    # workqueue layer (no OpenMP or TBB) aborted the process.
+    environment = {
+        **os.environ,
+        "FASTAD_CACHE_DIR": str(tmp_path),
+        "NUMBA_THREADING_LAYER": "workqueue",
+        "NUMBA_NUM_THREADS": "2",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", WORKQUEUE_RUN],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "survived" in result.stdout
 
 
 def test_threads_give_the_same_bits():
@@ -260,8 +362,9 @@ def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_
         assert_same_bits(mine, theirs)
     # A new function of the same program finds it in the cache: generated at once.
     again = fa.compile(unique, example=[0.5, 2.0])
-    assert again.tier("grad").name == "codegen"
-    assert "from the cache" in again.tier("grad").reason
+    assert "loading from the cache" in again.tier("grad").reason  # in the background
+    wait_for_codegen(again, "grad")
+    assert "loaded from the cache" in again.tier("grad").reason
     assert again.tier("values").name == "interpret"  # another kind of call
 
 
