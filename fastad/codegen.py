@@ -178,6 +178,7 @@ class GeneratedCode:
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[str, tuple[str, str]] = {}
         self._modules: dict[str, types.ModuleType] = {}
+        self._prepared: set[tuple[str, bool]] = set()  # (mode, parallel) compiled
         self._lock = threading.Lock()
 
     @property
@@ -232,6 +233,8 @@ class GeneratedCode:
         the threaded one are included. With ``report``, a slow compile
         reports progress on stderr (a background compile keeps quiet).
         """
+        if (mode, parallel) in self._prepared or (mode, True) in self._prepared:
+            return
         module = self.module(mode)
         program = self._program
         k, m = program.inputs.size, program.outputs.size
@@ -253,14 +256,15 @@ class GeneratedCode:
             vectors = (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)
             kernels.append((point, (*vectors, self.constants)))
         missing = [(kernel, arguments) for kernel, arguments in kernels if _uncompiled(kernel)]
-        if not missing:
-            return
-        size = rows(program, mode)
-        what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-        with progress(what, expected=expected_compile_seconds(size)) if report else _quiet():
-            for kernel, arguments in missing:
-                kernel.compile(tuple(_typeof(argument) for argument in arguments))
-        self._mark_compiled(mode)
+        if missing:
+            size = rows(program, mode)
+            what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
+            with progress(what, expected=expected_compile_seconds(size)) if report else _quiet():
+                for kernel, arguments in missing:
+                    kernel.compile(tuple(_typeof(argument) for argument in arguments))
+            if parallel or numba.get_num_threads() == 1:  # all a later process will need
+                self._mark_compiled(mode)
+        self._prepared.add((mode, parallel))
 
     def _mark_compiled(self, mode: str) -> None:
         root = cache_directory()

@@ -15,6 +15,7 @@ the traced branch's result. ``fa.where`` is the branch-free alternative.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -279,8 +280,9 @@ class CompiledFunction:
         self._fast_points = self._replay.fast_points
         self._constants = self._replay.constants
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
-        self._scalar_output = scalar_output
         self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
+        # Last: another thread's latency path reads these to decide it may run.
+        self._scalar_output = scalar_output
         self._traced = True
 
     # -- what it is ------------------------------------------------------------------
@@ -351,6 +353,7 @@ class CompiledFunction:
             type(points) is np.ndarray
             and points.dtype is _FLOAT64
             and points.shape == self._point_shape
+            and points.flags.carray  # C-contiguous, aligned, writeable: the kernels' type
             and self._scalar_output
         ):
             # The latency path: one float64 point, no conversion or copy, and
@@ -395,7 +398,7 @@ class CompiledFunction:
                 f"cotangent shape {np.shape(cotangents)} does not match the output: expected "
                 f"{self._output_shape(single, points.shape[0])}"
             )
-        values, pulled = self._run(points, VJP, np.ascontiguousarray(u), threads)
+        values, pulled = self._run(points, VJP, _kernel_array(u), threads)
         pulled = pulled[0] if single else pulled
         return self._shape_values(values, single), pulled
 
@@ -414,7 +417,7 @@ class CompiledFunction:
                 f"tangent shape {np.shape(tangents)} does not match the points' shape "
                 f"{points.shape[1:] if single else points.shape}"
             )
-        values, pushed = self._run(points, JVP, np.ascontiguousarray(v), threads)
+        values, pushed = self._run(points, JVP, _kernel_array(v), threads)
         return self._shape_values(values, single), self._shape_values(pushed, single)
 
     def jacobian(
@@ -455,18 +458,19 @@ class CompiledFunction:
         k = self._num_inputs
         if (
             type(points) is np.ndarray
-            and points.dtype == np.float64
+            and points.dtype is _FLOAT64
             and points.shape == (k,)
+            and points.flags.carray
             and self._traced
         ):
             return points.reshape(1, k), True  # the latency path: no copy, no checks left
         array = _real_array(points, "point")
         if array.ndim == 1 and array.shape[0] == k:
-            array, single = np.ascontiguousarray(array).reshape(1, k), True
+            array, single = _kernel_array(array).reshape(1, k), True
         elif array.ndim == 0 and k == 1:
-            array, single = array.reshape(1, 1), True
+            array, single = _kernel_array(array).reshape(1, 1), True
         elif array.ndim == 2 and array.shape[1] == k:
-            array, single = np.ascontiguousarray(array), False
+            array, single = _kernel_array(array), False
         else:
             raise ValueError(
                 f"expected one point of shape ({k},) or a batch of shape (N, {k}) for a "
@@ -874,6 +878,16 @@ def _output_node(tape: Tape, result: Any, position: int) -> Var:
     )
 
 
+def _kernel_array(array: FloatArray) -> FloatArray:
+    """``array`` as the kernels were compiled for: C-contiguous, aligned, writeable.
+
+    A read-only or strided array (``x[::2]``, ``np.asarray`` of another
+    library's buffer) would make Numba compile the kernels again for its
+    type, seconds in the foreground; a copy costs a pass over the data.
+    """
+    return np.require(array, np.float64, ["C", "A", "W"])
+
+
 def _real_array(values: ArrayLike, what: str) -> FloatArray:
     array = np.asarray(values)
     if array.dtype.kind in "biuf":
@@ -927,22 +941,55 @@ def _meminfo_available() -> int | None:
 
 
 def _cgroup_available() -> int | None:
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            with open(limit_file) as limit, open(usage_file) as usage:
-                text = limit.read().strip()
-                if text == "max":
-                    return None
-                return max(0, int(text) - int(usage.read().strip()))
-        except (OSError, ValueError):
+    """What the process's memory cgroup has left, or None without a limit.
+
+    The process's own group (``/proc/self/cgroup``) and its parents, the
+    tightest limit; usage counts reclaimable page cache, so the inactive
+    file pages are taken off it (as the kernel would reclaim them first).
+    """
+    try:
+        with open("/proc/self/cgroup") as groups:
+            lines = groups.read().splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            base, files = "/sys/fs/cgroup", ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):  # cgroup v1
+            base = "/sys/fs/cgroup/memory"
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
             continue
-    return None
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            left = _group_left(os.path.join(base, *parts[:depth]), *files)
+            if left is not None:
+                found = left if found is None else min(found, left)
+    return found
+
+
+def _group_left(folder: str, limit_name: str, usage_name: str, inactive_name: str) -> int | None:
+    try:
+        with open(os.path.join(folder, limit_name)) as limit:
+            text = limit.read().strip()
+        if text == "max" or int(text) >= 2**60:  # no limit (v1 writes a huge number)
+            return None
+        with open(os.path.join(folder, usage_name)) as usage:
+            used = int(usage.read().strip())
+        inactive = 0
+        with (
+            contextlib.suppress(OSError, ValueError),
+            open(os.path.join(folder, "memory.stat")) as stat,
+        ):
+            for entry in stat:
+                key, _, value = entry.partition(" ")
+                if key == inactive_name:
+                    inactive = int(value)
+        return max(0, int(text) - (used - inactive))
+    except (OSError, ValueError):
+        return None
 
 
 def _thread_count(threads: int | None) -> int:

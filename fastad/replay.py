@@ -22,8 +22,10 @@ validates points, directions and shapes first.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numba
@@ -70,6 +72,23 @@ HOT_NODE_POINTS = 50_000_000
 calls of one kind) after which generated code is compiled in the background:
 about a quarter of a second of interpreter time, so a function used once
 never waits for Numba and one used in earnest soon runs generated code."""
+
+
+_BUILDS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+"""The background builds running, so that a fork can wait for them."""
+
+
+def _finish_builds_before_fork() -> None:
+    # A build holds Numba's compiler lock; a child forked meanwhile inherits
+    # it held, by a thread the child does not have, and any compile there
+    # hangs for good. So fork waits for the builds (seconds at most).
+    for thread in list(_BUILDS):
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_finish_builds_before_fork)
 
 
 def _threads_available() -> bool:
@@ -166,8 +185,13 @@ class Replay:
     # and counting the work done), _BUILDING (auto: generated code compiling
     # in a background thread), _READY (generated code runs), with a reason.
     def tier(self, mode: int) -> Tier:
-        """The tier that runs ``mode`` now, and why."""
-        state, reason = self._state(mode)
+        """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
+        state, reason = self._states.get(mode) or self._first_state(mode)
+        if state == _BUILDING and mode not in self._states:
+            reason = (
+                'backend="auto": generated code is in the cache; it loads in a background '
+                "thread at the first call"
+            )
         if state == _COUNTING:  # the count moves on
             size = codegen.rows(self._generated.program, MODE_NAMES[mode])
             reason = self._counting_reason(mode, size)
@@ -231,9 +255,11 @@ class Replay:
         return False
 
     def _start_build(self, mode: int, how: str) -> None:
-        threading.Thread(
+        thread = threading.Thread(
             target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
-        ).start()
+        )
+        _BUILDS.add(thread)
+        thread.start()
 
     def _build(self, mode: int, how: str) -> None:
         """The background thread: compile or load ``mode``'s kernels, then switch to them."""

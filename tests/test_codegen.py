@@ -362,7 +362,8 @@ def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_
         assert_same_bits(mine, theirs)
     # A new function of the same program finds it in the cache: generated at once.
     again = fa.compile(unique, example=[0.5, 2.0])
-    assert "loading from the cache" in again.tier("grad").reason  # in the background
+    assert "is in the cache" in again.tier("grad").reason  # a question starts nothing
+    again.value_and_grad(points)  # starts the load, in the background
     wait_for_codegen(again, "grad")
     assert "loaded from the cache" in again.tier("grad").reason
     assert again.tier("values").name == "interpret"  # another kind of call
@@ -490,3 +491,77 @@ def test_module_key_names_every_version():
     assert codegen.module_key(source) != codegen.module_key(source + "\n")
     assert len(codegen.module_key(source)) == 32
     assert "numba" in codegen._version_key() and "python" in codegen._version_key()
+
+
+FORK_RUN = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np, fastad as fa
+    from fastad import replay
+    replay.HOT_NODE_POINTS = 10
+    f = fa.compile(lambda a, b: fa.sin(a * b) * 1.5 + a, example=[0.5, 0.5])
+    f.value_and_grad(np.ones((100, 2)))  # hot: a background build starts
+    pid = os.fork()
+    if pid == 0:  # the child compiles something new
+        g = fa.compile(lambda x: fa.cos(x) * 2.5, example=[0.1], backend="codegen")
+        g.value_and_grad(np.array([0.3]))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_fork_waits_for_background_builds(tmp_path):
+    # Regression: a child forked while a background build held Numba's
+    # compiler lock hung at its first compile.
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_RUN],
+        env={**os.environ, "FASTAD_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "child 0" in result.stdout
+
+
+def test_read_only_and_strided_points_use_the_compiled_kernels():
+    # Regression: such arrays reached the kernels as they were, and Numba
+    # compiled every kernel again for their types, in the foreground.
+    f = fa.compile(wide, example=[0.3, -0.2], backend="codegen")
+    points = np.random.default_rng(9).uniform(-1, 1, (50, 2))
+    expected = (f.jacobian(points),)
+    module = f._replay._generated.module("jacobian_fwd")
+    signatures = len(module.batch.signatures)
+    read_only = points.copy()
+    read_only.flags.writeable = False
+    strided = np.zeros((50, 4))
+    strided[:, ::2] = points
+    for variant in (read_only, strided[:, ::2]):
+        assert_same_bits(f.jacobian(variant), expected[0])
+        assert_same_bits(f.jacobian(variant[7]), expected[0][7])
+    assert len(module.batch.signatures) == signatures
+    scalar = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
+    reference = scalar.value_and_grad(EXAMPLE_2.copy())
+    point = EXAMPLE_2.copy()
+    point.flags.writeable = False
+    wider = np.zeros(12)
+    wider[::2] = EXAMPLE_2
+    for variant in (point, wider[::2]):
+        value, gradient = scalar.value_and_grad(variant)
+        assert_same_bits(value, reference[0])
+        assert_same_bits(gradient, reference[1])
+    assert len(scalar._replay._generated.module("grad").point.signatures) == 1
+
+
+def test_the_memory_check_reads_cgroup_limits_without_page_cache(tmp_path):
+    (tmp_path / "memory.max").write_text("2147483648\n")
+    (tmp_path / "memory.current").write_text("1900000000\n")
+    (tmp_path / "memory.stat").write_text("anon 500000000\ninactive_file 1300000000\n")
+    left = compiled._group_left(str(tmp_path), "memory.max", "memory.current", "inactive_file")
+    assert left == 2147483648 - (1900000000 - 1300000000)
+    (tmp_path / "memory.max").write_text("max\n")
+    assert compiled._group_left(str(tmp_path), "memory.max", "memory.current", "x") is None
