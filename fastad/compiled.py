@@ -15,10 +15,8 @@ the traced branch's result. ``fa.where`` is the branch-free alternative.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast, overload
@@ -30,13 +28,15 @@ from numpy.typing import ArrayLike, NDArray
 from fastad import npz
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
+from fastad.memory import check_fits
 from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
 from fastad.progress import progress
-from fastad.replay import BACKENDS, GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, VALUES, VJP, Replay, Tier
+from fastad.replay import GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, VALUES, VJP, Replay
 from fastad.storage import as_stored
 from fastad.tape import Tape
+from fastad.tiers import BACKENDS, Tier
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
@@ -136,7 +136,7 @@ def compile(  # noqa: A001
         compiled by Numba when first used (seconds, reported on stderr) and
         cached on disk, so later processes load them in a fraction of a
         second. ``"auto"`` (default): the interpreter first; once a kind of
-        call has done ``fastad.replay.HOT_NODE_POINTS`` of work its generated
+        call has done ``fastad.tiers.HOT_NODE_POINTS`` of work its generated
         code compiles in a background thread and takes over (at once when an
         earlier process cached it), never for code of more than
         ``fastad.codegen.BUDGET_ROWS`` rows (nodes times passes).
@@ -441,7 +441,7 @@ class CompiledFunction:
             mode = "fwd" if k <= m else "rev"
         if mode not in ("fwd", "rev"):
             raise ValueError(f'mode must be "fwd", "rev" or None, got {mode!r}')
-        _check_fits(n_points * m * (k + 1) * 8, f"the Jacobian of {n_points:,} points", (m, k))
+        check_fits(n_points * m * (k + 1) * 8, f"the Jacobian of {n_points:,} points", (m, k))
         sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
         _, rows = self._run(points, sweep_mode, None, threads)
         jac = rows.reshape(n_points, m, k)
@@ -893,103 +893,6 @@ def _real_array(values: ArrayLike, what: str) -> FloatArray:
     if array.dtype.kind in "biuf":
         return array.astype(np.float64, copy=False)
     raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
-
-
-def _check_fits(size: int, what: str, shape: tuple[int, int]) -> None:
-    """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available."""
-    available = _available_memory()
-    if available is not None and size > available:
-        raise MemoryError(
-            f"{what} ({shape[0]:,} outputs x {shape[1]:,} inputs each, with the values) needs "
-            f"{_format_bytes(size)}; {_format_bytes(available)} is available. Evaluate fewer "
-            "points at a time, or use jvp / vjp for the products you need"
-        )
-
-
-def _format_bytes(size: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
-
-
-def _available_memory() -> int | None:
-    """Bytes a new allocation can take, or None if unknown.
-
-    Linux: ``MemAvailable``, lowered to what the process's cgroup (v2 or v1)
-    has left, since a container's limit kills a process long before the
-    machine runs out. Elsewhere: the physical memory.
-    """
-    found = [value for value in (_meminfo_available(), _cgroup_available()) if value is not None]
-    if found:
-        return min(found)
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _cgroup_available() -> int | None:
-    """What the process's memory cgroup has left, or None without a limit.
-
-    The process's own group (``/proc/self/cgroup``) and its parents, the
-    tightest limit; usage counts reclaimable page cache, so the inactive
-    file pages are taken off it (as the kernel would reclaim them first).
-    """
-    try:
-        with open("/proc/self/cgroup") as groups:
-            lines = groups.read().splitlines()
-    except OSError:
-        return None
-    found = None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            base, files = "/sys/fs/cgroup", ("memory.max", "memory.current", "inactive_file")
-        elif "memory" in controllers.split(","):  # cgroup v1
-            base = "/sys/fs/cgroup/memory"
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-        else:
-            continue
-        parts = [part for part in path.split("/") if part]
-        for depth in range(len(parts), -1, -1):
-            left = _group_left(os.path.join(base, *parts[:depth]), *files)
-            if left is not None:
-                found = left if found is None else min(found, left)
-    return found
-
-
-def _group_left(folder: str, limit_name: str, usage_name: str, inactive_name: str) -> int | None:
-    try:
-        with open(os.path.join(folder, limit_name)) as limit:
-            text = limit.read().strip()
-        if text == "max" or int(text) >= 2**60:  # no limit (v1 writes a huge number)
-            return None
-        with open(os.path.join(folder, usage_name)) as usage:
-            used = int(usage.read().strip())
-        inactive = 0
-        with (
-            contextlib.suppress(OSError, ValueError),
-            open(os.path.join(folder, "memory.stat")) as stat,
-        ):
-            for entry in stat:
-                key, _, value = entry.partition(" ")
-                if key == inactive_name:
-                    inactive = int(value)
-        return max(0, int(text) - (used - inactive))
-    except (OSError, ValueError):
-        return None
 
 
 def _thread_count(threads: int | None) -> int:

@@ -5,16 +5,11 @@ tiers take: the packed program of the lanes interpreter
 (``sweeps.sweep_block``: one opcode dispatch per node serves a row of
 points) and, made on demand, the straight-line kernels of
 :mod:`fastad.codegen` (one module per mode). Both give the same bits (a
-nan's sign and payload aside); the tier only changes the time. ``backend`` chooses:
+nan's sign and payload aside); the tier only changes the time.
 
-- ``"interpret"``: always the interpreter (no compile step per program);
-- ``"codegen"``: always generated code, however long it takes to compile;
-- ``"auto"``: the interpreter first; once a kind of call (a mode) has done
-  ``HOT_NODE_POINTS`` of work, its generated code compiles in a background
-  thread and takes over (at once, if an earlier process left it in the
-  cache). Never for code of more than ``codegen.BUDGET_ROWS`` rows (nodes
-  times passes), where Numba's compile time would outweigh what it saves.
-  A tiered JIT, as HotSpot's: one-off uses never wait for a compile.
+``backend`` chooses (``fastad.tiers``): ``"interpret"``, ``"codegen"``, or
+``"auto"``, the interpreter first and generated code once a kind of call is
+hot.
 
 Everything here trusts its arguments: :class:`fastad.CompiledFunction`
 validates points, directions and shapes first.
@@ -22,24 +17,19 @@ validates points, directions and shapes first.
 
 from __future__ import annotations
 
-import os
 import threading
-import warnings
-import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from fastad import codegen
 from fastad.kernels import sweeps
 from fastad.storage import ARITY
+from fastad.tiers import Tier, Tiers
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, IndexArray
     from fastad.tape import Tape
-
-BACKENDS = ("auto", "interpret", "codegen")
 
 VALUES, VJP, JVP, GRAD = sweeps.VALUES, sweeps.VJP, sweeps.JVP, sweeps.GRAD
 JACOBIAN_REV, JACOBIAN_FWD = sweeps.JACOBIAN_REV, sweeps.JACOBIAN_FWD
@@ -64,42 +54,6 @@ _MAX_WORK_BYTES = 64 * 1024 * 1024
 # Batches smaller than this run on the calling thread: starting the thread
 # pool costs more than it saves.
 PARALLEL_MIN_POINTS = 4096
-
-
-_INTERPRET, _COUNTING, _BUILDING, _READY = "interpret", "counting", "building", "ready"
-HOT_NODE_POINTS = 50_000_000
-"""``backend="auto"``: the interpreted work (nodes times points, summed over
-calls of one kind) after which generated code is compiled in the background:
-about a quarter of a second of interpreter time, so a function used once
-never waits for Numba and one used in earnest soon runs generated code."""
-
-
-_BUILDS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-"""The background builds running, so that a fork can wait for them."""
-
-
-def _finish_builds_before_fork() -> None:
-    # A build holds Numba's compiler lock; a child forked meanwhile inherits
-    # it held, by a thread the child does not have, and any compile there
-    # hangs for good. So fork waits for the builds (seconds at most).
-    for thread in list(_BUILDS):
-        if thread.is_alive() and thread is not threading.current_thread():
-            thread.join()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_finish_builds_before_fork)
-
-
-def _threads_available() -> bool:
-    return numba.get_num_threads() > 1
-
-
-class Tier(NamedTuple):
-    """Which replay tier runs a mode, and why."""
-
-    name: str  # "codegen" or "interpret"
-    reason: str
 
 
 def lane_count(n: int) -> int:
@@ -169,9 +123,7 @@ class Replay:
             title,
         )
         self._n = n
-        self._lock = threading.Lock()
-        self._states: dict[int, tuple[str, str]] = {}
-        self._work: dict[int, int] = {}  # node-points interpreted per mode (auto)
+        self._tiers = Tiers(backend, self._generated)
         self._point_kernels: dict[int, Any] = {}  # generated one-point kernels, compiled
         self.fast_points: dict[int, Any] = {}
         """The generated one-point kernels a caller may call directly: only for a
@@ -180,103 +132,9 @@ class Replay:
         constants)`` returns the value, with :attr:`constants`."""
         self.constants = self._generated.constants
 
-    # -- tiers -----------------------------------------------------------------------
-    # Per mode, one of: _INTERPRET (for good), _COUNTING (auto: interpreting
-    # and counting the work done), _BUILDING (auto: generated code compiling
-    # in a background thread), _READY (generated code runs), with a reason.
     def tier(self, mode: int) -> Tier:
         """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
-        state, reason = self._states.get(mode) or self._first_state(mode)
-        if state == _BUILDING and mode not in self._states:
-            reason = (
-                'backend="auto": generated code is in the cache; it loads in a background '
-                "thread at the first call"
-            )
-        if state == _COUNTING:  # the count moves on
-            size = codegen.rows(self._generated.program, MODE_NAMES[mode])
-            reason = self._counting_reason(mode, size)
-        return Tier("codegen" if state == _READY else "interpret", reason)
-
-    def _state(self, mode: int) -> tuple[str, str]:
-        found = self._states.get(mode)
-        if found is None:
-            with self._lock:
-                found = self._states.get(mode)
-                if found is None:
-                    found = self._states[mode] = self._first_state(mode)
-                    if found[0] == _BUILDING:  # stored first: the thread replaces it
-                        self._start_build(mode, "loaded from the cache")
-        return found
-
-    def _first_state(self, mode: int) -> tuple[str, str]:
-        if self.backend == "interpret":
-            return _INTERPRET, 'backend="interpret"'
-        name = MODE_NAMES[mode]
-        size = codegen.rows(self._generated.program, name)
-        if self.backend == "codegen":  # compiled by the first call that needs it
-            return _READY, f'backend="codegen": generated code, {size:,} rows'
-        if size > codegen.BUDGET_ROWS:
-            seconds = codegen.expected_compile_seconds(size)
-            return _INTERPRET, (
-                f'backend="auto": {size:,} rows of code would take about {seconds:.0f} s to '
-                f"compile, above the budget of {codegen.BUDGET_ROWS:,} rows; "
-                'backend="codegen" compiles them anyway'
-            )
-        if self._generated.is_cached(name):  # a load, not a compile: in the background now
-            return _BUILDING, (
-                'backend="auto": generated code is loading from the cache in a background '
-                "thread; interpreted meanwhile"
-            )
-        return _COUNTING, self._counting_reason(mode, size)
-
-    def _counting_reason(self, mode: int, size: int) -> str:
-        return (
-            f'backend="auto": interpreted until these calls have done {HOT_NODE_POINTS:,} '
-            f"node-points of work ({self._work.get(mode, 0):,} so far); then its generated "
-            f"code ({size:,} rows, about {codegen.expected_compile_seconds(size):.0f} s) "
-            "compiles in a background thread and takes over"
-        )
-
-    def _generated_ready(self, mode: int, node_points: int) -> bool:
-        """Whether generated code runs this call; counts the work while interpreting."""
-        state, _ = self._state(mode)
-        if state != _COUNTING:
-            return state == _READY
-        with self._lock:
-            done = self._work[mode] = self._work.get(mode, 0) + node_points
-            if done < HOT_NODE_POINTS or self._states[mode][0] != _COUNTING:
-                return False
-            self._states[mode] = (
-                _BUILDING,
-                f'backend="auto": generated code is compiling in a background thread after '
-                f"{done:,} node-points of work; interpreted meanwhile",
-            )
-        self._start_build(mode, f"compiled in the background after {done:,} node-points of work")
-        return False
-
-    def _start_build(self, mode: int, how: str) -> None:
-        thread = threading.Thread(
-            target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
-        )
-        _BUILDS.add(thread)
-        thread.start()
-
-    def _build(self, mode: int, how: str) -> None:
-        """The background thread: compile or load ``mode``'s kernels, then switch to them."""
-        name = MODE_NAMES[mode]
-        size = codegen.rows(self._generated.program, name)
-        failed: BaseException | None = None
-        try:
-            # Quiet: nobody waits for it.
-            self._generated.prepare(name, parallel=_threads_available(), report=False)
-        except BaseException as error:  # noqa: BLE001  (reported; the interpreter stays)
-            failed = error
-        if failed is None:
-            self._states[mode] = (_READY, f'backend="auto": generated code, {size:,} rows, {how}')
-            return
-        reason = f"generated code failed to compile ({type(failed).__name__}: {failed})"
-        self._states[mode] = (_INTERPRET, f'backend="auto": {reason}; interpreted')
-        warnings.warn(f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=1)
+        return self._tiers.tier(MODE_NAMES[mode])
 
     def derivative_width(self, mode: int) -> int:
         """Derivative numbers per point in ``mode``."""
@@ -300,7 +158,7 @@ class Replay:
         the interpreter gives those again, so either tier's bits come out.
         """
         n_points = points.shape[0]
-        if not self._generated_ready(mode, n_points * self._n):
+        if not self._tiers.ready(MODE_NAMES[mode], n_points * self._n):
             return self._interpret(points, mode, directions, threads)
         values, derivatives, status = self._outputs(n_points, mode)
         recheck = np.zeros(n_points, np.bool_)
@@ -375,7 +233,7 @@ class Replay:
             else:
                 result = generated(point, constants)
             return result if self.g else (result, NO_FAILED_GUARD)
-        if self._generated_ready(mode, self._n):
+        if self._tiers.ready(MODE_NAMES[mode], self._n):
             kernel = self._generated.point(MODE_NAMES[mode])
             self._point_kernels[mode] = kernel
             if not self.g:

@@ -13,7 +13,7 @@ import pytest
 from op_table import OP_CASES
 
 import fastad as fa
-from fastad import codegen, compiled, demo, replay
+from fastad import codegen, demo, memory, tiers
 from fastad.progress import progress
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
@@ -198,8 +198,8 @@ def test_threads_compiling_one_new_program_at_once():
 WORKQUEUE_RUN = textwrap.dedent(
     """
     import numpy as np, fastad as fa
-    from fastad import replay
-    replay.HOT_NODE_POINTS = 1
+    from fastad import tiers
+    tiers.HOT_NODE_POINTS = 1
     f = fa.compile(lambda a, b: fa.tanh(a * b) * 1.25 + b, example=[0.5, 0.5])
     points = np.random.default_rng(0).uniform(-1, 1, (400_000, 2))
     for _ in range(30):
@@ -318,7 +318,7 @@ def test_scalar_jacobian_keeps_the_gradient_shape():
 
 def test_jacobian_refuses_a_result_that_cannot_fit(monkeypatch):
     f = fa.compile(wide, example=[0.3, -0.2])
-    monkeypatch.setattr(compiled, "_available_memory", lambda: 10_000)
+    monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
     with pytest.raises(
         MemoryError,
         match=r"1,000 points \(3 outputs x 2 inputs each, with the values\) needs 70\.3 KiB; "
@@ -351,7 +351,7 @@ def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_
     expected = expected.value_and_grad(points)
     tier = f.tier("grad")
     assert tier.name == "interpret" and "interpreted until" in tier.reason
-    monkeypatch.setattr(replay, "HOT_NODE_POINTS", 20_000)
+    monkeypatch.setattr(tiers, "HOT_NODE_POINTS", 20_000)
     f.value_and_grad(points)  # 2,000 points of a 6-node program: still counting
     assert f"{len(f.tape) * 2000:,} so far" in f.tier("grad").reason
     value, gradient = f.value_and_grad(points)  # hot: the background compile starts
@@ -497,8 +497,8 @@ FORK_RUN = textwrap.dedent(
     """
     import os, sys
     import numpy as np, fastad as fa
-    from fastad import replay
-    replay.HOT_NODE_POINTS = 10
+    from fastad import tiers
+    tiers.HOT_NODE_POINTS = 10
     f = fa.compile(lambda a, b: fa.sin(a * b) * 1.5 + a, example=[0.5, 0.5])
     f.value_and_grad(np.ones((100, 2)))  # hot: a background build starts
     pid = os.fork()
@@ -561,7 +561,7 @@ def test_the_memory_check_reads_cgroup_limits_without_page_cache(tmp_path):
     (tmp_path / "memory.max").write_text("2147483648\n")
     (tmp_path / "memory.current").write_text("1900000000\n")
     (tmp_path / "memory.stat").write_text("anon 500000000\ninactive_file 1300000000\n")
-    left = compiled._group_left(str(tmp_path), "memory.max", "memory.current", "inactive_file")
+    left = memory._group_left(str(tmp_path), "memory.max", "memory.current", "inactive_file")
     assert left == 2147483648 - (1900000000 - 1300000000)
     (tmp_path / "memory.max").write_text("max\n")
-    assert compiled._group_left(str(tmp_path), "memory.max", "memory.current", "x") is None
+    assert memory._group_left(str(tmp_path), "memory.max", "memory.current", "x") is None

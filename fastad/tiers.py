@@ -1,0 +1,179 @@
+"""Which replay tier runs each kind of call of a compiled function, and when it changes.
+
+One :class:`Tiers` per compiled function decides, mode by mode (a mode is a
+kind of call: ``"values"``, ``"grad"``, ...), between the lanes interpreter
+and generated code, following ``backend``:
+
+- ``"interpret"``: the interpreter, always;
+- ``"codegen"``: generated code, compiled by the first call that needs it;
+- ``"auto"``: a tiered JIT, as HotSpot's. A mode starts on the interpreter
+  and counts its work; past ``HOT_NODE_POINTS`` node-points its generated
+  code compiles in a background thread and takes over when ready (a module
+  an earlier process cached loads the same way, at the first call). Code of
+  more than ``codegen.BUDGET_ROWS`` rows stays interpreted for good. One-off
+  uses never wait for a compile.
+
+Per mode the state is one of ``_INTERPRET`` (for good), ``_COUNTING``
+(auto: interpreting, counting), ``_BUILDING`` (auto: a background thread
+compiles or loads), ``_READY`` (generated code runs), with a reason the
+user reads through ``f.tier()``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from typing import NamedTuple
+
+import numba
+
+from fastad import codegen
+
+BACKENDS = ("auto", "interpret", "codegen")
+
+_INTERPRET, _COUNTING, _BUILDING, _READY = "interpret", "counting", "building", "ready"
+HOT_NODE_POINTS = 50_000_000
+"""``backend="auto"``: the interpreted work (nodes times points, summed over
+calls of one kind) after which generated code is compiled in the background:
+about a quarter of a second of interpreter time, so a function used once
+never waits for Numba and one used in earnest soon runs generated code."""
+
+
+_BUILDS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+"""The background builds running, so that a fork can wait for them."""
+
+
+def _finish_builds_before_fork() -> None:
+    # A build holds Numba's compiler lock; a child forked meanwhile inherits
+    # it held, by a thread the child does not have, and any compile there
+    # hangs for good. So fork waits for the builds (seconds at most).
+    for thread in list(_BUILDS):
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_finish_builds_before_fork)
+
+
+def _threads_available() -> bool:
+    return numba.get_num_threads() > 1
+
+
+class Tier(NamedTuple):
+    """Which replay tier runs a mode, and why."""
+
+    name: str  # "codegen" or "interpret"
+    reason: str
+
+
+class Tiers:
+    """The tier of every mode of one program (see the module docstring).
+
+    Safe to use from several threads: states change under a lock, and the
+    background thread only ever replaces a ``_BUILDING`` state.
+    """
+
+    def __init__(self, backend: str, code: codegen.GeneratedCode) -> None:
+        self.backend = backend
+        self._code = code
+        self._lock = threading.Lock()
+        self._states: dict[str, tuple[str, str]] = {}
+        self._work: dict[str, int] = {}  # node-points interpreted per mode (auto)
+
+    # Per mode, one of: _INTERPRET (for good), _COUNTING (auto: interpreting
+    # and counting the work done), _BUILDING (auto: generated code compiling
+    # in a background thread), _READY (generated code runs), with a reason.
+    def tier(self, mode: str) -> Tier:
+        """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
+        state, reason = self._states.get(mode) or self._first_state(mode)
+        if state == _BUILDING and mode not in self._states:
+            reason = (
+                'backend="auto": generated code is in the cache; it loads in a background '
+                "thread at the first call"
+            )
+        if state == _COUNTING:  # the count moves on
+            size = codegen.rows(self._code.program, mode)
+            reason = self._counting_reason(mode, size)
+        return Tier("codegen" if state == _READY else "interpret", reason)
+
+    def _state(self, mode: str) -> tuple[str, str]:
+        found = self._states.get(mode)
+        if found is None:
+            with self._lock:
+                found = self._states.get(mode)
+                if found is None:
+                    found = self._states[mode] = self._first_state(mode)
+                    if found[0] == _BUILDING:  # stored first: the thread replaces it
+                        self._start_build(mode, "loaded from the cache")
+        return found
+
+    def _first_state(self, mode: str) -> tuple[str, str]:
+        if self.backend == "interpret":
+            return _INTERPRET, 'backend="interpret"'
+        size = codegen.rows(self._code.program, mode)
+        if self.backend == "codegen":  # compiled by the first call that needs it
+            return _READY, f'backend="codegen": generated code, {size:,} rows'
+        if size > codegen.BUDGET_ROWS:
+            seconds = codegen.expected_compile_seconds(size)
+            return _INTERPRET, (
+                f'backend="auto": {size:,} rows of code would take about {seconds:.0f} s to '
+                f"compile, above the budget of {codegen.BUDGET_ROWS:,} rows; "
+                'backend="codegen" compiles them anyway'
+            )
+        if self._code.is_cached(mode):  # a load, not a compile: in the background now
+            return _BUILDING, (
+                'backend="auto": generated code is loading from the cache in a background '
+                "thread; interpreted meanwhile"
+            )
+        return _COUNTING, self._counting_reason(mode, size)
+
+    def _counting_reason(self, mode: str, size: int) -> str:
+        return (
+            f'backend="auto": interpreted until these calls have done {HOT_NODE_POINTS:,} '
+            f"node-points of work ({self._work.get(mode, 0):,} so far); then its generated "
+            f"code ({size:,} rows, about {codegen.expected_compile_seconds(size):.0f} s) "
+            "compiles in a background thread and takes over"
+        )
+
+    def ready(self, mode: str, node_points: int) -> bool:
+        """Whether generated code runs this call; counts the work while interpreting."""
+        state, _ = self._state(mode)
+        if state != _COUNTING:
+            return state == _READY
+        with self._lock:
+            done = self._work[mode] = self._work.get(mode, 0) + node_points
+            if done < HOT_NODE_POINTS or self._states[mode][0] != _COUNTING:
+                return False
+            self._states[mode] = (
+                _BUILDING,
+                f'backend="auto": generated code is compiling in a background thread after '
+                f"{done:,} node-points of work; interpreted meanwhile",
+            )
+        self._start_build(mode, f"compiled in the background after {done:,} node-points of work")
+        return False
+
+    def _start_build(self, mode: str, how: str) -> None:
+        thread = threading.Thread(
+            target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
+        )
+        _BUILDS.add(thread)
+        thread.start()
+
+    def _build(self, mode: str, how: str) -> None:
+        """The background thread: compile or load ``mode``'s kernels, then switch to them."""
+        size = codegen.rows(self._code.program, mode)
+        failed: BaseException | None = None
+        try:
+            # Quiet: nobody waits for it.
+            self._code.prepare(mode, parallel=_threads_available(), report=False)
+        except BaseException as error:  # noqa: BLE001  (reported; the interpreter stays)
+            failed = error
+        if failed is None:
+            self._states[mode] = (_READY, f'backend="auto": generated code, {size:,} rows, {how}')
+            return
+        reason = f"generated code failed to compile ({type(failed).__name__}: {failed})"
+        self._states[mode] = (_INTERPRET, f'backend="auto": {reason}; interpreted')
+        warnings.warn(f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=1)
