@@ -61,6 +61,15 @@ COMPILE_SECONDS_PER_ROW = 0.0063
 BUDGET_ROWS = 1_600
 
 
+def configured_threads() -> int:
+    """Numba's configured number of threads, read without starting its thread pool.
+
+    ``numba.get_num_threads()`` launches the pool on first use, holding a
+    lock meanwhile; a fork at that moment leaves the child that lock held.
+    """
+    return int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]  # set at import
+
+
 def rows(program: Program, mode: str) -> int:
     """The size of ``mode``'s generated code for ``program``: nodes times passes."""
     return int(program.opcode.size) * generator.passes(program, mode)
@@ -122,6 +131,28 @@ def load_module(source: str, name: str) -> types.ModuleType:
 
 
 _MODULES_LOCK = threading.Lock()
+_COMPILING = threading.Lock()
+"""Held while generated kernels compile, in whatever thread (a background
+build or a user's). A compile holds Numba's compiler lock, and a child
+forked meanwhile would inherit it held by a thread it does not have: its
+first compile would hang for good. So a fork waits for the compile to end
+(``os.register_at_fork`` below), and for any module being built."""
+
+
+def _before_fork() -> None:
+    _MODULES_LOCK.acquire()
+    _COMPILING.acquire()
+
+
+def _after_fork() -> None:
+    _COMPILING.release()
+    _MODULES_LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork
+    )
 
 
 def _cached_file(source: str, name: str) -> Path | None:
@@ -259,10 +290,13 @@ class GeneratedCode:
         if missing:
             size = rows(program, mode)
             what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-            with progress(what, expected=expected_compile_seconds(size)) if report else _quiet():
+            with (
+                _COMPILING,
+                progress(what, expected=expected_compile_seconds(size)) if report else _quiet(),
+            ):
                 for kernel, arguments in missing:
                     kernel.compile(tuple(_typeof(argument) for argument in arguments))
-            if parallel or numba.get_num_threads() == 1:  # all a later process will need
+            if parallel or configured_threads() == 1:  # all a later process needs
                 self._mark_compiled(mode)
         self._prepared.add((mode, parallel))
 

@@ -21,13 +21,9 @@ user reads through ``f.tier()``.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
-import weakref
 from typing import NamedTuple
-
-import numba
 
 from fastad import codegen
 
@@ -41,25 +37,8 @@ about a quarter of a second of interpreter time, so a function used once
 never waits for Numba and one used in earnest soon runs generated code."""
 
 
-_BUILDS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-"""The background builds running, so that a fork can wait for them."""
-
-
-def _finish_builds_before_fork() -> None:
-    # A build holds Numba's compiler lock; a child forked meanwhile inherits
-    # it held, by a thread the child does not have, and any compile there
-    # hangs for good. So fork waits for the builds (seconds at most).
-    for thread in list(_BUILDS):
-        if thread.is_alive() and thread is not threading.current_thread():
-            thread.join()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_finish_builds_before_fork)
-
-
 def _threads_available() -> bool:
-    return numba.get_num_threads() > 1
+    return codegen.configured_threads() > 1
 
 
 class Tier(NamedTuple):
@@ -159,7 +138,6 @@ class Tiers:
         thread = threading.Thread(
             target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
         )
-        _BUILDS.add(thread)
         thread.start()
 
     def _build(self, mode: str, how: str) -> None:
