@@ -185,7 +185,10 @@ def _cached_file(source: str, name: str) -> Path | None:
 _typeof: Callable[[object], Any] = numba.typeof  # Numba's types, for compile()
 
 
-def _uncompiled(kernel: Any) -> bool:
+_KERNEL_NAMES = {"batch": "batch", "parallel": "threaded", "point": "one point"}
+
+
+def uncompiled(kernel: Any) -> bool:
     """A dispatcher that has no compiled signature yet (False under NUMBA_DISABLE_JIT)."""
     return hasattr(kernel, "signatures") and not kernel.signatures
 
@@ -286,16 +289,19 @@ class GeneratedCode:
         if point is not None:
             vectors = (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)
             kernels.append((point, (*vectors, self.constants)))
-        missing = [(kernel, arguments) for kernel, arguments in kernels if _uncompiled(kernel)]
-        if missing:
-            size = rows(program, mode)
-            what = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-            with (
-                _COMPILING,
-                progress(what, expected=expected_compile_seconds(size)) if report else _quiet(),
-            ):
-                for kernel, arguments in missing:
-                    kernel.compile(tuple(_typeof(argument) for argument in arguments))
+        if any(uncompiled(kernel) for kernel, _ in kernels):
+            with _COMPILING:  # one compile at a time; the others find it done
+                missing = [(kernel, args) for kernel, args in kernels if uncompiled(kernel)]
+                names = ", ".join(_KERNEL_NAMES[kernel.__name__] for kernel, _ in missing)
+                size = rows(program, mode)
+                what = (
+                    f"compiling generated code for {self._title} ({mode}, {size:,} rows: {names})"
+                )
+                with (
+                    progress(what, expected=expected_compile_seconds(size)) if report else _quiet()
+                ):
+                    for kernel, arguments in missing:
+                        kernel.compile(tuple(_typeof(argument) for argument in arguments))
             if parallel or configured_threads() == 1:  # all a later process needs
                 self._mark_compiled(mode)
         self._prepared.add((mode, parallel))

@@ -309,9 +309,11 @@ class CompiledFunction:
     def tier(self, call: str = "grad") -> Tier:
         """Which tier replays a kind of call, and why: ``Tier(name, reason)``.
 
-        ``call`` is one of ``"values"``, ``"grad"`` (also ``value_and_grad``),
-        ``"vjp"``, ``"jvp"``, ``"jacobian_fwd"``, ``"jacobian_rev"``. ``name``
-        is ``"codegen"`` or ``"interpret"``. Needs a traced function.
+        ``call`` names a kind of call: ``"values"`` (``f(P)``), ``"grad"``
+        (``value_and_grad`` and ``grad``, and a scalar output's reverse
+        ``jacobian``), ``"vjp"``, ``"jvp"``, ``"jacobian_fwd"``,
+        ``"jacobian_rev"``. ``name`` is ``"codegen"`` or ``"interpret"``.
+        Needs a traced function.
         """
         modes = {
             "values": VALUES,
@@ -443,6 +445,8 @@ class CompiledFunction:
             raise ValueError(f'mode must be "fwd", "rev" or None, got {mode!r}')
         check_fits(n_points * m * (k + 1) * 8, f"the Jacobian of {n_points:,} points", (m, k))
         sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
+        if sweep_mode == JACOBIAN_REV and m == 1:
+            sweep_mode = GRAD  # the same single seeded pass, and the same bits
         _, rows = self._run(points, sweep_mode, None, threads)
         jac = rows.reshape(n_points, m, k)
         if self._scalar_output:

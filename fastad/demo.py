@@ -736,6 +736,7 @@ def show_compiled_batch(
         f" on {numba.get_num_threads()} threads"
     )
     out(f"  = {best / points * 1e9:.1f} ns/point for {points:,} points")
+    out(f"  the tier running it now: {f.tier('grad').name} ({f.tier('grad').reason})")
     out(
         f"  (the first call took {first:.2f} s: it traces, and compiles when Numba's cache is cold)"
     )

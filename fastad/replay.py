@@ -17,13 +17,16 @@ validates points, directions and shapes first.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastad import codegen
 from fastad.kernels import sweeps
+from fastad.progress import progress
 from fastad.storage import ARITY
 from fastad.tiers import Tier, Tiers
 
@@ -54,6 +57,16 @@ _MAX_WORK_BYTES = 64 * 1024 * 1024
 # Batches smaller than this run on the calling thread: starting the thread
 # pool costs more than it saves.
 PARALLEL_MIN_POINTS = 4096
+
+
+def _first_use(kernel: Any) -> AbstractContextManager[None]:
+    """Progress on stderr if ``kernel``'s first call may compile it (a cold Numba cache)."""
+    if not codegen.uncompiled(kernel):
+        return contextlib.nullcontext()
+    return progress(
+        "compiling fastad's interpreter kernels (once per machine and version: later "
+        "processes load them from the cache)"
+    )
 
 
 def lane_count(n: int) -> int:
@@ -197,7 +210,24 @@ class Replay:
         values, derivatives, status = self._outputs(n_points, mode)
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
-        if threads > 1 and n_points >= PARALLEL_MIN_POINTS:
+        parallel = threads > 1 and n_points >= PARALLEL_MIN_POINTS
+        kernel = sweeps.sweep_points_parallel if parallel else sweeps.sweep_points
+        with _first_use(kernel):
+            self._sweep(points, directions, values, derivatives, status, mode, threads, parallel)
+        return values, derivatives, status
+
+    def _sweep(
+        self,
+        points: FloatArray,
+        directions: FloatArray,
+        values: FloatArray,
+        derivatives: FloatArray,
+        status: IdArray,
+        mode: int,
+        threads: int,
+        parallel: bool,
+    ) -> None:
+        if parallel:
             sweeps.sweep_points_parallel(
                 self.program,
                 self.template,
@@ -217,7 +247,6 @@ class Replay:
             sweeps.sweep_points(
                 self.program, work, points, directions, values, derivatives, status, mode
             )
-        return values, derivatives, status
 
     def point(self, point: FloatArray, mode: int, gradient: FloatArray) -> tuple[float, int]:
         """One point of a scalar-output program, VALUES or GRAD: ``(value, failed guard)``.
@@ -244,4 +273,6 @@ class Replay:
         except AttributeError:  # per thread: concurrent calls never share a work space
             work = self._local.point_work = np.zeros((4, self.template.size))
             work[0] = self.template
+            with _first_use(sweeps.sweep_point):
+                return sweeps.sweep_point(self.program, work, point, gradient, mode)
         return sweeps.sweep_point(self.program, work, point, gradient, mode)
