@@ -66,6 +66,10 @@ class Op(NamedTuple):
     on it is a guard of a compiled function, reported as ``a < b``).
     ``doc``: the docstring of the public function ``fa.<name>``; ops without
     one are reached through operators only.
+    ``second``: the second local partials, ``(d2/da2,)`` for a unary op and
+    ``(d2/da2, d2/da db, d2/db2)`` for a binary one, in the same dialect;
+    zero where the op is linear, and the documented values at kinks
+    (``relu'' = abs'' = 0``, ties of ``maximum``/``minimum`` 0).
     """
 
     code: int
@@ -77,6 +81,7 @@ class Op(NamedTuple):
     commutative: bool = False
     comparison: bool = False
     doc: str = ""
+    second: tuple[str, ...] | None = None
 
 
 def sigmoid(a: float) -> float:
@@ -160,6 +165,24 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
     return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a)
 
 
+def pow_second_base(a: float, b: float) -> float:
+    # d2 a**b / d a2 = b (b - 1) a**(b - 2); exactly 0 for b == 0 and b == 1,
+    # where the first partial is constant in a (0 * inf = nan at a = 0).
+    return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
+
+
+def pow_second_mixed(a: float, b: float) -> float:
+    # d2 a**b / d a d b = a**(b - 1) (1 + b log a). At a == 0 with b > 1 the
+    # first partial b a**(b - 1) is 0 for all such b: 0, where the formula
+    # would give 0 * -inf = nan.
+    return 0.0 if (a == 0.0 and b > 1.0) else pow(a, b - 1.0) * (1.0 + b * log(a))
+
+
+def pow_second_exponent(a: float, b: float, out: float) -> float:
+    # d2 a**b / d b2 = a**b log(a)**2; 0 at a == 0, b >= 0, as the first partial.
+    return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a) * log(a)
+
+
 HELPERS: tuple[Callable[..., float], ...] = (
     sigmoid,
     softplus,
@@ -172,6 +195,9 @@ HELPERS: tuple[Callable[..., float], ...] = (
     max_partial,
     pow_partial_base,
     pow_partial_exponent,
+    pow_second_base,
+    pow_second_mixed,
+    pow_second_exponent,
 )
 
 # fmt: off
@@ -179,74 +205,115 @@ HELPERS: tuple[Callable[..., float], ...] = (
 OPS = (
     Op(0,  "input",   "leaf",    0, "",               ()),
     Op(1,  "const",   "const",   0, "",               ()),
-    Op(2,  "add",     "+",       2, "a + b",          ("1.0", "1.0"), commutative=True),
-    Op(3,  "sub",     "-",       2, "a - b",          ("1.0", "-1.0")),
-    Op(4,  "mul",     "*",       2, "a * b",          ("b", "a"), commutative=True),
-    Op(5,  "div",     "/",       2, "a / b",          ("1.0 / b", "-out / b")),
-    Op(6,  "neg",     "neg",     1, "-a",             ("-1.0",)),
+    Op(2,  "add",     "+",       2, "a + b",          ("1.0", "1.0"), commutative=True,
+       second=("0.0", "0.0", "0.0")),
+    Op(3,  "sub",     "-",       2, "a - b",          ("1.0", "-1.0"),
+       second=("0.0", "0.0", "0.0")),
+    Op(4,  "mul",     "*",       2, "a * b",          ("b", "a"), commutative=True,
+       second=("0.0", "1.0", "0.0")),
+    Op(5,  "div",     "/",       2, "a / b",          ("1.0 / b", "-out / b"),
+       second=("0.0", "-1.0 / (b * b)", "2.0 * out / (b * b)")),
+    Op(6,  "neg",     "neg",     1, "-a",             ("-1.0",),
+       second=("0.0",)),
     Op(7,  "pow",     "**",      2, "pow(a, b)",      ("pow_partial_base(a, b)",
-                                                       "pow_partial_exponent(a, b, out)")),
+                                                       "pow_partial_exponent(a, b, out)"),
+       second=("pow_second_base(a, b)", "pow_second_mixed(a, b)",
+               "pow_second_exponent(a, b, out)")),
     Op(8,  "exp",     "exp",     1, "exp(a)",         ("out",),
-       doc="e**x. Derivative: the saved output."),
+       doc="e**x. Derivative: the saved output.",
+       second=("out",)),
     Op(9,  "log",     "log",     1, "log(a)",         ("1.0 / a",),
-       doc="Natural logarithm; log(0) = -inf, log(x < 0) = nan."),
+       doc="Natural logarithm; log(0) = -inf, log(x < 0) = nan.",
+       second=("-1.0 / (a * a)",)),
     Op(10, "sqrt",    "sqrt",    1, "sqrt(a)",        ("0.5 / out",),
-       doc="Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0)."),
-    Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",), doc="Sine."),
-    Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",), doc="Cosine."),
+       doc="Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0).",
+       second=("-0.25 / (out * out * out)",)),
+    Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",), doc="Sine.",
+       second=("-out",)),
+    Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",), doc="Cosine.",
+       second=("-out",)),
     Op(13, "tanh",    "tanh",    1, "tanh(a)",        ("1.0 - out * out",),
-       doc="Hyperbolic tangent. Derivative 1 - output**2, from the saved output."),
+       doc="Hyperbolic tangent. Derivative 1 - output**2, from the saved output.",
+       second=("-2.0 * out * (1.0 - out * out)",)),
     Op(14, "sigmoid", "sigmoid", 1, "sigmoid(a)",     ("out * (1.0 - out)",),
-       doc="Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out)."),
+       doc="Logistic function 1 / (1 + exp(-x)), overflow-free. Derivative out * (1 - out).",
+       second=("out * (1.0 - out) * (1.0 - 2.0 * out)",)),
     Op(15, "relu",    "relu",    1, "relu(a)",        ("relu_partial(a)",),
-       doc="max(x, 0), nan propagating. Subgradient relu'(0) = 0."),
+       doc="max(x, 0), nan propagating. Subgradient relu'(0) = 0.",
+       second=("0.0",)),
     Op(16, "abs",     "abs",     1, "fabs(a)",        ("sign(a)",),
-       doc="|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1)."),
+       doc="|x|. Subgradient abs'(0) = 0 (minimum norm, as PyTorch; JAX uses 1).",
+       second=("0.0",)),
     Op(17, "maximum", "maximum", 2, "maximum(a, b)",  ("max_partial(a, b)", "max_partial(b, a)"),
-       doc="Maximum, NumPy nan semantics; at a tie each side gets half the gradient."),
+       doc="Maximum, NumPy nan semantics; at a tie each side gets half the gradient.",
+       second=("0.0", "0.0", "0.0")),
     Op(18, "minimum", "minimum", 2, "minimum(a, b)",  ("max_partial(b, a)", "max_partial(a, b)"),
-       doc="Minimum, NumPy nan semantics; at a tie each side gets half the gradient."),
+       doc="Minimum, NumPy nan semantics; at a tie each side gets half the gradient.",
+       second=("0.0", "0.0", "0.0")),
     # Comparisons give 1.0 or 0.0 and have zero derivatives; `x > y` records one.
-    Op(19, "lt",      "<",       2, "1.0 if a < b else 0.0",  ("0.0", "0.0"), comparison=True),
-    Op(20, "le",      "<=",      2, "1.0 if a <= b else 0.0", ("0.0", "0.0"), comparison=True),
-    Op(21, "gt",      ">",       2, "1.0 if a > b else 0.0",  ("0.0", "0.0"), comparison=True),
-    Op(22, "ge",      ">=",      2, "1.0 if a >= b else 0.0", ("0.0", "0.0"), comparison=True),
+    Op(19, "lt",      "<",       2, "1.0 if a < b else 0.0",  ("0.0", "0.0"), comparison=True,
+       second=("0.0", "0.0", "0.0")),
+    Op(20, "le",      "<=",      2, "1.0 if a <= b else 0.0", ("0.0", "0.0"), comparison=True,
+       second=("0.0", "0.0", "0.0")),
+    Op(21, "gt",      ">",       2, "1.0 if a > b else 0.0",  ("0.0", "0.0"), comparison=True,
+       second=("0.0", "0.0", "0.0")),
+    Op(22, "ge",      ">=",      2, "1.0 if a >= b else 0.0", ("0.0", "0.0"), comparison=True,
+       second=("0.0", "0.0", "0.0")),
     Op(23, "eq",      "==",      2, "1.0 if a == b else 0.0", ("0.0", "0.0"), comparison=True,
-       commutative=True),
+       commutative=True,
+       second=("0.0", "0.0", "0.0")),
     Op(24, "ne",      "!=",      2, "1.0 if a != b else 0.0", ("0.0", "0.0"), comparison=True,
-       commutative=True),
+       commutative=True,
+       second=("0.0", "0.0", "0.0")),
     # fa.where(c, x, y) records pick(c, x) + pick_not(c, y). The side not taken
     # is -0.0, the exact identity of +, and gets an exactly zero derivative, so
     # its value (inf, nan) never reaches the result or the gradient.
     Op(25, "pick",    "pick",    2, "b if a != 0.0 else -0.0",
-                                  ("0.0", "1.0 if a != 0.0 else 0.0")),
+                                  ("0.0", "1.0 if a != 0.0 else 0.0"),
+       second=("0.0", "0.0", "0.0")),
     Op(26, "pick_not", "pick_not", 2, "-0.0 if a != 0.0 else b",
-                                  ("0.0", "0.0 if a != 0.0 else 1.0")),
+                                  ("0.0", "0.0 if a != 0.0 else 1.0"),
+       second=("0.0", "0.0", "0.0")),
     Op(27, "log1p",   "log1p",   1, "log1p(a)",       ("1.0 / (1.0 + a)",),
-       doc="log(1 + x), accurate near 0; log1p(-1) = -inf. Derivative 1 / (1 + x)."),
+       doc="log(1 + x), accurate near 0; log1p(-1) = -inf. Derivative 1 / (1 + x).",
+       second=("-1.0 / ((1.0 + a) * (1.0 + a))",)),
     Op(28, "expm1",   "expm1",   1, "expm1(a)",       ("exp(a)",),
-       doc="exp(x) - 1, accurate near 0. Derivative exp(x)."),
+       doc="exp(x) - 1, accurate near 0. Derivative exp(x).",
+       second=("exp(a)",)),
     Op(29, "tan",     "tan",     1, "tan(a)",         ("1.0 + out * out",),
-       doc="Tangent. Derivative 1 + tan(x)**2, from the saved output."),
+       doc="Tangent. Derivative 1 + tan(x)**2, from the saved output.",
+       second=("2.0 * out * (1.0 + out * out)",)),
     Op(30, "arctan",  "arctan",  1, "atan(a)",        ("1.0 / (1.0 + a * a)",),
-       doc="Inverse tangent, in (-pi/2, pi/2). Derivative 1 / (1 + x**2)."),
+       doc="Inverse tangent, in (-pi/2, pi/2). Derivative 1 / (1 + x**2).",
+       second=("-2.0 * a / ((1.0 + a * a) * (1.0 + a * a))",)),
     Op(31, "arctan2", "arctan2", 2, "atan2(a, b)",    ("atan2_partial(b, a, b)",
                                                        "-atan2_partial(a, a, b)"),
        doc="The angle of the point (x2, x1) = atan2(x1, x2), NumPy's argument order;"
-           " the derivatives are nan at (0, 0)."),
-    Op(32, "sinh",    "sinh",    1, "sinh(a)",        ("cosh(a)",), doc="Hyperbolic sine."),
-    Op(33, "cosh",    "cosh",    1, "cosh(a)",        ("sinh(a)",), doc="Hyperbolic cosine."),
+           " the derivatives are nan at (0, 0).",
+       # f_aa = -2ab / r**4, f_ab = (a**2 - b**2) / r**4, f_bb = 2ab / r**4, with
+       # r**2 = a**2 + b**2, each division by r**2 the overflow-safe helper's.
+       second=("atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)",
+               "atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)",
+               "atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)")),
+    Op(32, "sinh",    "sinh",    1, "sinh(a)",        ("cosh(a)",), doc="Hyperbolic sine.",
+       second=("out",)),
+    Op(33, "cosh",    "cosh",    1, "cosh(a)",        ("sinh(a)",), doc="Hyperbolic cosine.",
+       second=("out",)),
     Op(34, "erf",     "erf",     1, "erf(a)",         ("1.1283791670955126 * exp(-a * a)",),
-       doc="The error function. Derivative 2 / sqrt(pi) * exp(-x**2)."),
+       doc="The error function. Derivative 2 / sqrt(pi) * exp(-x**2).",
+       second=("-2.2567583341910252 * a * exp(-a * a)",)),
     Op(35, "softplus", "softplus", 1, "softplus(a)",  ("sigmoid(a)",),
-       doc="log(1 + exp(x)), overflow-free at any x. Derivative sigmoid(x)."),
+       doc="log(1 + exp(x)), overflow-free at any x. Derivative sigmoid(x).",
+       second=("sigmoid(a) * (1.0 - sigmoid(a))",)),
     Op(36, "sign",    "sign",    1, "sign(a)",        ("0.0",),
-       doc="-1, 0 or 1 (nan at nan), as numpy.sign. Derivative exactly 0."),
+       doc="-1, 0 or 1 (nan at nan), as numpy.sign. Derivative exactly 0.",
+       second=("0.0",)),
     # The value passes through; the derivative is 0 by definition, not the
     # identity's 1 that finite differences see (jax.lax.stop_gradient).
     Op(37, "stop_gradient", "stop", 1, "a",           ("0.0",),
        doc="x itself, with a derivative of exactly 0: gradients stop here"
-           " (jax.lax.stop_gradient, torch's x.detach())."),
+           " (jax.lax.stop_gradient, torch's x.detach()).",
+       second=("0.0",)),
 )
 # fmt: on
 

@@ -191,6 +191,27 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
 
 
 @kernel
+def pow_second_base(a: float, b: float) -> float:
+    # d2 a**b / d a2 = b (b - 1) a**(b - 2); exactly 0 for b == 0 and b == 1,
+    # where the first partial is constant in a (0 * inf = nan at a = 0).
+    return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
+
+
+@kernel
+def pow_second_mixed(a: float, b: float) -> float:
+    # d2 a**b / d a d b = a**(b - 1) (1 + b log a). At a == 0 with b > 1 the
+    # first partial b a**(b - 1) is 0 for all such b: 0, where the formula
+    # would give 0 * -inf = nan.
+    return 0.0 if (a == 0.0 and b > 1.0) else pow(a, b - 1.0) * (1.0 + b * log(a))
+
+
+@kernel
+def pow_second_exponent(a: float, b: float, out: float) -> float:
+    # d2 a**b / d b2 = a**b log(a)**2; 0 at a == 0, b >= 0, as the first partial.
+    return 0.0 if (a == 0.0 and b >= 0.0) else out * log(a) * log(a)
+
+
+@kernel
 def forward_value(op: int, a: float, b: float) -> float:
     """Value of a node with opcode ``op`` and operand values ``a``, ``b``.
 

@@ -245,3 +245,64 @@ def test_domain_edges_follow_ieee(apply, x, expected, scalar_path):
         else:
             assert got == expected
             assert math.copysign(1.0, got) == math.copysign(1.0, expected)
+
+
+# -- second local partials (for second-order sweeps) ---------------------------
+_SECOND_NAMESPACE = {name: getattr(math, name) for name in dir(math) if not name.startswith("_")}
+_SECOND_NAMESPACE |= {helper.__name__: helper for helper in optable.HELPERS}
+
+
+def test_every_op_has_its_second_partials():
+    # One op, one place: a row without its second partials fails here.
+    for op in optable.OPS:
+        if op.arity:
+            assert op.second is not None, f"{op.name} has no second partials"
+            assert len(op.second) == (1 if op.arity == 1 else 3), op.name
+        else:
+            assert op.second is None, op.name
+
+
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_second_partials_match_central_differences_of_the_first(case, rng):
+    # d/dj of the compiled first partial d_i, against the row's second
+    # partial (i, j); for a binary op both mixed orders, which checks
+    # symmetry too.
+    op = optable.BY_NAME[case.name]
+    second = [
+        eval(f"lambda a, b, out: {expression}", dict(_SECOND_NAMESPACE))  # noqa: S307
+        for expression in op.second
+    ]
+    index = {(0, 0): 0, (0, 1): 1, (1, 0): 1, (1, 1): 2}
+
+    def first(point, i):
+        a, b = (list(point) + [0.0])[:2]
+        return sweeps.local_partials(op.code, a, b, sweeps.forward_value(op.code, a, b))[i]
+
+    for point in sample_operands(case, rng, count=10):
+        a, b = (point + [0.0])[:2]
+        out = rules.value(op.code, a, b)
+        for i in range(op.arity):
+            for j in range(op.arity):
+                expected = second[index[i, j]](a, b, out)
+                h = 1e-5 * max(1.0, abs(point[j]))
+                above, below = list(point), list(point)
+                above[j] += h
+                below[j] -= h
+                numeric = (first(above, i) - first(below, i)) / (2 * h)
+                assert expected == pytest.approx(numeric, rel=1e-6, abs=1e-7), (
+                    case.name,
+                    point,
+                    i,
+                    j,
+                )
+
+
+def test_second_partials_at_kinks_are_the_documented_values():
+    for name in ("relu", "abs", "sign", "stop_gradient"):
+        assert optable.BY_NAME[name].second == ("0.0",)
+    for name in ("maximum", "minimum"):
+        assert optable.BY_NAME[name].second == ("0.0", "0.0", "0.0")
+    # pow at a zero base: limits, never 0 * inf = nan.
+    assert optable.pow_second_base(0.0, 1.0) == 0.0
+    assert optable.pow_second_mixed(0.0, 2.5) == 0.0
+    assert optable.pow_second_exponent(0.0, 2.0, 0.0) == 0.0
