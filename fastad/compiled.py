@@ -33,7 +33,7 @@ from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
 from fastad.progress import progress
-from fastad.replay import GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, VALUES, VJP, Replay
+from fastad.replay import GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, MODES, VALUES, VJP, Replay
 from fastad.storage import as_stored
 from fastad.tape import Tape
 from fastad.tiers import BACKENDS, Tier
@@ -315,19 +315,11 @@ class CompiledFunction:
         ``"jacobian_rev"``. ``name`` is ``"codegen"`` or ``"interpret"``.
         Needs a traced function.
         """
-        modes = {
-            "values": VALUES,
-            "grad": GRAD,
-            "vjp": VJP,
-            "jvp": JVP,
-            "jacobian_fwd": JACOBIAN_FWD,
-            "jacobian_rev": JACOBIAN_REV,
-        }
-        if call not in modes:
-            raise ValueError(f"call must be one of {', '.join(map(repr, modes))}, got {call!r}")
+        if call not in MODES:
+            raise ValueError(f"call must be one of {', '.join(map(repr, MODES))}, got {call!r}")
         if not self._traced:
             raise ValueError("this function has not been traced yet: call it once or pass example=")
-        return self._replay.tier(modes[call])
+        return self._replay.tier(MODES[call])
 
     def __repr__(self) -> str:
         name = getattr(self._function, "__name__", "function")

@@ -12,9 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 
+SMALL_BYTES = 64 * 2**20
+"""Sizes below this are not checked: no machine fastad runs on lacks them, and
+reading the memory figures (several files) would cost a small call more
+than its work."""
+
 
 def check_fits(size: int, what: str, shape: tuple[int, int]) -> None:
     """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available."""
+    if size < SMALL_BYTES:
+        return
     available = available_memory()
     if available is not None and size > available:
         raise MemoryError(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad import codegen
+from fastad.kernels import codegen as generator
 from fastad.kernels import sweeps
 from fastad.progress import progress
 from fastad.storage import ARITY
@@ -44,6 +45,8 @@ MODE_NAMES = {
     JACOBIAN_FWD: "jacobian_fwd",
     JACOBIAN_REV: "jacobian_rev",
 }
+MODES = {name: mode for mode, name in MODE_NAMES.items()}
+"""A kind of call's name (``f.tier("grad")``) to its sweep mode."""
 NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
 _NO_STATUS = np.empty(0, np.int64)  # programs without guards never write status
 
@@ -150,14 +153,8 @@ class Replay:
         return self._tiers.tier(MODE_NAMES[mode])
 
     def derivative_width(self, mode: int) -> int:
-        """Derivative numbers per point in ``mode``."""
-        if mode in (VJP, GRAD):
-            return self.k
-        if mode == JVP:
-            return self.m
-        if mode == VALUES:
-            return 0
-        return self.m * self.k
+        """Derivative numbers per point in ``mode`` (the generator's rule, one place)."""
+        return generator.derivative_width(self._generated.program, MODE_NAMES[mode])
 
     # -- evaluation ------------------------------------------------------------------
     def run(

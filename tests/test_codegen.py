@@ -319,6 +319,7 @@ def test_scalar_jacobian_keeps_the_gradient_shape():
 def test_jacobian_refuses_a_result_that_cannot_fit(monkeypatch):
     f = fa.compile(wide, example=[0.3, -0.2])
     monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(memory, "SMALL_BYTES", 0)  # check even this small a result
     with pytest.raises(
         MemoryError,
         match=r"1,000 points \(3 outputs x 2 inputs each, with the values\) needs 70\.3 KiB; "
