@@ -33,7 +33,18 @@ from fastad.node import Block, Var, is_number
 from fastad.optimize import OptimizationReport
 from fastad.optimize import optimize as optimize_tape
 from fastad.progress import progress
-from fastad.replay import GRAD, JACOBIAN_FWD, JACOBIAN_REV, JVP, MODES, VALUES, VJP, Replay
+from fastad.replay import (
+    GRAD,
+    HESSIAN,
+    HVP,
+    JACOBIAN_FWD,
+    JACOBIAN_REV,
+    JVP,
+    MODES,
+    VALUES,
+    VJP,
+    Replay,
+)
 from fastad.storage import as_stored
 from fastad.tape import Tape
 from fastad.tiers import BACKENDS, Tier
@@ -435,7 +446,12 @@ class CompiledFunction:
             mode = "fwd" if k <= m else "rev"
         if mode not in ("fwd", "rev"):
             raise ValueError(f'mode must be "fwd", "rev" or None, got {mode!r}')
-        check_fits(n_points * m * (k + 1) * 8, f"the Jacobian of {n_points:,} points", (m, k))
+        check_fits(
+            n_points * m * (k + 1) * 8,
+            f"the Jacobian of {n_points:,} points ({m:,} outputs x {k:,} inputs each, with "
+            "the values)",
+            "use jvp / vjp for the products you need",
+        )
         sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
         if sweep_mode == JACOBIAN_REV and m == 1:
             sweep_mode = GRAD  # the same single seeded pass, and the same bits
@@ -444,6 +460,65 @@ class CompiledFunction:
         if self._scalar_output:
             jac = jac[:, 0]  # like grad: (k,) or (N, k)
         return jac[0] if single else jac
+
+    # -- second order --------------------------------------------------------------
+    def hvp(
+        self, points: ArrayLike, directions: ArrayLike, threads: int | None = None
+    ) -> FloatArray:
+        """``H v``: the Hessian of a scalar output times a direction, per point.
+
+        ``directions`` has the shape of the points: ``(k,)`` for one point,
+        ``(N, k)`` for a batch, and so has the result. Forward-over-reverse
+        (the tangent of the gradient's sweep along ``v``), exact to rounding
+        like every derivative here; no Hessian is formed. A zero direction
+        is a strong zero, as in :meth:`jvp`.
+        """
+        points, single = self._points(points)
+        self._require_scalar("hvp")
+        v = _real_array(directions, "direction")
+        v = v.reshape(1, -1) if (single and v.ndim <= 1) else v
+        if v.shape != points.shape:
+            raise ValueError(
+                f"direction shape {np.shape(directions)} does not match the points' shape "
+                f"{points.shape[1:] if single else points.shape}"
+            )
+        _, products = self._run(points, HVP, _kernel_array(v), threads)
+        return products[0] if single else products
+
+    def hessp(self, x: ArrayLike, p: ArrayLike) -> FloatArray:
+        """``H(x) p`` at one point, in :func:`scipy.optimize.minimize`'s argument order.
+
+        ``minimize(f, x0, jac=f.grad, hessp=f.hessp, method="Newton-CG")``
+        works as written (also ``trust-ncg``, ``trust-krylov``, ``trust-constr``).
+        """
+        point = _real_array(x, "x")
+        if point.shape != self._point_shape:
+            raise ValueError(
+                f"hessp takes one point of shape {self._point_shape}, got {point.shape}"
+            )
+        return self.hvp(point, p)
+
+    def hessian(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
+        """The Hessian of a scalar output: ``(k, k)`` at one point, ``(N, k, k)`` for a batch.
+
+        Built in the sweeps from ``k`` Hessian-vector products, one per
+        input, after one forward and one adjoint pass per point (never from
+        finite differences). Symmetric up to rounding: row ``t`` is
+        ``H e_t``. ``hess=f.hessian`` with ``method="trust-constr"`` works as
+        written. A result that cannot fit in the memory available raises
+        ``MemoryError`` before anything is allocated.
+        """
+        points, single = self._points(points)
+        self._require_scalar("hessian")
+        n_points, k = points.shape[0], self._k
+        check_fits(
+            n_points * (k * k + 1) * 8,
+            f"the Hessian of {n_points:,} points ({k:,} x {k:,} each, with the values)",
+            "use hvp for the products you need",
+        )
+        _, rows = self._run(points, HESSIAN, None, threads)
+        hessians = rows.reshape(n_points, k, k)
+        return hessians[0] if single else hessians
 
     # -- machinery -----------------------------------------------------------------
     def _points(self, points: ArrayLike) -> tuple[FloatArray, bool]:

@@ -98,11 +98,7 @@ def grad(
     """
     _require_node(output, "fa.grad output", blocks_allowed=False)
     single = isinstance(wrt, (Var, Block))
-    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
-    for node in nodes:
-        _require_node(node, "fa.grad wrt")
-        if node.tape is not output.tape:
-            raise ValueError(f"{node!r} is on another tape than {output!r}")
+    nodes = _wrt_nodes(output, wrt, "fa.grad")
     gradients = output.tape.gradient(output, [node.id for node in nodes])
     if single:
         return gradients[0] if isinstance(wrt, Block) else float(gradients[0])
@@ -127,11 +123,7 @@ def jvp(
     A block ``output`` gives an array of its shape (``J v``, one sweep).
     """
     _require_node(output, "fa.jvp output")
-    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(wrt)
-    for node in nodes:
-        _require_node(node, "fa.jvp wrt")
-        if node.tape is not output.tape:
-            raise ValueError(f"{node!r} is on another tape than {output!r}")
+    nodes = _wrt_nodes(output, wrt, "fa.jvp")
     along: Iterable[ArrayLike]
     if any(isinstance(node, Block) for node in nodes):
         # One direction per node: a sequence, or the array of a single block.
@@ -139,6 +131,73 @@ def jvp(
     else:
         along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
     return output.tape.tangent(output, [node.id for node in nodes], along)
+
+
+@overload
+def hvp(output: Var, wrt: Var, direction: ArrayLike) -> float: ...
+@overload
+def hvp(output: Var, wrt: Block, direction: ArrayLike) -> FloatArray: ...
+@overload
+def hvp(
+    output: Var, wrt: Iterable[Var | Block], direction: ArrayLike
+) -> FloatArray | list[float | FloatArray]: ...
+def hvp(
+    output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike
+) -> float | FloatArray | list[float | FloatArray]:
+    """Hessian-vector product ``H v`` of a scalar ``output`` (``jax.jvp`` of ``jax.grad``).
+
+    ``H`` is the Hessian with respect to ``wrt`` and ``direction`` holds one
+    entry per node of ``wrt`` (an array of a block's shape for a block), as
+    in :func:`jvp`. Forward-over-reverse, without forming ``H`` or touching
+    ``.grad``: ``fa.hvp(z, xs, v) == fa.hessian(z, xs) @ v`` to rounding.
+    Returns what :func:`grad` returns for the same ``wrt``: a float for one
+    scalar node, an array shaped like a block, an array of ``len(wrt)``
+    for scalar nodes, a list with blocks among them.
+
+    >>> import fastad as fa
+    >>> with fa.Tape():
+    ...     x, y = fa.var(1.0), fa.var(2.0)
+    ...     z = x * x * y                      # H = [[2y, 2x], [2x, 0]]
+    ...     fa.hvp(z, [x, y], [1.0, 0.0]).tolist()
+    [4.0, 2.0]
+    """
+    _require_node(output, "fa.hvp output", blocks_allowed=False)
+    nodes = _wrt_nodes(output, wrt, "fa.hvp")
+    along: Iterable[ArrayLike]
+    if isinstance(wrt, (Var, Block)):
+        along = [direction]
+    elif any(isinstance(node, Block) for node in nodes):
+        along = list(cast(Iterable[Any], direction))
+    else:
+        along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
+    products = output.tape.hvp(output, [node.id for node in nodes], along)
+    if isinstance(wrt, Var):
+        return float(products[0])
+    if isinstance(wrt, Block):
+        return cast("list[FloatArray]", products)[0]
+    return products
+
+
+def hessian(output: Var, wrt: Var | Iterable[Var]) -> FloatArray:
+    """The Hessian of a scalar ``output`` with respect to scalar nodes ``wrt``: ``(k, k)``.
+
+    Row ``t`` is the Hessian-vector product with the unit vector ``e_t``
+    (:func:`hvp`), from one backward sweep and ``k`` second-order sweeps;
+    one node gives a ``(1, 1)`` array. For blocks use :func:`hvp`.
+    """
+    _require_node(output, "fa.hessian output", blocks_allowed=False)
+    nodes = _wrt_nodes(output, wrt, "fa.hessian")
+    return output.tape.hessian(output, [node.id for node in nodes])
+
+
+def _wrt_nodes(output: Var | Block, wrt: object, what: str) -> list[Var | Block]:
+    """``wrt`` as a list of nodes, each checked to be a node of ``output``'s tape."""
+    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(cast(Iterable[Any], wrt))
+    for node in nodes:
+        _require_node(node, f"{what} wrt")
+        if node.tape is not output.tape:
+            raise ValueError(f"{node!r} is on another tape than {output!r}")
+    return nodes
 
 
 def _require_node(x: object, what: str, blocks_allowed: bool = True) -> None:

@@ -18,16 +18,18 @@ reading the memory figures (several files) would cost a small call more
 than its work."""
 
 
-def check_fits(size: int, what: str, shape: tuple[int, int]) -> None:
-    """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available."""
+def check_fits(size: int, what: str, advice: str) -> None:
+    """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available.
+
+    ``what`` names the result and its shape, ``advice`` what to do instead.
+    """
     if size < SMALL_BYTES:
         return
     available = available_memory()
     if available is not None and size > available:
         raise MemoryError(
-            f"{what} ({shape[0]:,} outputs x {shape[1]:,} inputs each, with the values) needs "
-            f"{_format_bytes(size)}; {_format_bytes(available)} is available. Evaluate fewer "
-            "points at a time, or use jvp / vjp for the products you need"
+            f"{what} needs {_format_bytes(size)}; {_format_bytes(available)} is available. "
+            f"Evaluate fewer points at a time, or {advice}"
         )
 
 

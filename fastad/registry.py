@@ -88,6 +88,39 @@ class BlockRule:
         """The output tangent from the operands' (None: nothing reached that operand)."""
         raise NotImplementedError
 
+    linear_adjoint = False
+    """The VJP is linear in ``g`` and locally constant in the values (a reshape,
+    a sum, an index): its tangent is the VJP of ``h``, and that is its
+    second-order rule."""
+
+    def second_vjp(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: Values,
+        params: object,
+        needs: Needs = None,
+    ) -> Values:
+        """The tangent of :meth:`vjp` (forward-over-reverse), one contribution per operand.
+
+        ``g`` is the output's adjoint and ``h`` that adjoint's tangent,
+        ``tangents`` the operands' tangents (None for any of them: nothing
+        reached it). The tangent of ``vjp(values, out, g)`` along them:
+        ``vjp(values, out, h)`` plus the VJP's own change with the values.
+        """
+        if not self.linear_adjoint:
+            raise NotImplementedError(
+                f"the block op {self.name!r} (opcode {self.code}) has no second-order rule "
+                "yet, so no Hessian-vector product can pass through it: record this part "
+                "with scalar ops or with blocks that have one (elementwise ops, matmul, "
+                "linear, sum, mean, reshape, transpose, index, concatenate, max, min)"
+            )
+        if h is None:
+            return (None,) * len(values)
+        return self.vjp(values, out, h, params, needs)
+
 
 # -- elementwise: the scalar op table, per element ---------------------------------------------
 def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
@@ -169,6 +202,49 @@ class Elementwise(BlockRule):
         sweeps.map_jvp(self.code, a_full, b_full, flat(out, shape), ta_full, tb_full, tangent)
         return tangent.reshape(shape)
 
+    def second_vjp(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: Values,
+        params: object,
+        needs: Needs = None,
+    ) -> Values:
+        # Per element the scalar sweeps' rule (sweeps.second_backward_range):
+        # d0 * h + (s0 * ta + s1 * tb) * g for the first operand, each product
+        # with strong zeros, in the same order, so blocks and scalar nodes agree.
+        shape = np.shape(out)
+        a_full = flat(values[0], shape)
+        b_full = a_full if self.arity == 1 else flat(values[1], shape)
+        out_full = flat(out, shape)
+        n = a_full.size
+        first = [np.full(n, UNREACHED), np.full(n, UNREACHED)]
+        if h is not None:
+            sweeps.map_vjp(self.code, a_full, b_full, out_full, flat(h, shape), *first)
+        if g is not None:
+            s0, s1, s2 = np.empty(n), np.empty(n), np.empty(n)
+            sweeps.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
+            ta = flat(UNREACHED if tangents[0] is None else tangents[0], shape)
+            tb = (
+                flat(UNREACHED, shape)
+                if self.arity == 1 or tangents[1] is None
+                else flat(tangents[1], shape)
+            )
+            g_full = flat(g, shape)
+            first[0] = first[0] + contributions(
+                contributions(s0, ta) + contributions(s1, tb), g_full
+            )
+            first[1] = first[1] + contributions(
+                contributions(s1, ta) + contributions(s2, tb), g_full
+            )
+        sent = tuple(
+            unbroadcast(first[slot].reshape(shape), _shape(values[slot]))
+            for slot in range(self.arity)
+        )
+        return sent
+
 
 # -- matrix products -----------------------------------------------------------------------------
 class Matmul(BlockRule):
@@ -224,6 +300,37 @@ class Matmul(BlockRule):
         if tb is not None:
             total = total + _matmul_reach(a, np.asarray(tb, dtype=np.float64), False)
         return float(total) if np.ndim(total) == 0 else total
+
+    def second_vjp(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: Values,
+        params: object,
+        needs: Needs = None,
+    ) -> Values:
+        # The VJP (G B^T, A^T G) is bilinear: its tangent is (H B^T + G tB^T, A^T H + tA^T G).
+        a, b = values
+        ta, tb = tangents
+        want = (True, True) if needs is None else needs
+        sent = list(self.vjp(values, out, h, params, needs)) if h is not None else [None, None]
+        if g is not None:
+            if tb is not None and want[0]:
+                moved = np.asarray(tb, dtype=np.float64)
+                sent[0] = _add(sent[0], self.vjp((a, moved), out, g, params, (True, False))[0])
+            if ta is not None and want[1]:
+                moved = np.asarray(ta, dtype=np.float64)
+                sent[1] = _add(sent[1], self.vjp((moved, b), out, g, params, (False, True))[1])
+        return tuple(sent)
+
+
+def _add(total: RuleValue, term: RuleValue) -> RuleValue:
+    """``total + term`` where None is nothing sent (strong zeros add as UNREACHED does)."""
+    if term is None:
+        return total
+    return term if total is None else total + term
 
 
 def _as_matrix(x: FloatArray, left: bool) -> FloatArray:
@@ -340,6 +447,8 @@ def _scalar_or_array(out: Any) -> RuleValue:
 class Reduce(BlockRule):
     """``sum`` or ``mean`` over the axes of a :class:`Reduction` (all: a scalar)."""
 
+    linear_adjoint = True
+
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         return cast(Reduction, params).shape(shapes[0])
 
@@ -425,6 +534,8 @@ class Prod(Reduce):
     first); a nan among the others makes it nan.
     """
 
+    linear_adjoint = False  # no second-order rule yet
+
     def forward(self, values: Values, params: Any) -> RuleValue:
         with np.errstate(invalid="ignore", over="ignore"):
             out = values[0].prod(axis=params.axes, keepdims=params.keepdims)
@@ -466,6 +577,8 @@ class Prod(Reduce):
 class Reshape(BlockRule):
     """``a.reshape(params)``; the recorder resolves ``-1`` first."""
 
+    linear_adjoint = True
+
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         return tuple(params)
 
@@ -483,6 +596,8 @@ class Reshape(BlockRule):
 
 class Transpose(BlockRule):
     """``np.transpose(a, params)``: the axes permuted (None: reversed, ``a.T``)."""
+
+    linear_adjoint = True
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         shape = shapes[0]
@@ -503,6 +618,8 @@ class Transpose(BlockRule):
 
 class Concatenate(BlockRule):
     """``np.concatenate(operands, axis=params)``: any number of operands."""
+
+    linear_adjoint = True
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         first = shapes[0]
@@ -539,6 +656,8 @@ class Concatenate(BlockRule):
 
 class Index(BlockRule):
     """``a[key]``: a scalar for a single element, else an array (a copy)."""
+
+    linear_adjoint = True
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         return np.empty(shapes[0], np.bool_)[params].shape
@@ -624,6 +743,33 @@ class Linear(BlockRule):
         # relu'(z) is 1 above 0, an exact (strong) zero at or below, nan at nan.
         partial = np.where(out > 0.0, 1.0, np.where(np.isnan(out), np.nan, 0.0))
         return contributions(partial, total)
+
+    def second_vjp(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: Values,
+        params: object,
+        needs: Needs = None,
+    ) -> Values:
+        # As matmul's, through the ReLU mask (relu'' = 0, so the mask has no
+        # tangent) and the bias (linear: only h reaches it).
+        X, W, _ = values
+        tX, tW, _ = tangents
+        want_dx, want_dw = (True, True) if needs is None else needs[:2]
+        sent = list(self.vjp(values, out, h, params, needs)) if h is not None else [None] * 3
+        if g is not None and (tX is not None or tW is not None):
+            G = np.ascontiguousarray(g)
+            dZ = fused.relu_backward(out, G)[0] if self.relu else G
+            if want_dx and tW is not None:
+                moved = np.asarray(tW, dtype=np.float64)
+                sent[0] = _add(sent[0], reach_matmul(dZ, moved.T, True))
+            if want_dw and tX is not None:
+                moved = np.asarray(tX, dtype=np.float64)
+                sent[1] = _add(sent[1], reach_matmul(moved.T, dZ, False))
+        return tuple(sent)
 
 
 class MseLoss(BlockRule):

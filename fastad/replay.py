@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 VALUES, VJP, JVP, GRAD = sweeps.VALUES, sweeps.VJP, sweeps.JVP, sweeps.GRAD
 JACOBIAN_REV, JACOBIAN_FWD = sweeps.JACOBIAN_REV, sweeps.JACOBIAN_FWD
+HVP, HESSIAN = sweeps.HVP, sweeps.HESSIAN
 MODE_NAMES = {
     VALUES: "values",
     GRAD: "grad",
@@ -44,6 +45,8 @@ MODE_NAMES = {
     JVP: "jvp",
     JACOBIAN_FWD: "jacobian_fwd",
     JACOBIAN_REV: "jacobian_rev",
+    HVP: "hvp",
+    HESSIAN: "hessian",
 }
 MODES = {name: mode for mode, name in MODE_NAMES.items()}
 """A kind of call's name (``f.tier("grad")``) to its sweep mode."""
@@ -51,8 +54,8 @@ NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
 _NO_STATUS = np.empty(0, np.int64)  # programs without guards never write status
 
 # Lanes per block: enough points that one dispatch per node is amortised,
-# few enough that the work space (4 rows of 8 bytes per node and lane) stays
-# in the per-core cache.
+# few enough that the work space (4 rows of 8 bytes per node and lane, 9 in
+# the second-order modes) stays in the per-core cache.
 _WORK_BUDGET_BYTES = 256 * 1024
 _MAX_LANES = 256
 _MIN_LANES = 32
@@ -72,14 +75,19 @@ def _first_use(kernel: Any) -> AbstractContextManager[None]:
     )
 
 
-def lane_count(n: int) -> int:
-    """Points per block for a program of ``n`` nodes.
+def planes(mode: int) -> int:
+    """Work-space planes the sweeps need in ``mode``."""
+    return sweeps.SECOND_PLANES if mode >= HVP else sweeps.PLANES
+
+
+def lane_count(n: int, planes: int = sweeps.PLANES) -> int:
+    """Points per block for a program of ``n`` nodes and a work space of ``planes``.
 
     As many as fit the per-core cache budget, but at least 32 (one lane per
     block costs ~27 ns per node and point on a 2,000-node DAG, 32 lanes
     ~10) unless the work space would pass ``_MAX_WORK_BYTES``.
     """
-    row_bytes = 32 * (n + 1)  # 4 float64 rows of n + 1 per lane
+    row_bytes = 8 * planes * (n + 1)  # float64 rows of n + 1 per lane
     lanes = _WORK_BUDGET_BYTES // row_bytes
     floor = min(_MIN_LANES, max(1, _MAX_WORK_BYTES // row_bytes))
     return int(min(_MAX_LANES, max(floor, lanes)))
@@ -124,7 +132,9 @@ class Replay:
         self.template = np.append(tape.val, 0.0)
         self.k, self.m, self.g = inputs.size, outputs.size, guards.shape[0]
         self.backend = backend
-        self._lanes = lane_count(n)
+        self._lanes = {
+            count: lane_count(n, count) for count in (sweeps.PLANES, sweeps.SECOND_PLANES)
+        }
         self._local = threading.local()
         self._generated = codegen.GeneratedCode(
             codegen.Program(
@@ -234,13 +244,18 @@ class Replay:
                 derivatives,
                 status,
                 mode,
-                self._lanes,
+                self._lanes[planes(mode)],
                 threads,
             )
         else:
-            work = getattr(self._local, "work", None)
-            if work is None:  # one work space per thread: calls never share buffers
-                work = self._local.work = sweeps.new_work(self.template, self._lanes)
+            # One work space per thread and size: calls never share buffers.
+            spaces = getattr(self._local, "work", None)
+            if spaces is None:
+                spaces = self._local.work = {}
+            count = planes(mode)
+            work = spaces.get(count)
+            if work is None:
+                work = spaces[count] = sweeps.new_work(self.template, self._lanes[count], count)
             sweeps.sweep_points(
                 self.program, work, points, directions, values, derivatives, status, mode
             )

@@ -57,6 +57,17 @@ class Rule(Protocol):
         params: object,
     ) -> RuleValue: ...
 
+    def second_vjp(
+        self,
+        values: tuple[RuleValue, ...],
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: tuple[RuleValue, ...],
+        params: object,
+        needs: tuple[bool, ...] | None = None,
+    ) -> tuple[RuleValue, ...]: ...
+
 
 def ieee() -> np.errstate:
     """Every sweep runs its rules under this: IEEE results (inf - inf is nan), no
@@ -234,16 +245,7 @@ def backward(
                 ):
                     found = (node, slot)
                     break
-        for j, contribution in zip(operands, partials, strict=True):
-            if contribution is None:
-                continue
-            if j not in block_values:
-                adjoints[j] += float(contribution)
-            elif j in block_adjoints:
-                block_adjoints[j] += contribution
-            else:  # a block's first contribution is adopted, not copied
-                block_adjoints[j] = adopted = owned(contribution, adopted_ids)
-                adopted_ids.add(id(adopted))
+        deliver(operands, partials, adjoints, block_adjoints, block_values, adopted_ids)
 
     relevant, lowest = plan(tape, root) if visits is None else visits
     if lowest == 0 and not blocks.ops:  # one compiled sweep, seed included
@@ -253,6 +255,91 @@ def backward(
     with ieee():
         walk(relevant, lowest, root + 1, True, run, step)
     return found
+
+
+def deliver(
+    operands: Sequence[int],
+    contributions: Sequence[RuleValue],
+    adjoints: FloatArray,
+    block_adjoints: dict[int, FloatArray],
+    block_values: dict[int, FloatArray],
+    adopted_ids: set[int],
+) -> None:
+    """Add a block rule's contribution for each operand (None: nothing) to its adjoint."""
+    for j, contribution in zip(operands, contributions, strict=True):
+        if contribution is None:
+            continue
+        if j not in block_values:
+            adjoints[j] += float(contribution)
+        elif j in block_adjoints:
+            block_adjoints[j] += contribution
+        else:  # a block's first contribution is adopted, not copied
+            block_adjoints[j] = adopted = owned(contribution, adopted_ids)
+            adopted_ids.add(id(adopted))
+
+
+def second_backward(
+    tape: TapeStorage,
+    rules: Rules,
+    root: int,
+    first: tuple[FloatArray, dict[int, FloatArray]],
+    tangents: tuple[FloatArray, dict[int, FloatArray]],
+    second: FloatArray,
+    block_second: dict[int, FloatArray],
+    visits: Plan,
+    needed: NDArray[np.bool_] | None = None,
+) -> None:
+    """Forward-over-reverse: the tangent of a finished backward sweep from ``root``.
+
+    ``first`` holds that sweep's adjoints (scalars and blocks), ``tangents``
+    a finished tangent sweep along a direction (the same pairs); ``second``
+    (UNREACHED on ``visits``' range) and ``block_second`` accumulate the
+    tangents of the adjoints, ``H v`` at the nodes the direction moved.
+    ``needed`` as in :func:`backward`. Scalar runs use the compiled
+    ``second_backward_range``; a block op its rule's ``second_vjp`` (the
+    JVP of its VJP), which raises ``NotImplementedError`` naming an op
+    without one.
+    """
+    opcode, in0, in1, val, _ = tape.columns()
+    blocks = tape.blocks
+    block_values = blocks.values
+    adjoints, block_adjoints = first
+    scalar_tangents, block_tangents = tangents
+    adopted_ids: set[int] = set()
+
+    def run(lo: int, hi: int) -> None:
+        sweeps.second_backward_range(
+            opcode, in0, in1, val, adjoints, scalar_tangents, second, hi, lo
+        )
+
+    def reached_value(node: int, scalars: FloatArray, arrays: dict[int, FloatArray]) -> RuleValue:
+        if node in block_values:
+            found = arrays.get(node)
+            return found if found is not None and any_reached(found) else None
+        value = float(scalars[node])
+        return value if sweeps.reached(value) else None
+
+    def step(node: int) -> None:
+        g = reached_value(node, adjoints, block_adjoints)
+        h = reached_value(node, second, block_second)
+        if g is None and h is None:
+            return
+        if needed is not None and not needed[node]:
+            return
+        operands = blocks.operands(node)
+        needs = None if needed is None else tuple([bool(needed[j]) for j in operands])
+        moved = tuple(reached_value(j, scalar_tangents, block_tangents) for j in operands)
+        values = tuple([tape.value(j) for j in operands])
+        out = tape.value(node)
+        rule = rules(int(opcode[node]))
+        sent = rule.second_vjp(values, out, g, h, moved, blocks.params(node), needs)
+        if needs is not None:
+            sent = tuple([p if want else None for p, want in zip(sent, needs, strict=True)])
+        deliver(operands, sent, second, block_second, block_values, adopted_ids)
+
+    relevant, lowest = visits
+    with ieee():
+        walk(relevant, lowest, root + 1, True, run, step)
 
 
 def tangent(
@@ -329,4 +416,14 @@ def owned(array: RuleValue, adopted: set[int]) -> FloatArray:
     return np.array(array, dtype=np.float64)
 
 
-__all__ = ["UNREACHED", "Rule", "Rules", "backward", "replay", "tangent", "walk"]
+__all__ = [
+    "UNREACHED",
+    "Rule",
+    "Rules",
+    "backward",
+    "deliver",
+    "replay",
+    "second_backward",
+    "tangent",
+    "walk",
+]

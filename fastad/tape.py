@@ -311,22 +311,120 @@ class Tape(TapeStorage):
         node = self.node_id(root, "output")
         ids = [self.node_id(i, "wrt") for i in wrt]
         visits = sweep.plan(self, node)
-        tangents = np.zeros(node + 1)  # only [lowest, root] is swept and read
+        tangents, block_tangents, seeded = self._seed_tangents(node, ids, direction, visits)
+        return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded, visits)
+
+    def _seed_tangents(
+        self, root: int, ids: list[int], direction: Iterable[ArrayLike], visits: sweep.Plan
+    ) -> tuple[FloatArray, dict[int, FloatArray], NDArray[np.bool_]]:
+        """The buffers of a tangent sweep from ``root``, seeded along ``direction`` at ``ids``."""
+        tangents = np.zeros(root + 1)  # only [lowest, root] is swept and read
         tangents[visits[1] :] = UNREACHED
         block_tangents: dict[int, FloatArray] = {}
-        seeded = np.zeros(node + 1, np.bool_)
+        seeded = np.zeros(root + 1, np.bool_)
         if not self.has_blocks:
             nodes = np.asarray(ids, dtype=np.intp)
             along = np.asarray(direction, dtype=VALUE_DTYPE)
             if along.shape != nodes.shape:
                 raise ValueError(f"direction shape {along.shape} != wrt shape {nodes.shape}")
-            inside = nodes <= node
+            inside = nodes <= root
             moved = inside & (along != 0.0)  # a zero direction is a strong zero
             np.add.at(tangents, nodes[moved], along[moved])  # a node listed twice adds
             seeded[nodes[inside]] = True
         else:
-            self._seed_blocks(node, ids, list(direction), tangents, block_tangents, seeded)
-        return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded, visits)
+            self._seed_blocks(root, ids, list(direction), tangents, block_tangents, seeded)
+        return tangents, block_tangents, seeded
+
+    # -- second order ------------------------------------------------------------
+    def hvp(
+        self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
+    ) -> FloatArray | list[float | FloatArray]:
+        """``H v``: the Hessian of ``root`` with respect to ``wrt``, times ``direction``.
+
+        Forward-over-reverse: a tangent sweep along ``direction`` (seeded as
+        in :meth:`tangent`), the backward sweep, and the tangent of the
+        backward sweep; no Hessian is formed and ``.grad`` is untouched.
+        ``wrt`` nodes are independent variables as in :meth:`gradient` and
+        :meth:`tangent` (an intermediate node is held at its perturbation).
+        A float64 array for scalar nodes; with blocks among ``wrt`` a list of
+        floats and arrays, each shaped like its node. A block op on the way
+        without a second-order rule raises ``NotImplementedError`` naming it.
+        """
+        self.refuse_while_tracing("fa.hvp")
+        node = self._scalar_root(root, "a Hessian-vector product")
+        ids = [self.node_id(i, "wrt") for i in wrt]
+        visits = sweep.plan(self, node)
+        first, needed = self._second_order_adjoints(node, ids, visits)
+        second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
+        if not any(self.block_value(i) is not None for i in ids):
+            return second[np.asarray(ids, dtype=np.intp)] + 0.0
+        return [self._result(i, second, block_second) for i in ids]
+
+    def hessian(self, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
+        """The ``(k, k)`` Hessian of ``root`` with respect to the ``k`` scalar nodes ``wrt``.
+
+        One backward sweep, then per node of ``wrt`` a tangent sweep and the
+        backward sweep's tangent: row ``t`` is ``H e_t`` (:meth:`hvp`), so
+        the result is symmetric up to rounding. For blocks use :meth:`hvp`.
+        """
+        self.refuse_while_tracing("fa.hessian")
+        node = self._scalar_root(root, "a Hessian")
+        ids = [self.node_id(i, "wrt") for i in wrt]
+        for i in ids:
+            block = self.block_value(i)
+            if block is not None:
+                raise TypeError(
+                    f"fa.hessian takes scalar nodes; node {i} is a block of shape "
+                    f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
+                )
+        visits = sweep.plan(self, node)
+        first, needed = self._second_order_adjoints(node, ids, visits)
+        nodes = np.asarray(ids, dtype=np.intp)
+        rows = np.empty((len(ids), len(ids)))
+        for t, unit in enumerate(np.eye(len(ids))):
+            second, _ = self._second_pass(node, ids, unit, visits, first, needed)
+            rows[t] = second[nodes] + 0.0
+        return rows
+
+    def _second_order_adjoints(
+        self, root: int, ids: list[int], visits: sweep.Plan
+    ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
+        """The backward sweep a second-order pass differentiates, and what it needs."""
+        adjoints = np.zeros(len(self))
+        adjoints[visits[1] : root + 1] = UNREACHED
+        block_adjoints: dict[int, FloatArray] = {}
+        # As for a gradient: nothing for what none of `wrt` feeds (a layer's data X).
+        needed = self.descendants(ids, visits[1], root) if visits[0] else None
+        sweep.backward(self, registry.rule, root, adjoints, block_adjoints, False, visits, needed)
+        return (adjoints, block_adjoints), needed
+
+    def _second_pass(
+        self,
+        root: int,
+        ids: list[int],
+        direction: Iterable[ArrayLike],
+        visits: sweep.Plan,
+        first: tuple[FloatArray, dict[int, FloatArray]],
+        needed: NDArray[np.bool_] | None,
+    ) -> tuple[FloatArray, dict[int, FloatArray]]:
+        """A tangent sweep along ``direction``, then the tangent of the backward sweep."""
+        tangents, block_tangents, seeded = self._seed_tangents(root, ids, direction, visits)
+        sweep.tangent(self, registry.rule, root, tangents, block_tangents, seeded, visits)
+        second = np.zeros(len(self))
+        second[visits[1] : root + 1] = UNREACHED
+        block_second: dict[int, FloatArray] = {}
+        sweep.second_backward(
+            self,
+            registry.rule,
+            root,
+            first,
+            (tangents, block_tangents),
+            second,
+            block_second,
+            visits,
+            needed,
+        )
+        return second, block_second
 
     def _seed_blocks(
         self,

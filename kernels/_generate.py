@@ -108,6 +108,70 @@ def _values_and_partials_source() -> str:
     )
 
 
+def _second(op: optable.Op) -> tuple[str, str, str]:
+    """``(d2/da2, d2/da db, d2/db2)`` of ``op``: zeros for the operand a unary op lacks."""
+    if op.second is None:  # tests/test_ops.py fails for such a row first
+        raise ValueError(f"op {op.name!r} has no second local partials in kernels/optable.py")
+    s0, s1, s2 = (list(op.second) + ["0.0", "0.0"])[:3]
+    return s0, s1, s2
+
+
+def _second_partials_source() -> str:
+    return _dispatch(
+        "second_partials",
+        "op: int, a: float, b: float, out: float",
+        "tuple[float, float, float]",
+        [
+            '"""Second local partials ``(d2 out/da2, d2 out/da db, d2 out/db2)`` of one node.',
+            "",
+            "``out`` is the node value saved by the forward sweep. Unary ops give",
+            "0.0 for the two that involve ``b``.",
+            '"""',
+        ],
+        lambda op, d0, d1: _return_tuple(_second(op), indent=8),
+        "return 0.0, 0.0, 0.0",
+    )
+
+
+def _return_tuple(items: tuple[str, ...], indent: int) -> list[str]:
+    """``return a, b, c`` as ruff format writes it: wrapped, one item a line, when too long."""
+    line = "return " + ", ".join(items)
+    if indent + len(line) <= LINE_LENGTH:
+        return [line]
+    return ["return (", *(f"    {item}," for item in items), ")"]
+
+
+def _second_lanes_source() -> str:
+    def case(op: optable.Op, d0: str, d1: str) -> list[str]:
+        s0, s1, s2 = _second(op)
+        return [
+            "for lane in range(count):",
+            "    a = val[j, lane]",
+            "    b = val[k, lane]",
+            "    out = val[i, lane]",
+            f"    s0[i, lane] = {s0}",
+            f"    s1[i, lane] = {s1}",
+            f"    s2[i, lane] = {s2}",
+            "return",
+        ]
+
+    return _dispatch(
+        "second_partials_lanes",
+        "op: int, val: FloatArray, s0: FloatArray, s1: FloatArray, s2: FloatArray, "
+        "i: int, j: int, k: int, count: int",
+        "None",
+        [
+            '"""Second local partials of node ``i`` in lanes ``0:count``, from its values.',
+            "",
+            "Rows ``i``, ``j`` and ``k`` of ``val`` hold the node's value and its",
+            "operands' (as in ``values_and_partials_lanes``, which runs first).",
+            '"""',
+        ],
+        case,
+        "return",
+    )
+
+
 def _lanes_source(with_partials: bool) -> str:
     # One loop per op, so the dispatch on `op` happens once per node and row
     # of lanes, and the loop body is straight-line code the compiler can
@@ -150,7 +214,7 @@ def _lanes_source(with_partials: bool) -> str:
 
 
 def _map_source(kind: str) -> str:
-    """``map_forward``, ``map_vjp`` or ``map_jvp``: a scalar rule over 1-D arrays.
+    """``map_forward``, ``map_vjp``, ``map_jvp`` or ``map_second``: a scalar rule over 1-D arrays.
 
     One loop per op, as for the lanes: the dispatch on ``op`` happens once
     per call, not once per element (a 37-way branch per element cost more
@@ -158,17 +222,29 @@ def _map_source(kind: str) -> str:
     the table's own expressions, so a block and its scalar-node expansion
     agree bit for bit.
     """
-    arrays = {"forward": "x, y, z", "vjp": "x, y, z, g, dx, dy", "jvp": "x, y, z, tx, ty, tz"}[kind]
+    arrays = {
+        "forward": "x, y, z",
+        "vjp": "x, y, z, g, dx, dy",
+        "jvp": "x, y, z, tx, ty, tz",
+        "second": "x, y, z, s0, s1, s2",
+    }[kind]
     docs = {
         "forward": "``z[t] = op(x[t], y[t])`` over 1-D arrays of one size: the scalar rule.",
         "vjp": "``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros.",
         "jvp": "``tz = d0 * tx + d1 * ty`` per element, with strong zeros.",
+        "second": "The second local partials (d2/dx2, d2/dx dy, d2/dy2) per element.",
     }
 
     def case(op: optable.Op, d0: str, d1: str) -> list[str]:
         body = ["for t in range(z.size):", "    a = x[t]", "    b = y[t]"]
         if kind == "forward":
             body.append(f"    z[t] = {op.value}")
+        elif kind == "second":
+            names = ("s0", "s1", "s2")
+            body.append("    out = z[t]")
+            body += [
+                f"    {name}[t] = {rule}" for name, rule in zip(names, _second(op), strict=True)
+            ]
         elif kind == "vjp":
             body += [
                 "    out = z[t]",
@@ -202,11 +278,14 @@ def generated_block() -> str:
         _forward_value_source(),
         _local_partials_source(),
         _values_and_partials_source(),
+        _second_partials_source(),
         _lanes_source(with_partials=False),
         _lanes_source(with_partials=True),
+        _second_lanes_source(),
         _map_source("forward"),
         _map_source("vjp"),
         _map_source("jvp"),
+        _map_source("second"),
     ]
     return "\n\n\n".join(parts) + "\n\n\n" + END
 

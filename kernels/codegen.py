@@ -54,7 +54,7 @@ from numpy.typing import NDArray
 
 from . import optable, sweeps
 
-MODES = ("values", "grad", "vjp", "jvp", "jacobian_fwd", "jacobian_rev")
+MODES = ("values", "grad", "vjp", "jvp", "jacobian_fwd", "jacobian_rev", "hvp", "hessian")
 """What a module computes per point.
 
 ``values``: the outputs. ``grad``: a scalar output and its gradient (the
@@ -62,9 +62,14 @@ seed is 1). ``vjp``: outputs and ``u^T J`` for a cotangent ``u`` per point.
 ``jvp``: outputs and ``J v``. ``jacobian_fwd`` / ``jacobian_rev``: outputs
 and the whole ``(m, k)`` Jacobian, by ``k`` tangent passes or ``m``
 adjoint passes after one forward pass (``derivatives[p]`` holds it row by
-row, ``m * k`` numbers).
+row, ``m * k`` numbers). ``hvp``: a scalar output and ``H v`` for a direction
+``v`` per point (forward-over-reverse: a tangent pass, the adjoint pass and
+its tangent); ``hessian``: the ``(k, k)`` Hessian row by row, one adjoint
+pass and then, per input, a tangent pass and the adjoint pass's tangent.
 """
 POINT_MODES = ("values", "grad")
+SECOND_MODES = ("hvp", "hessian")
+"""Modes of a scalar output that read the second local partials."""
 """Modes that also get a one-point kernel (the latency path)."""
 
 
@@ -89,6 +94,7 @@ class Program(NamedTuple):
 class _Rule(NamedTuple):
     value: str  # format template with {a}, {b}, {out}
     partials: tuple[str, ...]
+    second: tuple[str, ...]  # d2/da2 (and d2/da db, d2/db2 for a binary op)
 
 
 _PLACEHOLDERS = {"a": "{a}", "b": "{b}", "out": "{out}"}
@@ -110,7 +116,11 @@ def _template(expression: str) -> str:
 @functools.cache
 def _rules() -> dict[int, _Rule]:
     return {
-        op.code: _Rule(_template(op.value), tuple(_template(p) for p in op.partials))
+        op.code: _Rule(
+            _template(op.value),
+            tuple(_template(p) for p in op.partials),
+            tuple(_template(p) for p in op.second or ()),
+        )
         for op in optable.OPS
         if op.arity
     }
@@ -133,6 +143,7 @@ class _Emitter:
         self.n = program.opcode.size
         self.arity = [optable.ALL[int(code)].arity for code in program.opcode]
         self.partials: dict[tuple[int, int], str] = {}
+        self.seconds: dict[tuple[int, int], str] = {}  # (node, 0 aa | 1 ab | 2 bb), non-zero
         # Nodes that depend on an input: only their adjoints and tangents can
         # ever be reached, so only edges into them carry anything.
         depends = np.zeros(self.n, bool)
@@ -147,8 +158,14 @@ class _Emitter:
     def operands(self, i: int) -> list[int]:
         return [int(self.program.in0[i]), int(self.program.in1[i])][: self.arity[i]]
 
-    def forward(self, read_input: list[str], with_partials: bool) -> None:
-        """Values in node order and, ``with_partials``, every live edge's local partial."""
+    def forward(
+        self, read_input: list[str], with_partials: bool, with_second: bool = False
+    ) -> None:
+        """Values in node order and, ``with_partials``, every live edge's local partial.
+
+        ``with_second``: also the second local partials that a live edge's
+        tangent needs (those that meet an operand depending on an input).
+        """
         program = self.program
         rules = _rules()
         position = {int(node): t for t, node in enumerate(program.inputs)}
@@ -180,6 +197,26 @@ class _Emitter:
                     self.emit(f"p{i}_{slot} = {partial}")
                     partial = f"p{i}_{slot}"
                 self.partials[i, slot] = partial
+            if with_second:
+                self.second_partials(i, rule, names)
+
+    def second_partials(self, i: int, rule: _Rule, names: dict[str, str]) -> None:
+        """The second partials of node ``i`` that the tangents of its live edges read."""
+        operands = self.operands(i)
+        for which, expression in enumerate(rule.second):
+            # aa pairs edge 0 with operand 0; ab edge 0 with operand 1 and
+            # edge 1 with operand 0; bb edge 1 with operand 1.
+            uses = {0: [(0, 0)], 1: [(0, 1), (1, 0)], 2: [(1, 1)]}[which]
+            needed = any(
+                (i, slot) in self.partials and self.depends[operands[other]] for slot, other in uses
+            )
+            second = expression.format(**names)
+            if second == "0.0" or not needed:
+                continue
+            if not _is_plain(second):
+                self.emit(f"s{i}_{which} = {second}")
+                second = f"s{i}_{which}"
+            self.seconds[i, which] = second
 
     def guards(self, on_failure: list[str]) -> None:
         """Find the first guard whose truth differs from the traced one, then ``on_failure``."""
@@ -195,11 +232,12 @@ class _Emitter:
             self.emit(line)
 
     def term(self, i: int, slot: int, incoming: str) -> str:
-        """What edge ``(i, slot)`` sends: ``contribution(partial, incoming)``.
+        """What edge ``(i, slot)`` sends: ``contribution(partial, incoming)``."""
+        return self.product(self.partials[i, slot], incoming)
 
-        In ``plain`` code the product alone (see ``module_source``).
-        """
-        partial = self.partials[i, slot]
+    def product(self, partial: str, incoming: str) -> str:
+        """``contribution(partial, incoming)``; in ``plain`` code the product alone
+        (see ``module_source``)."""
         if partial == "1.0":
             return incoming
         if self.plain:
@@ -231,15 +269,29 @@ class _Emitter:
         self.emit("    recheck[p] = True")
         self.emit("    flagged += 1")
 
-    def reverse(self, seeds: list[tuple[int, str]], write: list[str], prefix: str = "g") -> None:
+    def reverse(
+        self,
+        seeds: list[tuple[int, str]],
+        write: list[str] | None,
+        prefix: str = "g",
+        adjoints: dict[int, str] | None = None,
+        tangents: dict[int, str] | None = None,
+    ) -> dict[int, str]:
         """Adjoints: the seeds in output order, then the live edges, last node first.
 
         ``seeds``: (output node, seed expression); an output listed twice
         adds both. ``write[t]``: a statement with ``{}`` for input ``t``'s
-        derivative. Every sum gets a new name (``g7``, ``g7_1``, ...; each
-        pass its own ``prefix``): code that assigns each variable once spares
-        Numba's SSA reconstruction, which took most of the compile time of
-        reassigned adjoints. An adjoint that is another's is that name.
+        derivative (None: nothing is written). Every sum gets a new name
+        (``g7``, ``g7_1``, ...; each pass its own ``prefix``): code that
+        assigns each variable once spares Numba's SSA reconstruction, which
+        took most of the compile time of reassigned adjoints. An adjoint
+        that is another's is that name. Returns each reached node's adjoint.
+
+        With ``adjoints`` and ``tangents`` (the names of a finished adjoint
+        pass and tangent pass) this is the tangent of that adjoint pass,
+        forward-over-reverse: each edge also sends the tangent of its
+        partial times the node's adjoint, the rule of
+        ``sweeps.second_backward_range``.
         """
         current: dict[int, str] = {}  # node -> the name of its adjoint so far
         versions: dict[int, int] = {}
@@ -258,20 +310,55 @@ class _Emitter:
 
         for node, seed in seeds:
             accumulate(node, seed)
+        first = adjoints or {}
         for i in range(self.n - 1, -1, -1):
-            if i not in current:
+            if i not in current and i not in first:
                 continue  # statically unreached: sends nothing
             for slot, operand in enumerate(self.operands(i)):
-                if (i, slot) in self.partials:
-                    accumulate(operand, self.term(i, slot, current[i]))
-        for t, node in enumerate(self.program.inputs.tolist()):
-            self.write(write[t], f"{current[node]} + 0.0" if node in current else "0.0")
+                if (i, slot) not in self.partials:
+                    continue
+                terms = [self.term(i, slot, current[i])] if i in current else []
+                moved = (
+                    self.partial_tangent(i, slot, tangents or {}, prefix) if i in first else None
+                )
+                if moved is not None:
+                    terms.append(self.product(moved, first[i]))
+                if terms:  # both: summed first, then added, as every tier does
+                    accumulate(operand, terms[0] if len(terms) == 1 else f"({' + '.join(terms)})")
+        self.write_all(write, self.program.inputs.tolist(), current)
+        return current
 
-    def tangents(self, seeds: dict[int, str], write: list[str], prefix: str = "t") -> None:
+    def partial_tangent(
+        self, i: int, slot: int, tangents: dict[int, str], prefix: str
+    ) -> str | None:
+        """The tangent of edge ``(i, slot)``'s partial, or None where it is statically unreached.
+
+        ``d2/da2 * t_a + d2/da db * t_b`` for the first operand's edge, ``d2/da db
+        * t_a + d2/db2 * t_b`` for the second's, as ``sweeps.second_pass``.
+        """
+        pairs = [(0, 0), (1, 1)] if slot == 0 else [(1, 0), (2, 1)]
+        operands = self.operands(i)
+        terms = [
+            self.product(self.seconds[i, which], tangents[operands[other]])
+            for which, other in pairs
+            if (i, which) in self.seconds and other < len(operands) and operands[other] in tangents
+        ]
+        if not terms:
+            return None
+        if len(terms) == 1 and _is_plain(terms[0]):
+            return terms[0]
+        name = f"{prefix}d{i}_{slot}"
+        self.emit(f"{name} = {' + '.join(terms)}")
+        return name
+
+    def tangents(
+        self, seeds: dict[int, str], write: list[str] | None, prefix: str = "t"
+    ) -> dict[int, str]:
         """Tangents: the seeded inputs, then every node in increasing order.
 
-        ``write[r]``: a statement with ``{}`` for output ``r``'s tangent.
-        Each pass has its own ``prefix``, so every name is assigned once.
+        ``write[r]``: a statement with ``{}`` for output ``r``'s tangent
+        (None: nothing is written). Each pass has its own ``prefix``, so
+        every name is assigned once. Returns each reached node's tangent.
         """
         current: dict[int, str] = {}
         for node, seed in seeds.items():
@@ -290,8 +377,13 @@ class _Emitter:
             elif terms:
                 current[i] = f"{prefix}{i}"
                 self.emit(f"{prefix}{i} = {' + '.join(terms)}")
-        for r, node in enumerate(self.program.outputs.tolist()):
-            self.write(write[r], f"{current[node]} + 0.0" if node in current else "0.0")
+        self.write_all(write, self.program.outputs.tolist(), current)
+        return current
+
+    def write_all(self, write: list[str] | None, nodes: list[int], names: dict[int, str]) -> None:
+        """``write[t]`` for each of ``nodes``: its derivative's name, or 0.0 if unreached."""
+        for statement, node in zip(write or [], nodes, strict=False):
+            self.write(statement, f"{names[node]} + 0.0" if node in names else "0.0")
 
 
 def _statements(
@@ -306,7 +398,7 @@ def _statements(
     program = emitter.program
     k, m = program.inputs.size, program.outputs.size
     inputs, outputs = program.inputs.tolist(), program.outputs.tolist()
-    emitter.forward(read, with_partials=mode != "values")
+    emitter.forward(read, with_partials=mode != "values", with_second=mode in SECOND_MODES)
     for target, node in zip(write, outputs, strict=False):
         emitter.emit(f"{target} = v{node}")
 
@@ -334,18 +426,32 @@ def _statements(
             emitter.reverse(
                 [(node, "1.0")], assign(derivative[r * k : (r + 1) * k]), prefix=f"g{r}_"
             )
+    elif mode == "hvp":
+        for t in range(k):
+            emitter.emit(f"e{t} = directions[p, {t}]")
+        moved = emitter.tangents(
+            {node: emitter.seed(f"e{t}") for t, node in enumerate(inputs)}, None
+        )
+        adjoints = emitter.reverse([(outputs[0], "1.0")], None)
+        emitter.reverse([], assign(derivative[:k]), "h", adjoints, moved)
+    elif mode == "hessian":  # row t: H e_t
+        adjoints = emitter.reverse([(outputs[0], "1.0")], None)
+        for t, node in enumerate(inputs):
+            moved = emitter.tangents({node: "1.0"}, None, prefix=f"t{t}_")
+            emitter.reverse([], assign(derivative[t * k : (t + 1) * k]), f"h{t}_", adjoints, moved)
 
 
 def derivative_width(program: Program, mode: str) -> int:
-    """Derivative numbers per point in ``mode``: ``k``, ``m``, ``m * k`` or 0."""
+    """Derivative numbers per point in ``mode``: ``k``, ``m``, ``m * k``, ``k * k`` or 0."""
     k, m = program.inputs.size, program.outputs.size
-    return {"values": 0, "grad": k, "vjp": k, "jvp": m}.get(mode, k * m)
+    return {"values": 0, "grad": k, "vjp": k, "jvp": m, "hvp": k, "hessian": k * k}.get(mode, k * m)
 
 
 def passes(program: Program, mode: str) -> int:
     """Sweeps over the program per point in ``mode``: the size of its code, in programs."""
     k, m = program.inputs.size, program.outputs.size
-    return {"values": 1, "grad": 2, "vjp": 2, "jvp": 2, "jacobian_fwd": 1 + k}.get(mode, 1 + m)
+    fixed = {"values": 1, "grad": 2, "vjp": 2, "jvp": 2, "hvp": 4}
+    return fixed.get(mode, {"jacobian_fwd": 1 + k, "hessian": 2 + 2 * k}.get(mode, 1 + m))
 
 
 def _helpers() -> Iterator[str]:

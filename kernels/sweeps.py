@@ -490,6 +490,92 @@ def values_and_partials(op: int, a: float, b: float) -> tuple[float, float, floa
 
 
 @kernel
+def second_partials(op: int, a: float, b: float, out: float) -> tuple[float, float, float]:
+    """Second local partials ``(d2 out/da2, d2 out/da db, d2 out/db2)`` of one node.
+
+    ``out`` is the node value saved by the forward sweep. Unary ops give
+    0.0 for the two that involve ``b``.
+    """
+    if op == 2:  # add
+        return 0.0, 0.0, 0.0
+    if op == 3:  # sub
+        return 0.0, 0.0, 0.0
+    if op == 4:  # mul
+        return 0.0, 1.0, 0.0
+    if op == 5:  # div
+        return 0.0, -1.0 / (b * b), 2.0 * out / (b * b)
+    if op == 6:  # neg
+        return 0.0, 0.0, 0.0
+    if op == 7:  # pow
+        return pow_second_base(a, b), pow_second_mixed(a, b), pow_second_exponent(a, b, out)
+    if op == 8:  # exp
+        return out, 0.0, 0.0
+    if op == 9:  # log
+        return -1.0 / (a * a), 0.0, 0.0
+    if op == 10:  # sqrt
+        return -0.25 / (out * out * out), 0.0, 0.0
+    if op == 11:  # sin
+        return -out, 0.0, 0.0
+    if op == 12:  # cos
+        return -out, 0.0, 0.0
+    if op == 13:  # tanh
+        return -2.0 * out * (1.0 - out * out), 0.0, 0.0
+    if op == 14:  # sigmoid
+        return out * (1.0 - out) * (1.0 - 2.0 * out), 0.0, 0.0
+    if op == 15:  # relu
+        return 0.0, 0.0, 0.0
+    if op == 16:  # abs
+        return 0.0, 0.0, 0.0
+    if op == 17:  # maximum
+        return 0.0, 0.0, 0.0
+    if op == 18:  # minimum
+        return 0.0, 0.0, 0.0
+    if op == 19:  # lt
+        return 0.0, 0.0, 0.0
+    if op == 20:  # le
+        return 0.0, 0.0, 0.0
+    if op == 21:  # gt
+        return 0.0, 0.0, 0.0
+    if op == 22:  # ge
+        return 0.0, 0.0, 0.0
+    if op == 23:  # eq
+        return 0.0, 0.0, 0.0
+    if op == 24:  # ne
+        return 0.0, 0.0, 0.0
+    if op == 25:  # pick
+        return 0.0, 0.0, 0.0
+    if op == 26:  # pick_not
+        return 0.0, 0.0, 0.0
+    if op == 27:  # log1p
+        return -1.0 / ((1.0 + a) * (1.0 + a)), 0.0, 0.0
+    if op == 28:  # expm1
+        return exp(a), 0.0, 0.0
+    if op == 29:  # tan
+        return 2.0 * out * (1.0 + out * out), 0.0, 0.0
+    if op == 30:  # arctan
+        return -2.0 * a / ((1.0 + a * a) * (1.0 + a * a)), 0.0, 0.0
+    if op == 31:  # arctan2
+        return (
+            atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b),
+            atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b),
+            atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b),
+        )
+    if op == 32:  # sinh
+        return out, 0.0, 0.0
+    if op == 33:  # cosh
+        return out, 0.0, 0.0
+    if op == 34:  # erf
+        return -2.2567583341910252 * a * exp(-a * a), 0.0, 0.0
+    if op == 35:  # softplus
+        return sigmoid(a) * (1.0 - sigmoid(a)), 0.0, 0.0
+    if op == 36:  # sign
+        return 0.0, 0.0, 0.0
+    if op == 37:  # stop_gradient
+        return 0.0, 0.0, 0.0
+    return 0.0, 0.0, 0.0
+
+
+@kernel
 def values_lanes(op: int, val: FloatArray, i: int, j: int, k: int, count: int) -> None:
     """Values of node ``i`` in lanes ``0:count``.
 
@@ -1083,6 +1169,350 @@ def values_and_partials_lanes(
             val[i, lane] = out
             d0[i, lane] = 0.0
             d1[i, lane] = 0.0
+        return
+    return
+
+
+@kernel
+def second_partials_lanes(
+    op: int,
+    val: FloatArray,
+    s0: FloatArray,
+    s1: FloatArray,
+    s2: FloatArray,
+    i: int,
+    j: int,
+    k: int,
+    count: int,
+) -> None:
+    """Second local partials of node ``i`` in lanes ``0:count``, from its values.
+
+    Rows ``i``, ``j`` and ``k`` of ``val`` hold the node's value and its
+    operands' (as in ``values_and_partials_lanes``, which runs first).
+    """
+    if op == 2:  # add
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 3:  # sub
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 4:  # mul
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 1.0
+            s2[i, lane] = 0.0
+        return
+    if op == 5:  # div
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = -1.0 / (b * b)
+            s2[i, lane] = 2.0 * out / (b * b)
+        return
+    if op == 6:  # neg
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 7:  # pow
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = pow_second_base(a, b)
+            s1[i, lane] = pow_second_mixed(a, b)
+            s2[i, lane] = pow_second_exponent(a, b, out)
+        return
+    if op == 8:  # exp
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = out
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 9:  # log
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -1.0 / (a * a)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 10:  # sqrt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -0.25 / (out * out * out)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 11:  # sin
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -out
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 12:  # cos
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -out
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 13:  # tanh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -2.0 * out * (1.0 - out * out)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 14:  # sigmoid
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = out * (1.0 - out) * (1.0 - 2.0 * out)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 15:  # relu
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 16:  # abs
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 17:  # maximum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 18:  # minimum
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 19:  # lt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 20:  # le
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 21:  # gt
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 22:  # ge
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 23:  # eq
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 24:  # ne
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 25:  # pick
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 26:  # pick_not
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 27:  # log1p
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -1.0 / ((1.0 + a) * (1.0 + a))
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 28:  # expm1
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = exp(a)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 29:  # tan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 2.0 * out * (1.0 + out * out)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 30:  # arctan
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 31:  # arctan2
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
+            s1[i, lane] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
+            s2[i, lane] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
+        return
+    if op == 32:  # sinh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = out
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 33:  # cosh
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = out
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 34:  # erf
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = -2.2567583341910252 * a * exp(-a * a)
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 35:  # softplus
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = sigmoid(a) * (1.0 - sigmoid(a))
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 36:  # sign
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
+        return
+    if op == 37:  # stop_gradient
+        for lane in range(count):
+            a = val[j, lane]
+            b = val[k, lane]
+            out = val[i, lane]
+            s0[i, lane] = 0.0
+            s1[i, lane] = 0.0
+            s2[i, lane] = 0.0
         return
     return
 
@@ -1913,6 +2343,344 @@ def map_jvp(
     return
 
 
+@kernel
+def map_second(
+    op: int,
+    x: FloatArray,
+    y: FloatArray,
+    z: FloatArray,
+    s0: FloatArray,
+    s1: FloatArray,
+    s2: FloatArray,
+) -> None:
+    """The second local partials (d2/dx2, d2/dx dy, d2/dy2) per element."""
+    if op == 2:  # add
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 3:  # sub
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 4:  # mul
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 1.0
+            s2[t] = 0.0
+        return
+    if op == 5:  # div
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = -1.0 / (b * b)
+            s2[t] = 2.0 * out / (b * b)
+        return
+    if op == 6:  # neg
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 7:  # pow
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = pow_second_base(a, b)
+            s1[t] = pow_second_mixed(a, b)
+            s2[t] = pow_second_exponent(a, b, out)
+        return
+    if op == 8:  # exp
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = out
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 9:  # log
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -1.0 / (a * a)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 10:  # sqrt
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -0.25 / (out * out * out)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 11:  # sin
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -out
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 12:  # cos
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -out
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 13:  # tanh
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -2.0 * out * (1.0 - out * out)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 14:  # sigmoid
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = out * (1.0 - out) * (1.0 - 2.0 * out)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 15:  # relu
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 16:  # abs
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 17:  # maximum
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 18:  # minimum
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 19:  # lt
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 20:  # le
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 21:  # gt
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 22:  # ge
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 23:  # eq
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 24:  # ne
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 25:  # pick
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 26:  # pick_not
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 27:  # log1p
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -1.0 / ((1.0 + a) * (1.0 + a))
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 28:  # expm1
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = exp(a)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 29:  # tan
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 2.0 * out * (1.0 + out * out)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 30:  # arctan
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 31:  # arctan2
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
+            s1[t] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
+            s2[t] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
+        return
+    if op == 32:  # sinh
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = out
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 33:  # cosh
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = out
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 34:  # erf
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = -2.2567583341910252 * a * exp(-a * a)
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 35:  # softplus
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = sigmoid(a) * (1.0 - sigmoid(a))
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 36:  # sign
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    if op == 37:  # stop_gradient
+        for t in range(z.size):
+            a = x[t]
+            b = y[t]
+            out = z[t]
+            s0[t] = 0.0
+            s1[t] = 0.0
+            s2[t] = 0.0
+        return
+    return
+
+
 # END GENERATED RULES
 
 
@@ -2003,6 +2771,52 @@ def backward_range(
             elif k >= 0 and opcode[k] != CONST and not isfinite(d1 * g):
                 origin = 2 * i + 1
     return origin
+
+
+@kernel
+def second_backward_range(
+    opcode: OpcodeArray,
+    in0: IndexArray,
+    in1: IndexArray,
+    val: FloatArray,
+    adjoint: FloatArray,
+    tangent: FloatArray,
+    second: FloatArray,
+    stop: int,
+    start: int,
+) -> None:
+    """Forward-over-reverse: the tangent of the backward sweep, nodes ``stop - 1 .. start``.
+
+    ``adjoint`` holds a finished backward sweep, ``tangent`` a finished
+    tangent sweep along a direction ``v``; ``second`` (UNREACHED where
+    nothing arrived, as the other buffers) accumulates the tangent of each
+    adjoint, so that at an input it is ``(H v)`` there. Each edge ``(i, j)``
+    of the backward sweep sends ``d * adjoint[i]``; its tangent is
+    ``d * second[i] + (tangent of d) * adjoint[i]``, where the tangent of a
+    local partial ``d0 = d out / d a`` is ``d2/da2 * tangent[a] + d2/da db *
+    tangent[b]`` (``second_partials``). Every product has the strong zeros
+    of ``contribution``; the two terms are added first, then to the target,
+    in the order of every tier (``sweep_block``'s lanes, generated code).
+    """
+    for i in range(stop - 1, start - 1, -1):
+        j = in0[i]
+        if j < 0:
+            continue
+        g = adjoint[i]
+        h = second[i]
+        if not reached(g) and not reached(h):
+            continue
+        k = in1[i]
+        b = val[k] if k >= 0 else 0.0
+        d0, d1 = local_partials(opcode[i], val[j], b, val[i])
+        s0, s1, s2 = second_partials(opcode[i], val[j], b, val[i])
+        tj = tangent[j]
+        tk = tangent[k] if k >= 0 else UNREACHED
+        dd0 = contribution(s0, tj) + contribution(s1, tk)
+        second[j] += contribution(d0, h) + contribution(dd0, g)
+        if k >= 0:
+            dd1 = contribution(s1, tj) + contribution(s2, tk)
+            second[k] += contribution(d1, h) + contribution(dd1, g)
 
 
 @kernel
@@ -2207,9 +3021,18 @@ def mark_value_ancestors(
 # Modes: VALUES (outputs only), VJP (outputs and cotangent^T J), GRAD (VJP
 # with every cotangent 1, without reading one), JVP (outputs and J tangent),
 # JACOBIAN_REV / JACOBIAN_FWD (outputs and the whole (m, k) Jacobian, row
-# by row, from one forward pass: m adjoint or k tangent passes).
+# by row, from one forward pass: m adjoint or k tangent passes), and the
+# second-order modes of a scalar output: HVP (H v for a direction v per
+# point: one tangent pass, one adjoint pass and the tangent of the adjoint
+# pass, forward-over-reverse) and HESSIAN (the (k, k) Hessian row by row:
+# one adjoint pass, then per input a tangent pass and its second pass).
+# The second-order modes need the larger work space (``planes``).
 
-VALUES, VJP, JVP, GRAD, JACOBIAN_REV, JACOBIAN_FWD = 0, 1, 2, 3, 4, 5
+VALUES, VJP, JVP, GRAD, JACOBIAN_REV, JACOBIAN_FWD, HVP, HESSIAN = 0, 1, 2, 3, 4, 5, 6, 7
+PLANES = 4
+"""Work-space planes of the first-order modes: values, the two partials, adjoints."""
+SECOND_PLANES = 9
+"""Of HVP and HESSIAN: also the three second partials, tangents, and their adjoints."""
 NO_FAILED_GUARD = -1
 HEADER = 4
 
@@ -2254,8 +3077,9 @@ def sweep_block(
 ) -> None:
     """Evaluate points ``start:start + count`` in lanes ``0:count`` of ``work``.
 
-    Writes ``values[p]`` (m outputs), ``derivatives[p]`` (k for VJP, m for
-    JVP, the ``m * k`` Jacobian row by row for the JACOBIAN modes) and
+    Writes ``values[p]`` (m outputs), ``derivatives[p]`` (k for VJP and
+    HVP, m for JVP, the ``m * k`` Jacobian row by row for the JACOBIAN
+    modes, the ``k * k`` Hessian for HESSIAN) and
     ``status[p]`` (index of the first guard whose truth differs from the
     traced one; the caller fills ``status`` with ``NO_FAILED_GUARD``).
     """
@@ -2279,6 +3103,14 @@ def sweep_block(
             values_lanes(opcode[i], val, i, j, c, count)
         else:
             values_and_partials_lanes(opcode[i], val, d0, d1, i, j, c, count)
+        if mode >= HVP:
+            s0, s1, s2 = work[4], work[5], work[6]
+            if count == 1:
+                s0[i, 0], s1[i, 0], s2[i, 0] = second_partials(
+                    opcode[i], val[j, 0], val[c, 0], val[i, 0]
+                )
+            else:
+                second_partials_lanes(opcode[i], val, s0, s1, s2, i, j, c, count)
     for q in range(g):
         node = io[k + m + q]
         expected = io[k + m + g + q] != 0
@@ -2335,6 +3167,29 @@ def sweep_block(
                 row = io[k + r]
                 for lane in range(count):
                     derivatives[start + lane, r * k + t] = adj[row, lane] + 0.0
+    elif mode == HVP or mode == HESSIAN:  # a scalar output (the front end checks)
+        s0, s1, s2, tan, tadj = work[4], work[5], work[6], work[7], work[8]
+        adj[:, :count] = UNREACHED
+        adj[io[k], :count] = 1.0
+        adjoint_pass(in0, in1, d0, d1, adj, n, count)
+        for t in range(k if mode == HESSIAN else 1):  # row t of the Hessian: H e_t
+            tan[:, :count] = UNREACHED
+            if mode == HESSIAN:
+                tan[io[t], :count] = 1.0
+            else:
+                for u in range(k):
+                    row = io[u]
+                    for lane in range(count):
+                        seed = directions[start + lane, u]
+                        if seed != 0.0:  # a zero direction is a strong zero
+                            tan[row, lane] = seed
+            tangent_pass(in0, in1, d0, d1, tan, n, count)
+            tadj[:, :count] = UNREACHED
+            second_pass(in0, in1, d0, d1, s0, s1, s2, adj, tan, tadj, n, count)
+            for u in range(k):
+                row = io[u]
+                for lane in range(count):
+                    derivatives[start + lane, t * k + u] = tadj[row, lane] + 0.0
 
 
 @kernel
@@ -2381,9 +3236,48 @@ def tangent_pass(
 
 
 @kernel
-def new_work(template: FloatArray, lanes: int) -> FloatArray:
-    """A work space of ``lanes`` columns with every row's values from ``template``."""
-    work = np.zeros((4, template.size, lanes))
+def second_pass(
+    in0: IndexArray,
+    in1: IndexArray,
+    d0: FloatArray,
+    d1: FloatArray,
+    s0: FloatArray,
+    s1: FloatArray,
+    s2: FloatArray,
+    adj: FloatArray,
+    tan: FloatArray,
+    tadj: FloatArray,
+    n: int,
+    count: int,
+) -> None:
+    """The tangent of an adjoint pass in lanes ``0:count``: ``second_backward_range``'s rule.
+
+    ``adj`` and ``tan`` hold finished adjoint and tangent passes; ``tadj``
+    starts at UNREACHED. Unary ops read the scratch row, whose tangent is
+    UNREACHED and whose second partials are 0: their terms vanish exactly.
+    """
+    for i in range(n - 1, -1, -1):
+        j = in0[i]
+        if j < 0:
+            continue
+        c = in1[i]
+        for lane in range(count):
+            g = adj[i, lane]
+            dd0 = contribution(s0[i, lane], tan[j, lane]) + contribution(s1[i, lane], tan[c, lane])
+            tadj[j, lane] += contribution(d0[i, lane], tadj[i, lane]) + contribution(dd0, g)
+        if c != n:
+            for lane in range(count):
+                g = adj[i, lane]
+                dd1 = contribution(s1[i, lane], tan[j, lane]) + contribution(
+                    s2[i, lane], tan[c, lane]
+                )
+                tadj[c, lane] += contribution(d1[i, lane], tadj[i, lane]) + contribution(dd1, g)
+
+
+@kernel
+def new_work(template: FloatArray, lanes: int, planes: int) -> FloatArray:
+    """A work space of ``planes`` planes of ``lanes`` columns, values from ``template``."""
+    work = np.zeros((planes, template.size, lanes))
     for i in range(template.size):
         work[0, i, :] = template[i]
     return work
@@ -2480,8 +3374,9 @@ def sweep_points_parallel(
     total = points.shape[0]
     blocks = (total + lanes - 1) // lanes
     workers = max(1, min(threads, blocks))
+    planes = SECOND_PLANES if mode >= HVP else PLANES
     for worker in prange(workers):
-        work = new_work(template, lanes)
+        work = new_work(template, lanes, planes)
         for block in range(worker, blocks, workers):
             start = block * lanes
             count = min(lanes, total - start)
