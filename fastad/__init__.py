@@ -65,7 +65,7 @@ from fastad.functions import (
     var,
     where,
 )
-from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck
+from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck, hesscheck
 from fastad.node import Var
 from fastad.optimize import OptimizationReport, optimize
 from fastad.tape import Tape, current_tape
@@ -84,6 +84,7 @@ __all__ = [
     "GradcheckError",
     "GradcheckResult",
     "gradcheck",
+    "hesscheck",
     "TraceError",
     "compile",
     "load",

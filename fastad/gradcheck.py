@@ -289,6 +289,62 @@ def gradcheck(
     """
     _check_options(mode, eps, rtol, atol, n_directions, seed)
     problem = _problem(function, x, grad, vjp, jvp)
+    return _check(problem, mode, eps, rtol, atol, richardson, n_directions, seed, raise_exception)
+
+
+def hesscheck(
+    function: CompiledFunction,
+    x: ArrayLike,
+    *,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: bool = True,
+) -> Literal[True] | GradcheckResult:
+    """Check a compiled function's Hessian against central differences of its gradient.
+
+    :func:`gradcheck` applied one order up: the "function" is ``f.grad`` and
+    its "Jacobian" ``f.hessian`` (element ``(i, j)`` is ``d2 f / dx_i
+    dx_j``, reported as "input j of output i"), with the same steps,
+    tolerances, kink handling, fast mode and worst-element report. Two more
+    tests: the Hessian must be symmetric (``|H[i, j] - H[j, i]| <= atol +
+    rtol * |H[i, j]|``), and ``<u, H v> == <H u, v>`` for ``f.hvp``, the
+    dot-product test. ``function`` is ``fa.compile(fn)`` with a scalar
+    output; ``x`` one point of shape ``(k,)``. Options and the result are
+    :func:`gradcheck`'s.
+
+    >>> import numpy as np, fastad as fa
+    >>> f = fa.compile(lambda x, y: fa.sin(x) * y**2.0)
+    >>> fa.hesscheck(f, np.array([0.3, 2.0]))
+    True
+    """
+    _check_options(mode, eps, rtol, atol, n_directions, seed)
+    if not isinstance(function, CompiledFunction):
+        raise TypeError(
+            f"hesscheck checks a compiled function of scalars, fa.compile(fn); got "
+            f"{type(function).__name__}"
+        )
+    problem = _hessian_problem(function, x)
+    return _check(problem, mode, eps, rtol, atol, richardson, n_directions, seed, raise_exception)
+
+
+def _check(
+    problem: _Problem,
+    mode: str,
+    eps: float | None,
+    rtol: float | None,
+    atol: float | None,
+    richardson: bool,
+    n_directions: int,
+    seed: int,
+    raise_exception: bool,
+) -> Literal[True] | GradcheckResult:
+    """Run a check on the flat view: elements (full or fast), then the dot-product and
+    symmetry tests where the problem has them."""
     dtype_rtol, dtype_atol = DEFAULT_TOLERANCES.get(
         problem.dtype, DEFAULT_TOLERANCES[np.dtype(np.float64)]
     )
@@ -306,6 +362,8 @@ def gradcheck(
             result = _fast(problem, relative_step, rtol, atol, richardson, n_directions, seed)
         if problem.jvp is not None and problem.vjp is not None:
             result = _dot_product(problem, result, seed, atol)
+        if problem.check == "hesscheck":
+            result = _symmetry(problem, result, rtol, atol)
     if raise_exception:
         if not result.passed:
             raise GradcheckError(result)
@@ -350,6 +408,7 @@ class _Problem:
     jacobian: Values  # z -> analytic derivative, shape (m, n)
     vjp: Callable[[FloatArray, FloatArray], FloatArray] | None = None  # (z, u (m,)) -> u^T J (n,)
     jvp: Callable[[FloatArray, FloatArray], FloatArray] | None = None  # (z, v (n,)) -> J v (m,)
+    check: str = "gradcheck"  # the check's name in its messages
 
 
 def _problem(
@@ -503,7 +562,8 @@ def _plain_problem(
     return problem
 
 
-def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
+def _compiled_point(function: CompiledFunction, x: object) -> NDArray[Any]:
+    """The one point of shape ``(k,)`` a compiled function is checked at."""
     k = function.num_inputs
     point = _as_point(x)
     if point.shape != (k,):
@@ -513,6 +573,59 @@ def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
             f"({k},), got shape {point.shape}"
             + ("; check a batch one point at a time" if batch else "")
         )
+    return point
+
+
+def _hessian_problem(function: CompiledFunction, x: object) -> _Problem:
+    """The gradient as the function, the Hessian as its Jacobian, ``hvp`` both ways."""
+    point = _compiled_point(function, x)
+    dtype, point = point.dtype, point.astype(np.float64)
+    first = np.asarray(function(point), dtype=np.float64)
+    if first.ndim != 0:
+        raise ValueError(
+            f"hesscheck needs a scalar output; this function returns shape {first.shape}"
+        )
+    _require_finite(first, "f(x)", "output")
+    k = function.num_inputs
+    _require_finite(np.asarray(function.grad(point)), "the gradient", "element")
+
+    def products(z: FloatArray, v: FloatArray) -> FloatArray:
+        return function.hvp(z, v)
+
+    return _Problem(
+        point,
+        dtype,
+        _Layout([(k,)], (k,), arguments=False),
+        value=lambda z: np.asarray(function.grad(z), dtype=np.float64).reshape(-1),
+        jacobian=lambda z: np.asarray(function.hessian(z), dtype=np.float64).reshape(k, k),
+        vjp=products,
+        jvp=products,
+        check="hesscheck",
+    )
+
+
+def _symmetry(
+    problem: _Problem, result: GradcheckResult, rtol: float, atol: float
+) -> GradcheckResult:
+    """Fail the result, naming the worst pair, where ``H[i, j]`` and ``H[j, i]`` differ."""
+    hessian = problem.jacobian(problem.point)
+    gap = np.abs(hessian - hessian.T)
+    tolerance = atol + rtol * np.maximum(np.abs(hessian), np.abs(hessian.T))
+    bad = ~(gap <= tolerance)  # nan counts as bad
+    if bad.any():
+        i, j = np.unravel_index(int(np.argmax(np.where(bad, gap - tolerance, -np.inf))), bad.shape)
+        result.passed = False
+        note = (
+            f"the Hessian is not symmetric: H[{i}, {j}] = {float(hessian[i, j])!r} but "
+            f"H[{j}, {i}] = {float(hessian[j, i])!r} ({int(bad.sum()) // 2 or 1} pair(s) differ)"
+        )
+        result.message = note if "passed" in result.message else result.message + "; " + note
+    return result
+
+
+def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
+    point = _compiled_point(function, x)
+    k = function.num_inputs
     dtype, point = point.dtype, point.astype(np.float64)
     first = np.asarray(function(point), dtype=np.float64)
     _require_finite(first, "f(x)", "output")
@@ -824,7 +937,7 @@ def _fast(
     excess = np.abs(analytic - numeric) - tolerance
     if np.all(excess <= 0):
         return GradcheckResult(
-            True, "fast", analytic, numeric, tolerance, message="fast gradcheck passed"
+            True, "fast", analytic, numeric, tolerance, message=f"fast {problem.check} passed"
         )
     # Locate the wrong elements with a full check (costs 2n evaluations, only on failure).
     located = _full(problem, relative_step, rtol, atol, richardson)
@@ -843,7 +956,7 @@ def _fast(
             "the full check"
         )
         return located
-    located.message = f"fast gradcheck failed: {along_worst}. " + located.message
+    located.message = f"fast {problem.check} failed: {along_worst}. " + located.message
     return located
 
 
@@ -889,12 +1002,14 @@ def _full_message(
 ) -> str:
     if not failures:
         valid = f" ({len(kinks)} kink(s) with valid subgradients)" if kinks else ""
-        return f"gradcheck passed{valid}"
+        return f"{problem.check} passed{valid}"
     excess = np.where(np.isnan(error), np.inf, error - tolerance)
     worst = max(failures, key=lambda at: excess[at])
     o, j = worst
     name = problem.layout.name(o, j)
-    counted = f"gradcheck failed for {len(failures)} of {analytic.size} elements; worst is {name}"
+    counted = (
+        f"{problem.check} failed for {len(failures)} of {analytic.size} elements; worst is {name}"
+    )
     kink = next((k for k in kinks if k[0] == worst), None)
     if kink is not None:
         return (

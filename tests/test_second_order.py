@@ -1,0 +1,350 @@
+"""Second order: Hessian-vector products and Hessians, eager and compiled.
+
+References are independent of the sweeps under test: central differences
+of the gradient (itself checked against central differences of values in
+test_ops.py), hand-written NumPy Hessians, and the closed forms of small
+functions.
+"""
+
+import numpy as np
+import pytest
+import scipy.optimize
+from op_table import OP_CASES, sample_operands
+
+import fastad as fa
+from fastad import memory
+
+
+def wrapped(apply):
+    """``op`` inside a nonlinear function, so the chain terms of the sweeps count too."""
+
+    def function(*xs):
+        u = apply(*xs)
+        return u * (xs[0] + 0.5) + fa.sin(u)
+
+    return function
+
+
+def eager_gradient(function, point):
+    with fa.Tape():
+        nodes = [fa.var(v) for v in point]
+        return np.asarray(fa.grad(function(*nodes), nodes))
+
+
+def eager_hessian(function, point):
+    with fa.Tape():
+        nodes = [fa.var(v) for v in point]
+        return fa.hessian(function(*nodes), nodes)
+
+
+def differences_of_the_gradient(gradient, point):
+    """Central differences of ``gradient``: the Hessian's reference, column by column."""
+    point = np.asarray(point, np.float64)
+    columns = []
+    for j in range(point.size):
+        h = 1e-5 * max(1.0, abs(point[j]))
+        above, below = point.copy(), point.copy()
+        above[j] += h
+        below[j] -= h
+        columns.append((gradient(above) - gradient(below)) / (above[j] - below[j]))
+    return np.stack(columns, axis=1)
+
+
+# -- every op, eager and compiled ------------------------------------------------------
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.name)
+def test_hessian_of_every_op_matches_central_differences_of_the_gradient(case, rng):
+    function = wrapped(case.apply)
+    points = sample_operands(case, rng, count=6)
+    compiled = fa.compile(
+        function, num_inputs=len(case.domain), example=points[0], backend="interpret"
+    )
+    batch = compiled.hessian(np.array(points))
+    for point, from_batch in zip(points, batch, strict=True):
+        hessian = eager_hessian(function, point)
+        if case.derivative is None:  # stop_gradient's derivative is 0 by definition
+            numeric = differences_of_the_gradient(lambda p: eager_gradient(function, p), point)
+            np.testing.assert_allclose(hessian, numeric, rtol=1e-5, atol=1e-6, err_msg=case.name)
+        np.testing.assert_allclose(hessian, hessian.T, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(from_batch, hessian, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(compiled.hessian(np.array(point)), from_batch, rtol=0, atol=0)
+        v = rng.normal(size=len(point))
+        with fa.Tape():
+            nodes = [fa.var(x) for x in point]
+            eager_product = fa.hvp(function(*nodes), nodes, v)
+        np.testing.assert_allclose(eager_product, hessian @ v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(compiled.hvp(point, v), hessian @ v, rtol=1e-12, atol=1e-12)
+
+
+# The article's example 2, L = (sigmoid(w1 x1 + w2 x2 + b) - y)^2, by hand.
+def example_2(w1, x1, w2, x2, b, y):
+    return (fa.sigmoid(w1 * x1 + w2 * x2 + b) - y) ** 2.0
+
+
+def example_2_hessian_numpy(P):
+    w1, x1, w2, x2, b, y = P.T
+    s = 1.0 / (1.0 + np.exp(-(w1 * x1 + w2 * x2 + b)))
+    ds = s * (1.0 - s)
+    dds = ds * (1.0 - 2.0 * s)
+    du = np.stack([x1, w1, x2, w2, np.ones_like(b), np.zeros_like(y)], axis=1)  # du/dθ
+    ddu = np.zeros((P.shape[0], 6, 6))
+    ddu[:, 0, 1] = ddu[:, 1, 0] = ddu[:, 2, 3] = ddu[:, 3, 2] = 1.0
+    r = s - y
+    # L = r^2 with r = s(u) - y: H = 2 (dr dr^T + r d2r).
+    dr = ds[:, None] * du
+    dr[:, 5] = -1.0
+    d2r = dds[:, None, None] * du[:, :, None] * du[:, None, :] + ds[:, None, None] * ddu
+    return 2.0 * (dr[:, :, None] * dr[:, None, :] + r[:, None, None] * d2r)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_example_2_hessian_matches_the_hand_written_one(backend, rng):
+    point = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
+    f = fa.compile(example_2, example=point, backend=backend)
+    P = rng.uniform(-2.0, 2.0, (500, 6))
+    expected = example_2_hessian_numpy(P)
+    np.testing.assert_allclose(f.hessian(P), expected, rtol=1e-12, atol=1e-14)
+    V = rng.normal(size=(500, 6))
+    np.testing.assert_allclose(
+        f.hvp(P, V), np.einsum("nij,nj->ni", expected, V), rtol=1e-11, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        eager_hessian(example_2, point), expected_at(point), rtol=1e-12, atol=1e-15
+    )
+
+
+def expected_at(point):
+    return example_2_hessian_numpy(np.asarray(point)[None, :])[0]
+
+
+def test_stop_gradient_stops_second_derivatives_too():
+    # As jax.hessian: z = u (x + 1/2) + sin(u) with u = stop_gradient(x) has
+    # the gradient u, whose own derivative is 0 through the stop.
+    with fa.Tape():
+        x = fa.var(0.7)
+        z = wrapped(fa.stop_gradient)(x)
+        assert fa.grad(z, x) == 0.7
+        assert fa.hessian(z, [x]).tolist() == [[0.0]]
+
+
+def test_closed_forms_and_shapes():
+    with fa.Tape():
+        x, y = fa.var(1.0), fa.var(2.0)
+        z = x * x * y  # H = [[2y, 2x], [2x, 0]]
+        assert fa.hessian(z, [x, y]).tolist() == [[4.0, 2.0], [2.0, 0.0]]
+        assert fa.hvp(z, [x, y], [0.0, 1.0]).tolist() == [2.0, 0.0]
+        assert fa.hvp(z, x, 3.0) == 12.0  # one node: a float, like fa.grad
+        assert fa.hessian(z, x).tolist() == [[4.0]]
+        assert z.grad == 0.0  # .grad untouched
+    f = fa.compile(lambda x, y: x * x * y)
+    assert f.hessian(np.array([1.0, 2.0])).shape == (2, 2)
+    assert f.hessian(np.ones((5, 2))).shape == (5, 2, 2)
+    assert f.hvp(np.ones((5, 2)), np.ones((5, 2))).shape == (5, 2)
+    assert f.hessp(np.array([1.0, 2.0]), np.array([0.0, 1.0])).tolist() == [2.0, 0.0]
+
+
+def test_where_keeps_the_untaken_side_out_of_the_hessian():
+    # log(x) at x = -1 is nan and its second derivative 1/x^2 is finite, but
+    # 1/0 = inf at x = 0: neither may reach the taken side's Hessian.
+    def function(x):
+        return fa.where(x > 0.5, x**3.0, fa.log(x))
+
+    with fa.Tape():
+        x = fa.var(0.0)
+        # the traced branch is the log side at 0: its Hessian is -1/x^2 = -inf
+        assert fa.hessian(function(x), [x])[0, 0] == -np.inf
+    with fa.Tape():
+        x = fa.var(2.0)
+        assert fa.hessian(function(x), [x]).tolist() == [[12.0]]
+    f = fa.compile(function, example=np.array([2.0]))
+    assert f.hessian(np.array([[2.0], [-1.0]]))[:, 0, 0].tolist()[0] == 12.0
+
+
+def test_zero_direction_is_a_strong_zero():
+    # An inf second partial meeting a zero direction contributes nothing.
+    with fa.Tape():
+        x, y = fa.var(0.0), fa.var(3.0)
+        z = fa.sqrt(x) + y * y  # d2/dx2 sqrt at 0 is -inf
+        assert fa.hvp(z, [x, y], [0.0, 1.0]).tolist() == [0.0, 2.0]
+    f = fa.compile(lambda x, y: fa.sqrt(x) + y * y, example=np.array([1.0, 3.0]))
+    assert f.hvp(np.array([0.0, 3.0]), np.array([0.0, 1.0])).tolist() == [0.0, 2.0]
+
+
+def test_intermediate_nodes_are_held_as_independent_variables():
+    with fa.Tape():
+        x = fa.var(1.5)
+        u = x * x
+        z = fa.sin(u) * x
+        # d2z/du2 with x held: -sin(u) x
+        assert fa.hessian(z, [u])[0, 0] == pytest.approx(-np.sin(2.25) * 1.5, rel=1e-15)
+
+
+# -- blocks -------------------------------------------------------------------------------
+BLOCK_CASES = {
+    "elementwise": lambda W, A: (fa.sin(W) * W + fa.exp(-W * W)).sum(),
+    "matmul": lambda W, A: fa.tanh(A @ W).sum(),
+    "matmul_right": lambda W, A: fa.sigmoid(W.T @ A.T).mean(),
+    "linear": lambda W, A: (fa.tanh(fa.linear(A, W, W[0] * 0.5))).sum(),
+    "linear_relu": lambda W, A: (fa.linear_relu(A, W, W[1]) ** 2.0).sum(),
+    "reshape_index": lambda W, A: (fa.cos(W.reshape((-1,))[1:5]) * W.T[0, 1]).sum(),
+    "concatenate_max": lambda W, A: fa.concatenate([W * W, fa.sin(W)]).max(axis=0).sum(),
+    "broadcast": lambda W, A: (fa.exp(W * W[0]) + W[:, 0:1] * W).sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_CASES))
+def test_block_hvp_matches_central_differences_of_the_gradient(name, rng):
+    build = BLOCK_CASES[name]
+    A = rng.normal(size=(5, 3))
+    W0 = rng.normal(size=(3, 2)) * 0.7
+    V = rng.normal(size=W0.shape)
+
+    def gradient(W):
+        with fa.Tape():
+            node = fa.var(W)
+            return fa.grad(build(node, A), node)
+
+    with fa.Tape():
+        node = fa.var(W0)
+        product = fa.hvp(build(node, A), node, V)
+        listed = fa.hvp(build(node, A), [node], [V])
+    assert product.shape == W0.shape
+    h = 1e-6
+    numeric = (gradient(W0 + h * V) - gradient(W0 - h * V)) / (2 * h)
+    np.testing.assert_allclose(product, numeric, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(listed[0], product)
+
+
+def test_block_logistic_regression_hvp_matches_numpy():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 4))
+    y = (rng.random(40) < 0.5).astype(float)
+    w0 = rng.normal(size=4)
+    v = rng.normal(size=4)
+    with fa.Tape():
+        w = fa.var(w0)
+        z = X @ w
+        loss = (fa.softplus(z) - y * z).sum()
+        product = fa.hvp(loss, w, v)
+    p = 1.0 / (1.0 + np.exp(-X @ w0))
+    expected = X.T @ ((p * (1.0 - p)) * (X @ v))
+    np.testing.assert_allclose(product, expected, rtol=1e-12)
+
+
+def test_blocks_equal_their_scalar_expansion():
+    rng = np.random.default_rng(4)
+    w0, v = rng.normal(size=3), rng.normal(size=3)
+    with fa.Tape():
+        w = fa.var(w0)
+        block = fa.hvp((fa.tanh(w) * w).sum(), w, v)
+    with fa.Tape():
+        ws = [fa.var(x) for x in w0]
+        scalar = fa.hvp(sum(fa.tanh(x) * x for x in ws), ws, v)
+    np.testing.assert_array_equal(block, scalar)
+
+
+@pytest.mark.parametrize(
+    "name, build",
+    [
+        ("softmax", lambda W: fa.softmax(W).sum()),
+        ("logsumexp", lambda W: fa.logsumexp(W)),
+        ("prod", lambda W: W.prod()),
+        ("mse_loss", lambda W: fa.mse_loss(W, np.zeros(W.shape))),
+    ],
+)
+def test_block_ops_without_a_second_order_rule_raise_naming_the_op(name, build):
+    with fa.Tape():
+        W = fa.var(np.array([0.5, -1.0, 2.0]))
+        with pytest.raises(NotImplementedError, match=f"block op '{name}' .* no second-order rule"):
+            fa.hvp(build(W), W, np.ones(3))
+
+
+# -- errors -------------------------------------------------------------------------------
+def test_errors_name_the_problem():
+    f = fa.compile(lambda x, y: [x * y, x + y], example=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="hvp needs a scalar output; this function has 2"):
+        f.hvp(np.ones(2), np.ones(2))
+    with pytest.raises(ValueError, match="hessian needs a scalar output"):
+        f.hessian(np.ones(2))
+    g = fa.compile(lambda x, y: x * x * y, example=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"direction shape \(3,\) does not match"):
+        g.hvp(np.ones(2), np.ones(3))
+    with pytest.raises(ValueError, match=r"direction shape \(4, 2\) does not match"):
+        g.hvp(np.ones((5, 2)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"hessp takes one point of shape \(2,\)"):
+        g.hessp(np.ones((3, 2)), np.ones(2))
+    with fa.Tape():
+        W = fa.var(np.ones(3))
+        with pytest.raises(TypeError, match="fa.hessian takes scalar nodes; node 0 is a block"):
+            fa.hessian((W * W).sum(), [W])
+        with pytest.raises(TypeError, match="fa.hvp output must be a scalar fastad Var"):
+            fa.hvp(W * W, W, np.ones(3))
+
+
+def test_hessian_refuses_a_result_that_cannot_fit(monkeypatch):
+    f = fa.compile(lambda x, y: x * x * y, example=np.array([1.0, 2.0]))
+    monkeypatch.setattr(memory, "SMALL_BYTES", 0)
+    monkeypatch.setattr(memory, "available_memory", lambda: 1000)
+    with pytest.raises(MemoryError, match=r"the Hessian of 100 points \(2 x 2 each"):
+        f.hessian(np.ones((100, 2)))
+
+
+# -- hesscheck ------------------------------------------------------------------------------
+def test_hesscheck_passes_and_catches_wrong_hessians(monkeypatch):
+    f = fa.compile(example_2, example=np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0]))
+    point = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
+    assert fa.hesscheck(f, point) is True
+    assert fa.hesscheck(f, point, mode="fast") is True
+    right = f.hessian
+
+    def off_by_one_element(z):
+        hessian = np.array(right(z))
+        hessian[2, 4] += 0.01
+        hessian[4, 2] += 0.01
+        return hessian
+
+    monkeypatch.setattr(f, "hessian", off_by_one_element)
+    result = fa.hesscheck(f, point, raise_exception=False)
+    assert not result.passed
+    assert result.failures == [(2, 4), (4, 2)]
+    assert "hesscheck failed for 2 of 36 elements" in result.message
+
+    def asymmetric(z):
+        hessian = np.array(right(z))
+        hessian[0, 1] += 1e-3
+        return hessian
+
+    monkeypatch.setattr(f, "hessian", asymmetric)
+    result = fa.hesscheck(f, point, raise_exception=False)
+    assert "the Hessian is not symmetric: H[0, 1]" in result.message
+    with pytest.raises(fa.GradcheckError, match="hesscheck failed"):
+        fa.hesscheck(f, point)
+    with pytest.raises(TypeError, match="hesscheck checks a compiled function"):
+        fa.hesscheck(lambda x: x, point)
+
+
+# -- scipy.optimize ---------------------------------------------------------------------------
+def logistic_regression(n_features=5, n_samples=60, seed=0):
+    """A compiled L2-regularised logistic-regression loss of the weights (scalar inputs)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_samples, n_features))
+    y = (X @ rng.normal(size=n_features) + rng.normal(size=n_samples) > 0).astype(float)
+
+    def loss(*w):
+        total = 0.0
+        for row, label in zip(X, y, strict=True):
+            z = sum(wi * float(xi) for wi, xi in zip(w, row, strict=True))
+            total = total + fa.softplus(z) - float(label) * z
+        return total + 0.5 * sum(wi * wi for wi in w)
+
+    return fa.compile(loss, num_inputs=n_features, example=np.zeros(n_features))
+
+
+def test_newton_cg_and_trust_constr_work_as_written():
+    f = logistic_regression()
+    x0 = np.zeros(5)
+    newton = scipy.optimize.minimize(f, x0, jac=f.grad, hessp=f.hessp, method="Newton-CG")
+    assert newton.success and np.linalg.norm(f.grad(newton.x)) <= 1e-6
+    trust = scipy.optimize.minimize(f, x0, jac=f.grad, hess=f.hessian, method="trust-constr")
+    np.testing.assert_allclose(trust.x, newton.x, rtol=1e-5, atol=1e-6)
+    lbfgs = scipy.optimize.minimize(f, x0, jac=f.grad, method="L-BFGS-B", tol=1e-12)
+    np.testing.assert_allclose(lbfgs.x, newton.x, rtol=1e-5, atol=1e-6)
