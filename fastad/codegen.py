@@ -287,7 +287,7 @@ class GeneratedCode:
             kernels.append((module.parallel, (*arrays, 1)))
         point = getattr(module, "point", None)
         if point is not None:
-            vectors = (np.zeros(k), np.zeros(k)) if mode == "grad" else (np.zeros(k),)
+            vectors = [np.zeros(k) for _ in generator.POINT_PARAMETERS[mode].split(", ")[:-1]]
             kernels.append((point, (*vectors, self.constants)))
         if any(uncompiled(kernel) for kernel, _ in kernels):
             with _COMPILING:  # one compile at a time; the others find it done
@@ -339,10 +339,11 @@ class GeneratedCode:
         return int(module.batch(*arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:
-        """The compiled one-point kernel of a scalar-output program ("values" or "grad").
+        """The compiled one-point kernel of a scalar-output program in ``mode``.
 
-        Called as ``kernel(point, constants)`` or ``kernel(point, gradient,
-        constants)`` with :attr:`constants`.
+        Called with ``generator.POINT_PARAMETERS[mode]``: ``kernel(point,
+        constants)``, ``kernel(point, gradient, constants)`` or
+        ``kernel(point, direction, gradient, constants)``, with :attr:`constants`.
         """
         self.prepare(mode, parallel=False)
         return cast("Callable[..., Any]", self.module(mode).point)

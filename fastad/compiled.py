@@ -473,6 +473,19 @@ class CompiledFunction:
         like every derivative here; no Hessian is formed. A zero direction
         is a strong zero, as in :meth:`jvp`.
         """
+        if (
+            type(points) is np.ndarray
+            and type(directions) is np.ndarray
+            and points.dtype is _FLOAT64
+            and directions.dtype is _FLOAT64
+            and points.shape == self._point_shape
+            and directions.shape == self._point_shape
+            and points.flags.carray
+            and directions.flags.carray
+            and self._scalar_output
+        ):
+            # The latency path, as value_and_grad's: no conversion, no copy.
+            return self._point_hvp(points, directions)
         points, single = self._points(points)
         self._require_scalar("hvp")
         v = _real_array(directions, "direction")
@@ -482,8 +495,18 @@ class CompiledFunction:
                 f"direction shape {np.shape(directions)} does not match the points' shape "
                 f"{points.shape[1:] if single else points.shape}"
             )
-        _, products = self._run(points, HVP, _kernel_array(v), threads)
-        return products[0] if single else products
+        v = _kernel_array(v)
+        if single:
+            return self._point_hvp(points[0], v[0])
+        _, products = self._run(points, HVP, v, threads)
+        return products
+
+    def _point_hvp(self, point: FloatArray, direction: FloatArray) -> FloatArray:
+        product = np.empty(self._k)
+        _, failed = self._replay.point_hvp(point, direction, product)
+        if failed != _NO_FAILED_GUARD:
+            self._raise_branch_error(point.reshape(1, -1), np.array([failed]))
+        return product
 
     def hessp(self, x: ArrayLike, p: ArrayLike) -> FloatArray:
         """``H(x) p`` at one point, in :func:`scipy.optimize.minimize`'s argument order.

@@ -288,3 +288,26 @@ class Replay:
             with _first_use(sweeps.sweep_point):
                 return sweeps.sweep_point(self.program, work, point, gradient, mode)
         return sweeps.sweep_point(self.program, work, point, gradient, mode)
+
+    def point_hvp(
+        self, point: FloatArray, direction: FloatArray, product: FloatArray
+    ) -> tuple[float, int]:
+        """One point's ``H v`` into ``product`` (shape ``(k,)``): ``(value, failed guard)``.
+
+        The latency path of the second order: the generated one-point kernel,
+        or the interpreter's block sweep on one lane, with no allocation.
+        """
+        generated = self._point_kernels.get(HVP)
+        if generated is not None:
+            result = generated(point, direction, product, self.constants)
+            return result if self.g else (result, NO_FAILED_GUARD)
+        if self._tiers.ready(MODE_NAMES[HVP], self._n):
+            self._point_kernels[HVP] = self._generated.point(MODE_NAMES[HVP])
+            return self.point_hvp(point, direction, product)
+        try:
+            work = self._local.hvp_work
+        except AttributeError:  # per thread, as the other work spaces
+            work = self._local.hvp_work = sweeps.new_work(self.template, 1, sweeps.SECOND_PLANES)
+            with _first_use(sweeps.sweep_point_hvp):
+                return sweeps.sweep_point_hvp(self.program, work, point, direction, product)
+        return sweeps.sweep_point_hvp(self.program, work, point, direction, product)

@@ -67,10 +67,16 @@ row, ``m * k`` numbers). ``hvp``: a scalar output and ``H v`` for a direction
 its tangent); ``hessian``: the ``(k, k)`` Hessian row by row, one adjoint
 pass and then, per input, a tangent pass and the adjoint pass's tangent.
 """
-POINT_MODES = ("values", "grad")
+POINT_MODES = ("values", "grad", "hvp")
+"""Modes that also get a one-point kernel (the latency path)."""
+POINT_PARAMETERS = {
+    "values": "point, constants",
+    "grad": "point, gradient, constants",
+    "hvp": "point, direction, gradient, constants",
+}
+"""Each one-point kernel's parameters: ``gradient`` receives the derivatives."""
 SECOND_MODES = ("hvp", "hessian")
 """Modes of a scalar output that read the second local partials."""
-"""Modes that also get a one-point kernel (the latency path)."""
 
 
 class Program(NamedTuple):
@@ -387,13 +393,19 @@ class _Emitter:
 
 
 def _statements(
-    emitter: _Emitter, mode: str, read: list[str], write: list[str], derivative: list[str]
+    emitter: _Emitter,
+    mode: str,
+    read: list[str],
+    write: list[str],
+    derivative: list[str],
+    along: str = "directions[p, {}]",
 ) -> None:
     """One point's statements in ``mode``.
 
     ``read[t]``: where input ``t`` comes from (``points[p, 0]``);
     ``write[r]``: where output ``r`` goes (empty: the kernel returns it);
-    ``derivative[d]``: where derivative slot ``d`` goes.
+    ``derivative[d]``: where derivative slot ``d`` goes; ``along``: where
+    the direction's (or cotangent's) entry ``{}`` comes from.
     """
     program = emitter.program
     k, m = program.inputs.size, program.outputs.size
@@ -409,12 +421,12 @@ def _statements(
         emitter.reverse([(outputs[0], "1.0")], assign(derivative[:k]))
     elif mode == "vjp":
         for r in range(m):
-            emitter.emit(f"u{r} = directions[p, {r}]")
+            emitter.emit(f"u{r} = {along.format(r)}")
         seeds = [(node, emitter.seed(f"u{r}")) for r, node in enumerate(outputs)]
         emitter.reverse(seeds, assign(derivative[:k]))
     elif mode == "jvp":
         for t in range(k):
-            emitter.emit(f"e{t} = directions[p, {t}]")
+            emitter.emit(f"e{t} = {along.format(t)}")
         emitter.tangents(
             {node: emitter.seed(f"e{t}") for t, node in enumerate(inputs)}, assign(derivative[:m])
         )
@@ -428,7 +440,7 @@ def _statements(
             )
     elif mode == "hvp":
         for t in range(k):
-            emitter.emit(f"e{t} = directions[p, {t}]")
+            emitter.emit(f"e{t} = {along.format(t)}")
         moved = emitter.tangents(
             {node: emitter.seed(f"e{t}") for t, node in enumerate(inputs)}, None
         )
@@ -470,9 +482,8 @@ def module_source(program: Program, mode: str) -> str:
     recheck, constants, start, stop)`` over points ``start:stop`` and
     ``parallel(..., recheck, constants, threads)`` over all points on
     ``threads`` workers; for a scalar output in a ``POINT_MODES`` mode also
-    ``point(point, constants)`` (values) or ``point(point, gradient,
-    constants)`` (grad), which returns the value, or ``(value, failed
-    guard)`` when the program has guards. ``constants`` holds every node's
+    ``point`` with ``POINT_PARAMETERS[mode]``, which returns the value, or
+    ``(value, failed guard)`` when the program has guards. ``constants`` holds every node's
     traced value (the constants' among them). The text holds nothing but
     the program's structure: no names, no values, so it can be trusted
     whatever a loaded file held, and programs that differ only in their
@@ -533,12 +544,12 @@ def module_source(program: Program, mode: str) -> str:
             [f"point[{t}]" for t in range(k)],
             [],
             [f"gradient[{t}]" for t in range(width)],
+            "direction[{}]",
         )
         point.guards([])
         returned = f"v{int(program.outputs[0])}" + (", failed" if g else "")
-        parameters = "point, gradient, constants" if mode == "grad" else "point, constants"
         kernels.append(
-            f"@kernel\ndef point({parameters}):\n"
+            f"@kernel\ndef point({POINT_PARAMETERS[mode]}):\n"
             f'    """One point in mode {mode} (the latency path)."""\n'
             + "\n".join(point.lines)
             + f"\n    return {returned}"

@@ -3351,6 +3351,39 @@ def sweep_point(
     return val[root], failed
 
 
+@kernel
+def sweep_point_hvp(
+    program: IndexArray,
+    work: FloatArray,
+    point: FloatArray,
+    direction: FloatArray,
+    product: FloatArray,
+) -> tuple[float, int]:
+    """The second order's latency path: ``H v`` at one point into ``product``.
+
+    ``sweep_block`` on one lane of ``work`` (shape (SECOND_PLANES, n + 1,
+    1)), so the bits are the batch's; five arrays, not ten, through Numba's
+    dispatcher (each costs ~100 ns). Returns ``(value, failed guard or
+    NO_FAILED_GUARD)``.
+    """
+    k = point.size
+    values = np.empty((1, 1))
+    status = np.full(1, NO_FAILED_GUARD, np.int64)
+    sweep_block(
+        program,
+        work,
+        point.reshape((1, k)),
+        direction.reshape((1, k)),
+        values,
+        product.reshape((1, k)),
+        status,
+        HVP,
+        0,
+        1,
+    )
+    return values[0, 0], status[0]
+
+
 @kernel(parallel=True)
 def sweep_points_parallel(
     program: IndexArray,
