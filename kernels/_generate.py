@@ -142,29 +142,43 @@ def _return_tuple(items: tuple[str, ...], indent: int) -> list[str]:
 
 
 def _second_lanes_source() -> str:
+    # One loop per second partial that is needed and not the literal 0.0:
+    # d2/da2 when operand a depends on an input, d2/db2 when b does, the
+    # mixed one when both do. The others are never read against a reached
+    # tangent (sweeps.second_pass: a product with an UNREACHED tangent is
+    # UNREACHED whatever the partial, nan included), so their values do not
+    # matter and they are never computed: a pow with a constant exponent
+    # skips the two logs of its exponent's partials. Literal zeros are not
+    # written either: a row of the work space belongs to one node and starts
+    # at 0.0, and only the one-point path writes 0.0 there again.
     def case(op: optable.Op, d0: str, d1: str) -> list[str]:
-        s0, s1, s2 = _second(op)
-        return [
-            "for lane in range(count):",
-            "    a = val[j, lane]",
-            "    b = val[k, lane]",
-            "    out = val[i, lane]",
-            f"    s0[i, lane] = {s0}",
-            f"    s1[i, lane] = {s1}",
-            f"    s2[i, lane] = {s2}",
-            "return",
-        ]
+        body = []
+        for name, rule, need in zip(
+            ("s0", "s1", "s2"), _second(op), ("need_a", "need_a and need_b", "need_b"), strict=True
+        ):
+            if rule == "0.0":
+                continue
+            body += [
+                f"if {need}:",
+                "    for lane in range(count):",
+                "        a = val[j, lane]",
+                "        b = val[k, lane]",
+                "        out = val[i, lane]",
+                f"        {name}[i, lane] = {rule}",
+            ]
+        return [*body, "return"]
 
     return _dispatch(
         "second_partials_lanes",
         "op: int, val: FloatArray, s0: FloatArray, s1: FloatArray, s2: FloatArray, "
-        "i: int, j: int, k: int, count: int",
+        "i: int, j: int, k: int, count: int, need_a: bool, need_b: bool",
         "None",
         [
-            '"""Second local partials of node ``i`` in lanes ``0:count``, from its values.',
+            '"""The second local partials of node ``i`` that are needed, in lanes ``0:count``.',
             "",
             "Rows ``i``, ``j`` and ``k`` of ``val`` hold the node's value and its",
-            "operands' (as in ``values_and_partials_lanes``, which runs first).",
+            "operands' (as in ``values_and_partials_lanes``, which runs first);",
+            "``need_a`` / ``need_b``: operand ``a`` / ``b`` depends on an input.",
             '"""',
         ],
         case,

@@ -167,7 +167,11 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
 
 def pow_second_base(a: float, b: float) -> float:
     # d2 a**b / d a2 = b (b - 1) a**(b - 2); exactly 0 for b == 0 and b == 1,
-    # where the first partial is constant in a (0 * inf = nan at a = 0).
+    # where the first partial is constant in a (0 * inf = nan at a = 0). The
+    # square's is 2.0 without a libm call: pow(a, 0.0) is 1.0 for every a,
+    # nan included (C99 F.9.4.4), so the bits are the formula's.
+    if b == 2.0:
+        return 2.0
     return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
 
 

@@ -193,7 +193,11 @@ def pow_partial_exponent(a: float, b: float, out: float) -> float:
 @kernel
 def pow_second_base(a: float, b: float) -> float:
     # d2 a**b / d a2 = b (b - 1) a**(b - 2); exactly 0 for b == 0 and b == 1,
-    # where the first partial is constant in a (0 * inf = nan at a = 0).
+    # where the first partial is constant in a (0 * inf = nan at a = 0). The
+    # square's is 2.0 without a libm call: pow(a, 0.0) is 1.0 for every a,
+    # nan included (C99 F.9.4.4), so the bits are the formula's.
+    if b == 2.0:
+        return 2.0
     return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
 
 
@@ -1184,335 +1188,230 @@ def second_partials_lanes(
     j: int,
     k: int,
     count: int,
+    need_a: bool,
+    need_b: bool,
 ) -> None:
-    """Second local partials of node ``i`` in lanes ``0:count``, from its values.
+    """The second local partials of node ``i`` that are needed, in lanes ``0:count``.
 
     Rows ``i``, ``j`` and ``k`` of ``val`` hold the node's value and its
-    operands' (as in ``values_and_partials_lanes``, which runs first).
+    operands' (as in ``values_and_partials_lanes``, which runs first);
+    ``need_a`` / ``need_b``: operand ``a`` / ``b`` depends on an input.
     """
     if op == 2:  # add
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 3:  # sub
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 4:  # mul
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 1.0
-            s2[i, lane] = 0.0
+        if need_a and need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s1[i, lane] = 1.0
         return
     if op == 5:  # div
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = -1.0 / (b * b)
-            s2[i, lane] = 2.0 * out / (b * b)
+        if need_a and need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s1[i, lane] = -1.0 / (b * b)
+        if need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s2[i, lane] = 2.0 * out / (b * b)
         return
     if op == 6:  # neg
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 7:  # pow
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = pow_second_base(a, b)
-            s1[i, lane] = pow_second_mixed(a, b)
-            s2[i, lane] = pow_second_exponent(a, b, out)
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = pow_second_base(a, b)
+        if need_a and need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s1[i, lane] = pow_second_mixed(a, b)
+        if need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s2[i, lane] = pow_second_exponent(a, b, out)
         return
     if op == 8:  # exp
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = out
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = out
         return
     if op == 9:  # log
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -1.0 / (a * a)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -1.0 / (a * a)
         return
     if op == 10:  # sqrt
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -0.25 / (out * out * out)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -0.25 / (out * out * out)
         return
     if op == 11:  # sin
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -out
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -out
         return
     if op == 12:  # cos
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -out
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -out
         return
     if op == 13:  # tanh
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -2.0 * out * (1.0 - out * out)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -2.0 * out * (1.0 - out * out)
         return
     if op == 14:  # sigmoid
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = out * (1.0 - out) * (1.0 - 2.0 * out)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = out * (1.0 - out) * (1.0 - 2.0 * out)
         return
     if op == 15:  # relu
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 16:  # abs
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 17:  # maximum
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 18:  # minimum
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 19:  # lt
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 20:  # le
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 21:  # gt
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 22:  # ge
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 23:  # eq
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 24:  # ne
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 25:  # pick
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 26:  # pick_not
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 27:  # log1p
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -1.0 / ((1.0 + a) * (1.0 + a))
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -1.0 / ((1.0 + a) * (1.0 + a))
         return
     if op == 28:  # expm1
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = exp(a)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = exp(a)
         return
     if op == 29:  # tan
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 2.0 * out * (1.0 + out * out)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = 2.0 * out * (1.0 + out * out)
         return
     if op == 30:  # arctan
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
         return
     if op == 31:  # arctan2
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
-            s1[i, lane] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
-            s2[i, lane] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
+        if need_a and need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s1[i, lane] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
+        if need_b:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s2[i, lane] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
         return
     if op == 32:  # sinh
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = out
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = out
         return
     if op == 33:  # cosh
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = out
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = out
         return
     if op == 34:  # erf
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = -2.2567583341910252 * a * exp(-a * a)
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = -2.2567583341910252 * a * exp(-a * a)
         return
     if op == 35:  # softplus
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = sigmoid(a) * (1.0 - sigmoid(a))
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
+        if need_a:
+            for lane in range(count):
+                a = val[j, lane]
+                b = val[k, lane]
+                out = val[i, lane]
+                s0[i, lane] = sigmoid(a) * (1.0 - sigmoid(a))
         return
     if op == 36:  # sign
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     if op == 37:  # stop_gradient
-        for lane in range(count):
-            a = val[j, lane]
-            b = val[k, lane]
-            out = val[i, lane]
-            s0[i, lane] = 0.0
-            s1[i, lane] = 0.0
-            s2[i, lane] = 0.0
         return
     return
 
@@ -3010,13 +2909,16 @@ def mark_value_ancestors(
 #
 #   [n, k, m, g,
 #    opcode (n + 1), in0 (n + 1), in1 (n + 1),
-#    input ids (k), output ids (m), guard node ids (g), guard truths (g)]
+#    input ids (k), output ids (m), guard node ids (g), guard truths (g),
+#    depends (n + 1): 1 for a node that depends on an input]
 #
 # Row ``n`` is a scratch row: unary ops point ``in1`` at it so every op reads
 # two rows. The work space ``work`` (float64, shape (4, n + 1, lanes)) holds
 # values, the two local partials saved by the forward pass, and adjoints or
 # tangents; column ``lane`` belongs to one evaluation point. Constants' rows
-# are filled once from ``template``.
+# are filled once from ``template``. The second-order modes' work space has
+# SECOND_PLANES planes: also the three second partials, tangents and the
+# tangents of the adjoints.
 #
 # Modes: VALUES (outputs only), VJP (outputs and cotangent^T J), GRAD (VJP
 # with every cotangent 1, without reading one), JVP (outputs and J tangent),
@@ -3026,7 +2928,6 @@ def mark_value_ancestors(
 # point: one tangent pass, one adjoint pass and the tangent of the adjoint
 # pass, forward-over-reverse) and HESSIAN (the (k, k) Hessian row by row:
 # one adjoint pass, then per input a tangent pass and its second pass).
-# The second-order modes need the larger work space (``planes``).
 
 VALUES, VJP, JVP, GRAD, JACOBIAN_REV, JACOBIAN_FWD, HVP, HESSIAN = 0, 1, 2, 3, 4, 5, 6, 7
 PLANES = 4
@@ -3110,7 +3011,12 @@ def sweep_block(
                     opcode[i], val[j, 0], val[c, 0], val[i, 0]
                 )
             else:
-                second_partials_lanes(opcode[i], val, s0, s1, s2, i, j, c, count)
+                depends = io[k + m + 2 * g :]  # 1 for a node that depends on an input
+                need_a, need_b = depends[j] != 0, depends[c] != 0
+                if need_a or need_b:
+                    second_partials_lanes(
+                        opcode[i], val, s0, s1, s2, i, j, c, count, need_a, need_b
+                    )
     for q in range(g):
         node = io[k + m + q]
         expected = io[k + m + g + q] != 0
@@ -3169,6 +3075,7 @@ def sweep_block(
                     derivatives[start + lane, r * k + t] = adj[row, lane] + 0.0
     elif mode == HVP or mode == HESSIAN:  # a scalar output (the front end checks)
         s0, s1, s2, tan, tadj = work[4], work[5], work[6], work[7], work[8]
+        depends = io[k + m + 2 * g :]
         adj[:, :count] = UNREACHED
         adj[io[k], :count] = 1.0
         adjoint_pass(in0, in1, d0, d1, adj, n, count)
@@ -3185,7 +3092,7 @@ def sweep_block(
                             tan[row, lane] = seed
             tangent_pass(in0, in1, d0, d1, tan, n, count)
             tadj[:, :count] = UNREACHED
-            second_pass(in0, in1, d0, d1, s0, s1, s2, adj, tan, tadj, n, count)
+            second_pass(in0, in1, depends, d0, d1, s0, s1, s2, adj, tan, tadj, n, count)
             for u in range(k):
                 row = io[u]
                 for lane in range(count):
@@ -3239,6 +3146,7 @@ def tangent_pass(
 def second_pass(
     in0: IndexArray,
     in1: IndexArray,
+    depends: IndexArray,
     d0: FloatArray,
     d1: FloatArray,
     s0: FloatArray,
@@ -3253,25 +3161,47 @@ def second_pass(
     """The tangent of an adjoint pass in lanes ``0:count``: ``second_backward_range``'s rule.
 
     ``adj`` and ``tan`` hold finished adjoint and tangent passes; ``tadj``
-    starts at UNREACHED. Unary ops read the scratch row, whose tangent is
-    UNREACHED and whose second partials are 0: their terms vanish exactly.
+    starts at UNREACHED. Only nodes that depend on an input (``depends``)
+    send, and only to operands that do: the others' tangents are UNREACHED
+    and their sums reach no input. Unary ops read the scratch row, which
+    depends on nothing.
     """
     for i in range(n - 1, -1, -1):
         j = in0[i]
-        if j < 0:
+        if j < 0 or depends[i] == 0:
             continue
         c = in1[i]
-        for lane in range(count):
-            g = adj[i, lane]
-            dd0 = contribution(s0[i, lane], tan[j, lane]) + contribution(s1[i, lane], tan[c, lane])
-            tadj[j, lane] += contribution(d0[i, lane], tadj[i, lane]) + contribution(dd0, g)
-        if c != n:
-            for lane in range(count):
-                g = adj[i, lane]
-                dd1 = contribution(s1[i, lane], tan[j, lane]) + contribution(
-                    s2[i, lane], tan[c, lane]
-                )
-                tadj[c, lane] += contribution(d1[i, lane], tadj[i, lane]) + contribution(dd1, g)
+        if depends[j] != 0:
+            pull_second(tadj[j], d0[i], tadj[i], s0[i], tan[j], s1[i], tan[c], adj[i], count)
+        if depends[c] != 0:
+            pull_second(tadj[c], d1[i], tadj[i], s1[i], tan[j], s2[i], tan[c], adj[i], count)
+
+
+@kernel
+def pull_second(
+    target: FloatArray,
+    partial: FloatArray,
+    incoming: FloatArray,
+    second_a: FloatArray,
+    tangent_a: FloatArray,
+    second_b: FloatArray,
+    tangent_b: FloatArray,
+    adjoint: FloatArray,
+    count: int,
+) -> None:
+    """One edge of ``second_pass`` over lanes, on 1-D rows (they vectorise, as ``pull``).
+
+    ``target += partial * incoming + (second_a * tangent_a + second_b *
+    tangent_b) * adjoint``, each product with strong zeros: the edge's
+    adjoint-tangent term, then its partial's tangent times the adjoint.
+    """
+    for lane in range(count):
+        moved = contribution(second_a[lane], tangent_a[lane]) + contribution(
+            second_b[lane], tangent_b[lane]
+        )
+        target[lane] += contribution(partial[lane], incoming[lane]) + contribution(
+            moved, adjoint[lane]
+        )
 
 
 @kernel
