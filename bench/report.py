@@ -190,6 +190,7 @@ def rows(table):
             ratio <= 1.2,
         )
     _model_rows(table, add)
+    _second_rows(table, add)
     memory = find(table, "test_memory_per_node")
     if memory:
         b = memory["bytes_per_node"]
@@ -295,6 +296,65 @@ def _batch_rows(table, add):
             None,
             "codegen >= 3x interpreter, or auto -> interpreter with reason",
             pendulum["backend"] == "interpret" and "budget" in pendulum["reason"],
+        )
+
+
+def _second_rows(table, add):
+    """HVPs and Hessians against value+grad of the same function (one run), Newton-CG."""
+    for tier in ("codegen", "interpret"):
+        for function in ("example2", "rosenbrock"):
+            hvp = find(table, "test_second_hvp[", function=function, backend=tier)
+            vg = find(table, "test_second_value_and_grad", function=function, backend=tier)
+            if hvp and vg:
+                ratio = hvp["ns_per_point"] / vg["ns_per_point"]
+                add(
+                    f"HVP, {function}, 1e5 points, 1 thread, {tier}",
+                    f"{hvp['ns_per_point']:.0f} ns/pt",
+                    f"{vg['ns_per_point']:.0f} ns/pt (value+grad, same function)",
+                    ratio,
+                    "<= 3",
+                    ratio <= 3.0,
+                )
+        hessian = find(table, "test_second_hessian", backend=tier)
+        vg = find(table, "test_batch_fastad", points=10**6, threads=1, backend=tier)
+        if hessian and vg:
+            ratio = hessian["ns_per_point"] / vg["ns_per_point"] / hessian["k"]
+            add(
+                f"Hessian, example 2 (k = 6), 1e6 points, {tier}",
+                f"{hessian['ns_per_point']:.0f} ns/pt",
+                f"{vg['ns_per_point']:.1f} ns/pt (value+grad), per k",
+                ratio,
+                "<= 2.5 per k",
+                ratio <= 2.5,
+            )
+        latency = find(table, "test_second_latency", call="hvp", backend=tier)
+        if latency:
+            us = latency["us_per_call"]
+            add(
+                f"one-point f.hvp, example 2, {tier}", f"{us:.2f} us", "-", us, "<= 3 us", us <= 3.0
+            )
+    jax = find(table, "test_second_hvp_jax")
+    codegen = find(table, "test_second_hvp[", function="example2", backend="codegen")
+    if jax and codegen:
+        ratio = codegen["ns_per_point"] / jax["ns_per_point"]
+        add(
+            "  ... HVP example 2, codegen against JAX",
+            f"{codegen['ns_per_point']:.0f} ns/pt",
+            f"{jax['ns_per_point']:.0f} ns/pt (JAX jit(vmap(jvp of grad)))",
+            ratio,
+            "-",
+            "a peer, no goal",
+        )
+    newton = find(table, "test_newton_against_lbfgs", method="Newton-CG")
+    lbfgs = find(table, "test_newton_against_lbfgs", method="L-BFGS-B")
+    if newton and lbfgs:
+        add(
+            "Newton-CG (hessp=f.hessp) on logistic regression, to |grad| <= 1e-6",
+            f"{newton['iterations']} iterations, {newton['seconds'] * 1e3:.1f} ms",
+            f"{lbfgs['iterations']} iterations, {lbfgs['seconds'] * 1e3:.1f} ms (L-BFGS-B)",
+            newton["iterations"] / lbfgs["iterations"],
+            "fewer iterations",
+            newton["iterations"] < lbfgs["iterations"],
         )
 
 

@@ -755,6 +755,36 @@ class BlockFunction:
         """The gradients of :meth:`value_and_grad`; needs a scalar output."""
         return self.value_and_grad(arguments)[1]
 
+    def hvp(
+        self, arguments: Iterable[ArrayLike], directions: ArrayLike | Iterable[ArrayLike]
+    ) -> Any:
+        """``H v`` at the arguments: one product per argument (or ``wrt`` position).
+
+        ``directions`` holds one array per argument of :meth:`value_and_grad`'s
+        gradients (a single one for an int ``wrt``), shaped like it; the
+        result has the gradients' form. Forward-over-reverse through the
+        block rules (:func:`fastad.hvp`); a block op without a second-order
+        rule raises ``NotImplementedError`` naming it. Needs a scalar output.
+        """
+        if isinstance(self._output, Block):
+            raise ValueError("hvp needs a scalar output; this function returns an array")
+        positions, single = (
+            self._wrt if self._wrt is not None else (range(len(self._inputs)), False)
+        )
+        along: list[ArrayLike] = (
+            [cast(ArrayLike, directions)] if single else list(cast(Iterable[ArrayLike], directions))
+        )
+        if len(along) != len(positions):
+            raise ValueError(
+                f"expected {len(positions)} directions, one per gradient, got {len(along)}"
+            )
+        with self._lock:
+            self._replay(arguments)
+            ids = [self._inputs[i].id for i in positions]
+            products = self._tape.hvp(self._output, ids, along)
+            listed = [p if isinstance(p, np.ndarray) and p.ndim else float(p) for p in products]
+            return listed[0] if single else listed
+
     def _output_value(self) -> float | FloatArray:
         node = self._output.id
         block = self._tape.block_value(node)

@@ -164,11 +164,11 @@ def hvp(
     _require_node(output, "fa.hvp output", blocks_allowed=False)
     nodes = _wrt_nodes(output, wrt, "fa.hvp")
     along: Iterable[ArrayLike]
-    if isinstance(wrt, (Var, Block)):
+    if isinstance(wrt, Block):
         along = [direction]
     elif any(isinstance(node, Block) for node in nodes):
         along = list(cast(Iterable[Any], direction))
-    else:
+    else:  # as fa.jvp: a number or an array of len(wrt)
         along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
     products = output.tape.hvp(output, [node.id for node in nodes], along)
     if isinstance(wrt, Var):

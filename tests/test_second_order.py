@@ -348,3 +348,27 @@ def test_newton_cg_and_trust_constr_work_as_written():
     np.testing.assert_allclose(trust.x, newton.x, rtol=1e-5, atol=1e-6)
     lbfgs = scipy.optimize.minimize(f, x0, jac=f.grad, method="L-BFGS-B", tol=1e-12)
     np.testing.assert_allclose(lbfgs.x, newton.x, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_function_of_arrays_gives_hvps_by_argument():
+    rng = np.random.default_rng(5)
+    X, w0, b0 = rng.normal(size=(6, 3)), rng.normal(size=3), 0.3
+    f = fa.compile(lambda X, w, b: fa.softplus(X @ w + b).sum(), example=(X, w0, b0))
+    v = rng.normal(size=3)
+    products = f.hvp((X, w0, b0), [np.zeros(X.shape), v, 0.0])
+    with fa.Tape():
+        w, b = fa.var(w0), fa.var(b0)
+        expected = fa.hvp(fa.softplus(X @ w + b).sum(), [w, b], [v, 0.0])
+    np.testing.assert_array_equal(products[1], expected[0])
+    assert products[2] == expected[1]
+    only_w = fa.compile(lambda X, w, b: fa.softplus(X @ w + b).sum(), example=(X, w0, b0), wrt=1)
+    np.testing.assert_array_equal(only_w.hvp((X, w0, b0), v), expected[0])
+    with pytest.raises(ValueError, match="expected 3 directions, one per gradient, got 2"):
+        f.hvp((X, w0, b0), [v, 0.0])
+
+
+def test_one_node_direction_may_be_a_number_or_one_element():
+    with fa.Tape():
+        x = fa.var(2.0)
+        z = x**3.0
+        assert fa.hvp(z, x, 2.0) == fa.hvp(z, x, np.array([2.0])) == 24.0
