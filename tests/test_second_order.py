@@ -6,6 +6,8 @@ test_ops.py), hand-written NumPy Hessians, and the closed forms of small
 functions.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -372,3 +374,44 @@ def test_one_node_direction_may_be_a_number_or_one_element():
         x = fa.var(2.0)
         z = x**3.0
         assert fa.hvp(z, x, 2.0) == fa.hvp(z, x, np.array([2.0])) == 24.0
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_guards_raise_in_second_order_calls(backend):
+    def function(x, y):
+        if x > 0.0:
+            return x * x * y
+        return -x * y
+
+    f = fa.compile(function, example=np.array([1.0, 2.0]), backend=backend)
+    assert f.hessian(np.array([3.0, 2.0])).tolist() == [[4.0, 6.0], [6.0, 0.0]]
+    for call in (
+        lambda: f.hvp(np.array([-1.0, 2.0]), np.array([1.0, 0.0])),
+        lambda: f.hvp(np.array([[1.0, 2.0], [-1.0, 2.0]]), np.ones((2, 2))),
+        lambda: f.hessian(np.array([[1.0, 2.0], [-1.0, 2.0]])),
+    ):
+        with pytest.raises(fa.BranchError, match=r"`x > 0.0`, which was True when traced"):
+            call()
+
+
+def test_threads_share_a_compiled_function_for_hvps():
+    f = fa.compile(example_2, example=np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0]))
+    rng = np.random.default_rng(6)
+    P, V = rng.uniform(-1.0, 1.0, (200, 6)), rng.normal(size=(200, 6))
+    expected = f.hvp(P, V)
+    results = {}
+
+    def work(index):
+        for _ in range(20):
+            batch = f.hvp(P, V)
+            single = np.array([f.hvp(P[i], V[i]) for i in range(0, 200, 7)])
+        results[index] = batch, single
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for batch, single in results.values():
+        np.testing.assert_array_equal(batch, expected)
+        np.testing.assert_array_equal(single, expected[::7])
