@@ -441,6 +441,7 @@ class CompiledFunction:
         naming its size, before anything is allocated.
         """
         points, single = self._points(points)
+        self._require_traced()
         n_points, m, k = points.shape[0], self._m, self._k
         if mode is None:
             mode = "fwd" if k <= m else "rev"
@@ -490,7 +491,7 @@ class CompiledFunction:
         self._require_scalar("hvp")
         v = _real_array(directions, "direction")
         v = v.reshape(1, -1) if (single and v.ndim <= 1) else v
-        if v.shape != points.shape:
+        if v.shape != points.shape or (single and np.ndim(directions) > 1):
             raise ValueError(
                 f"direction shape {np.shape(directions)} does not match the points' shape "
                 f"{points.shape[1:] if single else points.shape}"
@@ -532,6 +533,7 @@ class CompiledFunction:
         ``MemoryError`` before anything is allocated.
         """
         points, single = self._points(points)
+        self._require_traced()
         self._require_scalar("hessian")
         n_points, k = points.shape[0], self._k
         check_fits(
@@ -574,11 +576,20 @@ class CompiledFunction:
             self._trace(array[0])
         return array, single
 
+    def _require_traced(self) -> None:
+        """Refuse what needs the traced program (its sizes) before any point traced it."""
+        if not self._traced:
+            raise ValueError("cannot evaluate an untraced function on an empty batch")
+
     def _require_scalar(self, what: str) -> None:
         if self._traced and not self._scalar_output:
+            outputs = (
+                "returns a sequence of one output, not the output itself"
+                if self._m == 1
+                else f"has {self._m} outputs"
+            )
             raise ValueError(
-                f"{what} needs a scalar output; this function has {self._m} outputs: "
-                "use jacobian, vjp or jvp"
+                f"{what} needs a scalar output; this function {outputs}: use jacobian, vjp or jvp"
             )
 
     def _output_shape(self, single: bool, n_points: int) -> str:
@@ -601,8 +612,7 @@ class CompiledFunction:
     def _run(
         self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int | None
     ) -> tuple[FloatArray, FloatArray]:
-        if not self._traced:
-            raise ValueError("cannot evaluate an untraced function on an empty batch")
+        self._require_traced()
         values, derivatives, status = self._replay.run(
             points, mode, directions, _thread_count(threads)
         )
@@ -771,6 +781,11 @@ class BlockFunction:
         positions, single = (
             self._wrt if self._wrt is not None else (range(len(self._inputs)), False)
         )
+        if not single and not isinstance(directions, (list, tuple)):
+            raise TypeError(
+                f"directions must be a list or tuple with one direction per gradient "
+                f"({len(positions)}), got {type(directions).__name__}"
+            )
         along: list[ArrayLike] = (
             [cast(ArrayLike, directions)] if single else list(cast(Iterable[ArrayLike], directions))
         )
@@ -778,6 +793,12 @@ class BlockFunction:
             raise ValueError(
                 f"expected {len(positions)} directions, one per gradient, got {len(along)}"
             )
+        for position, direction in zip(positions, along, strict=True):
+            if np.shape(direction) != self._shapes[position]:
+                raise ValueError(
+                    f"the direction for argument {position} has shape {np.shape(direction)}, "
+                    f"the argument has {self._shapes[position]}"
+                )
         with self._lock:
             self._replay(arguments)
             ids = [self._inputs[i].id for i in positions]

@@ -129,7 +129,7 @@ def jvp(
         # One direction per node: a sequence, or the array of a single block.
         along = [direction] if isinstance(wrt, Block) else list(cast(Iterable[Any], direction))
     else:
-        along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
+        along = np.atleast_1d(np.asarray(direction))  # the tape checks it is real
     return output.tape.tangent(output, [node.id for node in nodes], along)
 
 
@@ -169,7 +169,7 @@ def hvp(
     elif any(isinstance(node, Block) for node in nodes):
         along = list(cast(Iterable[Any], direction))
     else:  # as fa.jvp: a number or an array of len(wrt)
-        along = np.atleast_1d(np.asarray(direction, dtype=np.float64))
+        along = np.atleast_1d(np.asarray(direction))  # the tape checks it is real
     products = output.tape.hvp(output, [node.id for node in nodes], along)
     if isinstance(wrt, Var):
         return float(products[0])
@@ -192,7 +192,14 @@ def hessian(output: Var, wrt: Var | Iterable[Var]) -> FloatArray:
 
 def _wrt_nodes(output: Var | Block, wrt: object, what: str) -> list[Var | Block]:
     """``wrt`` as a list of nodes, each checked to be a node of ``output``'s tape."""
-    nodes = [wrt] if isinstance(wrt, (Var, Block)) else list(cast(Iterable[Any], wrt))
+    if isinstance(wrt, (Var, Block)):
+        nodes = [wrt]
+    elif isinstance(wrt, Iterable):
+        nodes = list(wrt)
+    else:
+        raise TypeError(
+            f"{what} wrt must be a fastad node or a sequence of them, got {type(wrt).__name__}"
+        )
     for node in nodes:
         _require_node(node, f"{what} wrt")
         if node.tape is not output.tape:

@@ -96,6 +96,16 @@ class GradcheckResult:
         ``(index, forward, backward, is_subgradient)`` for each element found
         on a kink: its one-sided derivatives and whether the analytic value
         lies between them.
+    jumps : list of tuple
+        Elements along whose input the function itself jumps at the point
+        (``f(x + h) - f(x - h)`` keeps its size as ``h`` shrinks): no
+        derivative exists there to check (the Hessian of a ReLU network at
+        a ReLU's kink, ``sign`` at 0); they pass, and are listed here.
+    refined : list of tuple
+        Elements where the function is smooth to first order only (its
+        derivative has a kink there, as ``relu(x)**2`` at 0), so the central
+        difference errs by ``O(h)``: they are checked against differences at
+        ``h`` and ``h/4`` extrapolated to ``h = 0`` instead, and listed here.
     dot_product : tuple of float or None
         ``(<u, J v>, <J^T u, v>)`` from forward and reverse mode, where the
         dot-product test ran.
@@ -110,6 +120,8 @@ class GradcheckResult:
     tolerance: FloatArray | list[FloatArray]
     failures: list[tuple[Any, ...]] = field(default_factory=list)
     kinks: list[tuple[tuple[Any, ...], float, float, bool]] = field(default_factory=list)
+    jumps: list[tuple[Any, ...]] = field(default_factory=list)
+    refined: list[tuple[Any, ...]] = field(default_factory=list)
     dot_product: tuple[float, float] | None = None
     message: str = ""
 
@@ -312,8 +324,9 @@ def hesscheck(
     dx_j``, reported as "input j of output i"), with the same steps,
     tolerances, kink handling, fast mode and worst-element report. Two more
     tests: the Hessian must be symmetric (``|H[i, j] - H[j, i]| <= atol +
-    rtol * |H[i, j]|``), and ``<u, H v> == <H u, v>`` for ``f.hvp``, the
-    dot-product test. ``function`` is ``fa.compile(fn)`` with a scalar
+    rtol * |H[i, j]|``), and ``f.hvp`` must agree with it: ``f.hvp(x, v) ==
+    f.hessian(x) @ v`` to rounding along a random ``v``, and ``<u, H v> ==
+    <H u, v>`` (the dot-product test). ``function`` is ``fa.compile(fn)`` with a scalar
     output; ``x`` one point of shape ``(k,)``. Options and the result are
     :func:`gradcheck`'s.
 
@@ -364,6 +377,7 @@ def _check(
             result = _dot_product(problem, result, seed, atol)
         if problem.check == "hesscheck":
             result = _symmetry(problem, result, rtol, atol)
+            result = _products(problem, result, seed, atol)
     if raise_exception:
         if not result.passed:
             raise GradcheckError(result)
@@ -585,9 +599,9 @@ def _hessian_problem(function: CompiledFunction, x: object) -> _Problem:
         raise ValueError(
             f"hesscheck needs a scalar output; this function returns shape {first.shape}"
         )
-    _require_finite(first, "f(x)", "output")
+    _require_finite(first, "f(x)", "output", "hesscheck")
     k = function.num_inputs
-    _require_finite(np.asarray(function.grad(point)), "the gradient", "element")
+    _require_finite(np.asarray(function.grad(point)), "the gradient", "element", "hesscheck")
 
     def products(z: FloatArray, v: FloatArray) -> FloatArray:
         return function.hvp(z, v)
@@ -618,6 +632,30 @@ def _symmetry(
         note = (
             f"the Hessian is not symmetric: H[{i}, {j}] = {float(hessian[i, j])!r} but "
             f"H[{j}, {i}] = {float(hessian[j, i])!r} ({int(bad.sum()) // 2 or 1} pair(s) differ)"
+        )
+        result.message = note if "passed" in result.message else result.message + "; " + note
+    return result
+
+
+def _products(
+    problem: _Problem, result: GradcheckResult, seed: int, atol: float
+) -> GradcheckResult:
+    """Fail the result where ``f.hvp(x, v)`` is not ``f.hessian(x) @ v`` to rounding."""
+    assert problem.jvp is not None  # a Hessian problem has its hvp
+    z = problem.point
+    v = np.random.default_rng(seed + 2).standard_normal(z.size)
+    hessian = problem.jacobian(z)
+    product = np.asarray(problem.jvp(z, v), dtype=np.float64).reshape(-1)
+    expected = hessian @ v
+    # The same products summed in another order; a wrong kernel is off by O(1).
+    tolerance = 1024 * np.finfo(float).eps * (np.abs(hessian) @ np.abs(v)) + atol * np.abs(v).sum()
+    bad = ~(np.abs(product - expected) <= tolerance)
+    if bad.any():
+        i = int(np.argmax(np.where(bad, np.abs(product - expected) - tolerance, -np.inf)))
+        result.passed = False
+        note = (
+            f"f.hvp disagrees with f.hessian: along a random v, (H v)[{i}] = "
+            f"{float(product[i])!r} but (f.hessian(x) @ v)[{i}] = {float(expected[i])!r}"
         )
         result.message = note if "passed" in result.message else result.message + "; " + note
     return result
@@ -698,12 +736,14 @@ def _block_problem(function: BlockFunction, x: object) -> _Problem:
     )
 
 
-def _require_finite(values: NDArray[Any], what: str, element: str) -> None:
+def _require_finite(
+    values: NDArray[Any], what: str, element: str, check: str = "gradcheck"
+) -> None:
     if not np.all(np.isfinite(values)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
         at = f" at {element} {_position(where)}" if where else ""
         raise ValueError(
-            f"{what} is {values[where]}{at}: gradcheck needs a point where the function is finite"
+            f"{what} is {values[where]}{at}: {check} needs a point where the function is finite"
         )
 
 
@@ -854,6 +894,49 @@ def _kinks(
     return is_kink, small_forward, small_backward
 
 
+def _rough_elements(
+    value: Values,
+    z: FloatArray,
+    f0: FloatArray,
+    j: int,
+    h: float,
+    candidates: BoolArray,
+    analytic: FloatArray,
+    tolerance: FloatArray,
+) -> tuple[BoolArray, BoolArray]:
+    """Of the failing non-kink outputs along input ``j``: which jump, and which are
+    right once the central difference's ``O(h)`` error of a first-order-smooth point
+    is extrapolated away.
+
+    A jump: ``f(z + h) - f(z - h)`` keeps its size (within 10%) at ``h``,
+    ``h/4`` and ``h/16``, far above rounding; a derivative's difference
+    shrinks with the step and rounding noise does not keep one size. Rough:
+    the error of the central difference at ``h/4`` is at most half that at
+    ``h`` and its extrapolation ``(4 c(h/4) - c(h)) / 3`` (exact for an error
+    linear in ``h``) meets the tolerance. A wrong derivative fails both: its
+    error does not shrink with the step.
+    """
+    if not candidates.any():
+        return candidates, candidates
+
+    def difference(step: float) -> FloatArray:
+        hi, lo = z.copy(), z.copy()
+        hi[j] += step
+        lo[j] -= step
+        return value(hi) - value(lo)
+
+    sizes = [difference(step) for step in (h, h / 4.0, h / 16.0)]
+    scale = 1e6 * np.finfo(float).eps * np.maximum(1.0, np.abs(f0))
+    jumping = candidates & (np.abs(sizes[0]) > scale)
+    for size in sizes[1:]:
+        jumping &= np.abs(size - sizes[0]) <= 0.1 * np.abs(sizes[0])
+    coarse, fine = sizes[0] / (2.0 * h), sizes[1] / (h / 2.0)
+    extrapolated = (4.0 * fine - coarse) / 3.0
+    converging = np.abs(fine - analytic) <= 0.5 * np.abs(coarse - analytic)
+    rough = candidates & ~jumping & converging & (np.abs(extrapolated - analytic) <= tolerance)
+    return jumping, rough
+
+
 # -- the checks -------------------------------------------------------------------------
 def _full(
     problem: _Problem, relative_step: float, rtol: float, atol: float, richardson: bool
@@ -870,6 +953,8 @@ def _full(
     # Flat (o, j) pairs; kinks with their one-sided derivatives.
     failures: list[tuple[int, int]] = []
     kinks: list[tuple[tuple[int, int], float, float, bool]] = []
+    jumps: list[tuple[int, int]] = []
+    refined: list[tuple[int, int]] = []
     failing_inputs = np.flatnonzero(bad.any(axis=0))
     f0 = problem.value(z) if failing_inputs.size else None
     for j in failing_inputs.tolist():
@@ -877,7 +962,17 @@ def _full(
         is_kink, forward, backward = _kinks(
             problem.value, z, f0, j, steps[j], bad[:, j], tolerance[:, j]
         )
+        others = bad[:, j] & ~is_kink
+        jumping, rough = _rough_elements(
+            problem.value, z, f0, j, steps[j], others, analytic[:, j], tolerance[:, j]
+        )
         for o in np.flatnonzero(bad[:, j]).tolist():
+            if jumping[o]:
+                jumps.append((o, j))
+                continue
+            if rough[o]:
+                refined.append((o, j))
+                continue
             if not is_kink[o]:
                 failures.append((o, j))
                 continue
@@ -896,9 +991,19 @@ def _full(
         tolerance=layout.unflatten(tolerance),
         failures=[layout.index(o, j) for o, j in failures],
         kinks=[(layout.index(*at), fwd, bwd, ok) for at, fwd, bwd, ok in kinks],
+        jumps=[layout.index(*at) for at in jumps],
+        refined=[layout.index(*at) for at in refined],
     )
+    notes = []
+    if jumps:
+        notes.append(f"{len(jumps)} element(s) where the function jumps: no derivative to check")
+    if refined:
+        notes.append(
+            f"{len(refined)} element(s) smooth to first order only: checked with an "
+            "extrapolated difference"
+        )
     result.message = _full_message(
-        problem, failures, kinks, analytic, error, tolerance, numeric, steps
+        problem, failures, kinks, analytic, error, tolerance, numeric, steps, notes
     )
     return result
 
@@ -982,10 +1087,13 @@ def _dot_product(
     result.dot_product = (forward, reverse)
     if not agrees:
         result.passed = False
-        note = (
-            f"forward and reverse mode disagree: <u, J v> = {forward!r} but "
-            f"<J^T u, v> = {reverse!r}"
-        )
+        if problem.check == "hesscheck":
+            note = f"f.hvp is not symmetric: <u, H v> = {forward!r} but <H u, v> = {reverse!r}"
+        else:
+            note = (
+                f"forward and reverse mode disagree: <u, J v> = {forward!r} but "
+                f"<J^T u, v> = {reverse!r}"
+            )
         result.message = note if "passed" in result.message else result.message + "; " + note
     return result
 
@@ -999,10 +1107,12 @@ def _full_message(
     tolerance: FloatArray,
     numeric: FloatArray,
     steps: FloatArray,
+    notes: list[str],
 ) -> str:
     if not failures:
-        valid = f" ({len(kinks)} kink(s) with valid subgradients)" if kinks else ""
-        return f"{problem.check} passed{valid}"
+        if kinks:
+            notes = [f"{len(kinks)} kink(s) with valid subgradients", *notes]
+        return f"{problem.check} passed" + (f" ({'; '.join(notes)})" if notes else "")
     excess = np.where(np.isnan(error), np.inf, error - tolerance)
     worst = max(failures, key=lambda at: excess[at])
     o, j = worst

@@ -115,7 +115,8 @@ class BlockRule:
                 f"the block op {self.name!r} (opcode {self.code}) has no second-order rule "
                 "yet, so no Hessian-vector product can pass through it: record this part "
                 "with scalar ops or with blocks that have one (elementwise ops, matmul, "
-                "linear, sum, mean, reshape, transpose, index, concatenate, max, min)"
+                "linear, linear_relu, sum, mean, reshape, transpose, index, concatenate, "
+                "max, min)"
             )
         if h is None:
             return (None,) * len(values)

@@ -324,7 +324,7 @@ class Tape(TapeStorage):
         seeded = np.zeros(root + 1, np.bool_)
         if not self.has_blocks:
             nodes = np.asarray(ids, dtype=np.intp)
-            along = np.asarray(direction, dtype=VALUE_DTYPE)
+            along = _real_direction(direction, "the direction")
             if along.shape != nodes.shape:
                 raise ValueError(f"direction shape {along.shape} != wrt shape {nodes.shape}")
             inside = nodes <= root
@@ -354,6 +354,7 @@ class Tape(TapeStorage):
         node = self._scalar_root(root, "a Hessian-vector product")
         ids = [self.node_id(i, "wrt") for i in wrt]
         visits = sweep.plan(self, node)
+        self._refuse_dependent(ids, node, visits, "fa.hvp")
         first, needed = self._second_order_adjoints(node, ids, visits)
         second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
         if not any(self.block_value(i) is not None for i in ids):
@@ -378,6 +379,7 @@ class Tape(TapeStorage):
                     f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
                 )
         visits = sweep.plan(self, node)
+        self._refuse_dependent(ids, node, visits, "fa.hessian")
         first, needed = self._second_order_adjoints(node, ids, visits)
         nodes = np.asarray(ids, dtype=np.intp)
         rows = np.empty((len(ids), len(ids)))
@@ -385,6 +387,30 @@ class Tape(TapeStorage):
             second, _ = self._second_pass(node, ids, unit, visits, first, needed)
             rows[t] = second[nodes] + 0.0
         return rows
+
+    def _refuse_dependent(self, ids: list[int], root: int, visits: sweep.Plan, what: str) -> None:
+        """Raise if a node of ``ids`` depends on another: second derivatives hold each
+        as an independent variable, and a gradient (a total derivative through
+        everything downstream) would not be consistent with that."""
+        inside = sorted({i for i in ids if i <= root})
+        if len(inside) < 2:
+            return
+        lowest = min(visits[1], inside[0])
+        downstream = self.descendants(inside, lowest, root)
+        for i in inside:
+            for j in self.operands(i):
+                if downstream[j]:
+                    source = next(w for w in inside if w <= j and self._reaches(w, j))
+                    raise ValueError(
+                        f"{what}: wrt node {i} depends on wrt node {source}; second "
+                        "derivatives take every wrt node as an independent variable, "
+                        "which one computed from another is not: pass independent "
+                        "nodes (the leaves, for example)"
+                    )
+
+    def _reaches(self, source: int, node: int) -> bool:
+        """Whether ``node`` is ``source`` or depends on it."""
+        return bool(self.descendants([source], source, node)[node])
 
     def _second_order_adjoints(
         self, root: int, ids: list[int], visits: sweep.Plan
@@ -444,7 +470,7 @@ class Tape(TapeStorage):
             seeded[node] = True
             block = self.block_value(node)
             if block is not None:
-                d = np.asarray(d, dtype=VALUE_DTYPE)
+                d = _real_direction(d, f"the direction for node {node}")
                 if d.shape != block.shape:
                     raise ValueError(
                         f"direction for node {node} has shape {d.shape}, the block has "
@@ -452,7 +478,7 @@ class Tape(TapeStorage):
                     )
                 d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
                 block_tangents[node] = block_tangents.get(node, UNREACHED) + d
-            elif float(d) != 0.0:
+            elif float(_real_direction(d, f"the direction for node {node}")) != 0.0:
                 tangents[node] += float(d)
 
     # -- finding where nan/inf came from ---------------------------------------
@@ -573,6 +599,14 @@ class Tape(TapeStorage):
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: {error}") from None
+
+
+def _real_direction(direction: object, what: str) -> FloatArray:
+    """``direction`` as float64, refusing what is not real (a complex part would be dropped)."""
+    array = np.asarray(direction)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+    return array.astype(VALUE_DTYPE)
 
 
 def _is_array_like(value: object) -> bool:

@@ -117,6 +117,19 @@ def atan2_partial(top: float, a: float, b: float) -> float:
     return (top / big) / (big * (x * x + y * y))
 
 
+def atan2_curvature(a: float, b: float) -> float:
+    # 2ab / (a*a + b*b)**2 = 2 (a / r**2) (b / r**2): d2 atan2(a, b) / db2, and
+    # minus d2 / da2. From the overflow-safe a / r**2 and b / r**2 (the
+    # numerator 2ab alone would overflow above 1e154); nan at (0, 0).
+    return 2.0 * atan2_partial(a, a, b) * atan2_partial(b, a, b)
+
+
+def atan2_second_mixed(a: float, b: float) -> float:
+    # (a*a - b*b) / (a*a + b*b)**2 = (a/r**2 - b/r**2)(a/r**2 + b/r**2): d2 atan2 / da db.
+    x, y = atan2_partial(a, a, b), atan2_partial(b, a, b)
+    return (x - y) * (x + y)
+
+
 def relu(a: float) -> float:
     # Written so that nan propagates (nan <= 0 is False), as NumPy's maximum.
     return 0.0 if a <= 0.0 else a
@@ -170,16 +183,22 @@ def pow_second_base(a: float, b: float) -> float:
     # where the first partial is constant in a (0 * inf = nan at a = 0). The
     # square's is 2.0 without a libm call: pow(a, 0.0) is 1.0 for every a,
     # nan included (C99 F.9.4.4), so the bits are the formula's.
+    # b (b - 1) first could overflow where a**(b - 2) is 0: inf * 0 = nan.
     if b == 2.0:
         return 2.0
-    return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
+    return 0.0 if (b == 0.0 or b == 1.0) else b * pow(a, b - 2.0) * (b - 1.0)
 
 
 def pow_second_mixed(a: float, b: float) -> float:
     # d2 a**b / d a d b = a**(b - 1) (1 + b log a). At a == 0 with b > 1 the
     # first partial b a**(b - 1) is 0 for all such b: 0, where the formula
-    # would give 0 * -inf = nan.
-    return 0.0 if (a == 0.0 and b > 1.0) else pow(a, b - 1.0) * (1.0 + b * log(a))
+    # would give 0 * -inf = nan; so would an a**(b - 1) that underflows to 0
+    # beside a b log(a) that overflows (the product's true value is below
+    # 1e-16 there).
+    if a == 0.0 and b > 1.0:
+        return 0.0
+    power = pow(a, b - 1.0)
+    return 0.0 if power == 0.0 else power * (1.0 + b * log(a))
 
 
 def pow_second_exponent(a: float, b: float, out: float) -> float:
@@ -191,6 +210,8 @@ HELPERS: tuple[Callable[..., float], ...] = (
     sigmoid,
     softplus,
     atan2_partial,
+    atan2_curvature,
+    atan2_second_mixed,
     relu,
     relu_partial,
     sign,
@@ -216,7 +237,8 @@ OPS = (
     Op(4,  "mul",     "*",       2, "a * b",          ("b", "a"), commutative=True,
        second=("0.0", "1.0", "0.0")),
     Op(5,  "div",     "/",       2, "a / b",          ("1.0 / b", "-out / b"),
-       second=("0.0", "-1.0 / (b * b)", "2.0 * out / (b * b)")),
+       # Divided twice, not by b * b, which under- or overflows first.
+       second=("0.0", "-1.0 / b / b", "2.0 * out / b / b")),
     Op(6,  "neg",     "neg",     1, "-a",             ("-1.0",),
        second=("0.0",)),
     Op(7,  "pow",     "**",      2, "pow(a, b)",      ("pow_partial_base(a, b)",
@@ -228,10 +250,10 @@ OPS = (
        second=("out",)),
     Op(9,  "log",     "log",     1, "log(a)",         ("1.0 / a",),
        doc="Natural logarithm; log(0) = -inf, log(x < 0) = nan.",
-       second=("-1.0 / (a * a)",)),
+       second=("-1.0 / a / a",)),
     Op(10, "sqrt",    "sqrt",    1, "sqrt(a)",        ("0.5 / out",),
        doc="Square root; sqrt(x < 0) = nan. Derivative 0.5 / output (inf at 0).",
-       second=("-0.25 / (out * out * out)",)),
+       second=("-0.25 / out / out / out",)),
     Op(11, "sin",     "sin",     1, "sin(a)",         ("cos(a)",), doc="Sine.",
        second=("-out",)),
     Op(12, "cos",     "cos",     1, "cos(a)",         ("-sin(a)",), doc="Cosine.",
@@ -280,7 +302,7 @@ OPS = (
        second=("0.0", "0.0", "0.0")),
     Op(27, "log1p",   "log1p",   1, "log1p(a)",       ("1.0 / (1.0 + a)",),
        doc="log(1 + x), accurate near 0; log1p(-1) = -inf. Derivative 1 / (1 + x).",
-       second=("-1.0 / ((1.0 + a) * (1.0 + a))",)),
+       second=("-1.0 / (1.0 + a) / (1.0 + a)",)),
     Op(28, "expm1",   "expm1",   1, "expm1(a)",       ("exp(a)",),
        doc="exp(x) - 1, accurate near 0. Derivative exp(x).",
        second=("exp(a)",)),
@@ -289,16 +311,16 @@ OPS = (
        second=("2.0 * out * (1.0 + out * out)",)),
     Op(30, "arctan",  "arctan",  1, "atan(a)",        ("1.0 / (1.0 + a * a)",),
        doc="Inverse tangent, in (-pi/2, pi/2). Derivative 1 / (1 + x**2).",
-       second=("-2.0 * a / ((1.0 + a * a) * (1.0 + a * a))",)),
+       second=("-2.0 * a / (1.0 + a * a) / (1.0 + a * a)",)),
     Op(31, "arctan2", "arctan2", 2, "atan2(a, b)",    ("atan2_partial(b, a, b)",
                                                        "-atan2_partial(a, a, b)"),
        doc="The angle of the point (x2, x1) = atan2(x1, x2), NumPy's argument order;"
            " the derivatives are nan at (0, 0).",
        # f_aa = -2ab / r**4, f_ab = (a**2 - b**2) / r**4, f_bb = 2ab / r**4, with
-       # r**2 = a**2 + b**2, each division by r**2 the overflow-safe helper's.
-       second=("atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)",
-               "atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)",
-               "atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)")),
+       # r**2 = a**2 + b**2: products of a / r**2 and b / r**2, each from the
+       # overflow-safe helper (a numerator 2ab would overflow above 1e154).
+       second=("-atan2_curvature(a, b)", "atan2_second_mixed(a, b)",
+               "atan2_curvature(a, b)")),
     Op(32, "sinh",    "sinh",    1, "sinh(a)",        ("cosh(a)",), doc="Hyperbolic sine.",
        second=("out",)),
     Op(33, "cosh",    "cosh",    1, "cosh(a)",        ("sinh(a)",), doc="Hyperbolic cosine.",
@@ -308,7 +330,9 @@ OPS = (
        second=("-2.2567583341910252 * a * exp(-a * a)",)),
     Op(35, "softplus", "softplus", 1, "softplus(a)",  ("sigmoid(a)",),
        doc="log(1 + exp(x)), overflow-free at any x. Derivative sigmoid(x).",
-       second=("sigmoid(a) * (1.0 - sigmoid(a))",)),
+       # sigmoid(a) sigmoid(-a), not sigmoid(a) (1 - sigmoid(a)), which is 0
+       # for a > 37 where the true value is e**-a.
+       second=("sigmoid(a) * sigmoid(-a)",)),
     Op(36, "sign",    "sign",    1, "sign(a)",        ("0.0",),
        doc="-1, 0 or 1 (nan at nan), as numpy.sign. Derivative exactly 0.",
        second=("0.0",)),

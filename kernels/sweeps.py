@@ -135,6 +135,21 @@ def atan2_partial(top: float, a: float, b: float) -> float:
 
 
 @kernel
+def atan2_curvature(a: float, b: float) -> float:
+    # 2ab / (a*a + b*b)**2 = 2 (a / r**2) (b / r**2): d2 atan2(a, b) / db2, and
+    # minus d2 / da2. From the overflow-safe a / r**2 and b / r**2 (the
+    # numerator 2ab alone would overflow above 1e154); nan at (0, 0).
+    return 2.0 * atan2_partial(a, a, b) * atan2_partial(b, a, b)
+
+
+@kernel
+def atan2_second_mixed(a: float, b: float) -> float:
+    # (a*a - b*b) / (a*a + b*b)**2 = (a/r**2 - b/r**2)(a/r**2 + b/r**2): d2 atan2 / da db.
+    x, y = atan2_partial(a, a, b), atan2_partial(b, a, b)
+    return (x - y) * (x + y)
+
+
+@kernel
 def relu(a: float) -> float:
     # Written so that nan propagates (nan <= 0 is False), as NumPy's maximum.
     return 0.0 if a <= 0.0 else a
@@ -196,17 +211,23 @@ def pow_second_base(a: float, b: float) -> float:
     # where the first partial is constant in a (0 * inf = nan at a = 0). The
     # square's is 2.0 without a libm call: pow(a, 0.0) is 1.0 for every a,
     # nan included (C99 F.9.4.4), so the bits are the formula's.
+    # b (b - 1) first could overflow where a**(b - 2) is 0: inf * 0 = nan.
     if b == 2.0:
         return 2.0
-    return 0.0 if (b == 0.0 or b == 1.0) else b * (b - 1.0) * pow(a, b - 2.0)
+    return 0.0 if (b == 0.0 or b == 1.0) else b * pow(a, b - 2.0) * (b - 1.0)
 
 
 @kernel
 def pow_second_mixed(a: float, b: float) -> float:
     # d2 a**b / d a d b = a**(b - 1) (1 + b log a). At a == 0 with b > 1 the
     # first partial b a**(b - 1) is 0 for all such b: 0, where the formula
-    # would give 0 * -inf = nan.
-    return 0.0 if (a == 0.0 and b > 1.0) else pow(a, b - 1.0) * (1.0 + b * log(a))
+    # would give 0 * -inf = nan; so would an a**(b - 1) that underflows to 0
+    # beside a b log(a) that overflows (the product's true value is below
+    # 1e-16 there).
+    if a == 0.0 and b > 1.0:
+        return 0.0
+    power = pow(a, b - 1.0)
+    return 0.0 if power == 0.0 else power * (1.0 + b * log(a))
 
 
 @kernel
@@ -507,7 +528,7 @@ def second_partials(op: int, a: float, b: float, out: float) -> tuple[float, flo
     if op == 4:  # mul
         return 0.0, 1.0, 0.0
     if op == 5:  # div
-        return 0.0, -1.0 / (b * b), 2.0 * out / (b * b)
+        return 0.0, -1.0 / b / b, 2.0 * out / b / b
     if op == 6:  # neg
         return 0.0, 0.0, 0.0
     if op == 7:  # pow
@@ -515,9 +536,9 @@ def second_partials(op: int, a: float, b: float, out: float) -> tuple[float, flo
     if op == 8:  # exp
         return out, 0.0, 0.0
     if op == 9:  # log
-        return -1.0 / (a * a), 0.0, 0.0
+        return -1.0 / a / a, 0.0, 0.0
     if op == 10:  # sqrt
-        return -0.25 / (out * out * out), 0.0, 0.0
+        return -0.25 / out / out / out, 0.0, 0.0
     if op == 11:  # sin
         return -out, 0.0, 0.0
     if op == 12:  # cos
@@ -551,19 +572,15 @@ def second_partials(op: int, a: float, b: float, out: float) -> tuple[float, flo
     if op == 26:  # pick_not
         return 0.0, 0.0, 0.0
     if op == 27:  # log1p
-        return -1.0 / ((1.0 + a) * (1.0 + a)), 0.0, 0.0
+        return -1.0 / (1.0 + a) / (1.0 + a), 0.0, 0.0
     if op == 28:  # expm1
         return exp(a), 0.0, 0.0
     if op == 29:  # tan
         return 2.0 * out * (1.0 + out * out), 0.0, 0.0
     if op == 30:  # arctan
-        return -2.0 * a / ((1.0 + a * a) * (1.0 + a * a)), 0.0, 0.0
+        return -2.0 * a / (1.0 + a * a) / (1.0 + a * a), 0.0, 0.0
     if op == 31:  # arctan2
-        return (
-            atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b),
-            atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b),
-            atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b),
-        )
+        return -atan2_curvature(a, b), atan2_second_mixed(a, b), atan2_curvature(a, b)
     if op == 32:  # sinh
         return out, 0.0, 0.0
     if op == 33:  # cosh
@@ -571,7 +588,7 @@ def second_partials(op: int, a: float, b: float, out: float) -> tuple[float, flo
     if op == 34:  # erf
         return -2.2567583341910252 * a * exp(-a * a), 0.0, 0.0
     if op == 35:  # softplus
-        return sigmoid(a) * (1.0 - sigmoid(a)), 0.0, 0.0
+        return sigmoid(a) * sigmoid(-a), 0.0, 0.0
     if op == 36:  # sign
         return 0.0, 0.0, 0.0
     if op == 37:  # stop_gradient
@@ -1215,13 +1232,13 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s1[i, lane] = -1.0 / (b * b)
+                s1[i, lane] = -1.0 / b / b
         if need_b:
             for lane in range(count):
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s2[i, lane] = 2.0 * out / (b * b)
+                s2[i, lane] = 2.0 * out / b / b
         return
     if op == 6:  # neg
         return
@@ -1259,7 +1276,7 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = -1.0 / (a * a)
+                s0[i, lane] = -1.0 / a / a
         return
     if op == 10:  # sqrt
         if need_a:
@@ -1267,7 +1284,7 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = -0.25 / (out * out * out)
+                s0[i, lane] = -0.25 / out / out / out
         return
     if op == 11:  # sin
         if need_a:
@@ -1331,7 +1348,7 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = -1.0 / ((1.0 + a) * (1.0 + a))
+                s0[i, lane] = -1.0 / (1.0 + a) / (1.0 + a)
         return
     if op == 28:  # expm1
         if need_a:
@@ -1355,7 +1372,7 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
+                s0[i, lane] = -2.0 * a / (1.0 + a * a) / (1.0 + a * a)
         return
     if op == 31:  # arctan2
         if need_a:
@@ -1363,19 +1380,19 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
+                s0[i, lane] = -atan2_curvature(a, b)
         if need_a and need_b:
             for lane in range(count):
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s1[i, lane] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
+                s1[i, lane] = atan2_second_mixed(a, b)
         if need_b:
             for lane in range(count):
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s2[i, lane] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
+                s2[i, lane] = atan2_curvature(a, b)
         return
     if op == 32:  # sinh
         if need_a:
@@ -1407,7 +1424,7 @@ def second_partials_lanes(
                 a = val[j, lane]
                 b = val[k, lane]
                 out = val[i, lane]
-                s0[i, lane] = sigmoid(a) * (1.0 - sigmoid(a))
+                s0[i, lane] = sigmoid(a) * sigmoid(-a)
         return
     if op == 36:  # sign
         return
@@ -2286,8 +2303,8 @@ def map_second(
             b = y[t]
             out = z[t]
             s0[t] = 0.0
-            s1[t] = -1.0 / (b * b)
-            s2[t] = 2.0 * out / (b * b)
+            s1[t] = -1.0 / b / b
+            s2[t] = 2.0 * out / b / b
         return
     if op == 6:  # neg
         for t in range(z.size):
@@ -2321,7 +2338,7 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = -1.0 / (a * a)
+            s0[t] = -1.0 / a / a
             s1[t] = 0.0
             s2[t] = 0.0
         return
@@ -2330,7 +2347,7 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = -0.25 / (out * out * out)
+            s0[t] = -0.25 / out / out / out
             s1[t] = 0.0
             s2[t] = 0.0
         return
@@ -2483,7 +2500,7 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = -1.0 / ((1.0 + a) * (1.0 + a))
+            s0[t] = -1.0 / (1.0 + a) / (1.0 + a)
             s1[t] = 0.0
             s2[t] = 0.0
         return
@@ -2510,7 +2527,7 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = -2.0 * a / ((1.0 + a * a) * (1.0 + a * a))
+            s0[t] = -2.0 * a / (1.0 + a * a) / (1.0 + a * a)
             s1[t] = 0.0
             s2[t] = 0.0
         return
@@ -2519,9 +2536,9 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = atan2_partial(atan2_partial(-2.0 * a * b, a, b), a, b)
-            s1[t] = atan2_partial(atan2_partial((a - b) * (a + b), a, b), a, b)
-            s2[t] = atan2_partial(atan2_partial(2.0 * a * b, a, b), a, b)
+            s0[t] = -atan2_curvature(a, b)
+            s1[t] = atan2_second_mixed(a, b)
+            s2[t] = atan2_curvature(a, b)
         return
     if op == 32:  # sinh
         for t in range(z.size):
@@ -2555,7 +2572,7 @@ def map_second(
             a = x[t]
             b = y[t]
             out = z[t]
-            s0[t] = sigmoid(a) * (1.0 - sigmoid(a))
+            s0[t] = sigmoid(a) * sigmoid(-a)
             s1[t] = 0.0
             s2[t] = 0.0
         return

@@ -415,3 +415,120 @@ def test_threads_share_a_compiled_function_for_hvps():
     for batch, single in results.values():
         np.testing.assert_array_equal(batch, expected)
         np.testing.assert_array_equal(single, expected[::7])
+
+
+def test_hesscheck_catches_a_wrong_hvp(monkeypatch):
+    f = fa.compile(example_2, example=np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0]))
+    point = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
+    right = f.hvp
+    for wrong in (lambda x, v: 2.0 * right(x, v), lambda x, v: 0.0 * right(x, v)):
+        monkeypatch.setattr(f, "hvp", wrong)
+        result = fa.hesscheck(f, point, raise_exception=False)
+        assert not result.passed
+        assert "f.hvp disagrees with f.hessian: along a random v" in result.message
+
+
+def test_checks_at_points_of_reduced_smoothness():
+    # relu(x)**3 at 0: the gradient 3 relu(x)**2 has a kinked derivative, so
+    # the central difference of the gradient errs by O(h); extrapolated, it
+    # confirms the analytic 0.
+    result = fa.hesscheck(fa.compile(lambda x: fa.relu(x) ** 3.0), [0.0], raise_exception=False)
+    assert result.passed and result.refined == [(0, 0)]
+    assert "smooth to first order only" in result.message
+    assert fa.gradcheck(fa.compile(lambda x: fa.relu(x) ** 2.0), [0.0])
+    # A wrong value at such a point still fails: its error does not shrink.
+    wrong = fa.gradcheck(
+        lambda x: float(max(x[0], 0.0) ** 2),
+        np.array([0.0]),
+        grad=lambda x: np.array([1e-3]),
+        raise_exception=False,
+    )
+    assert not wrong.passed and wrong.refined == []
+    # Where the gradient jumps (abs(y) * x at y = 0) no second derivative exists.
+    jump = fa.hesscheck(
+        fa.compile(lambda x, y: fa.relu(x) ** 2.0 * y + fa.abs(y) * x),
+        [1.0, 0.0],
+        raise_exception=False,
+    )
+    # d/dy of dz/dy = relu(x)**2 + sign(y) x: the gradient jumps by 2x there.
+    assert jump.passed and jump.jumps == [(1, 1)]
+    assert "the function jumps: no derivative to check" in jump.message
+
+
+def test_wrt_nodes_that_depend_on_each_other_are_refused():
+    with fa.Tape():
+        x, y = fa.var(1.5), fa.var(2.0)
+        u = x * x
+        z = u * y + fa.sin(u)
+        for call in (lambda: fa.hessian(z, [x, u]), lambda: fa.hvp(z, [y, x, u], [1.0, 0.0, 0.0])):
+            with pytest.raises(ValueError, match="wrt node 2 depends on wrt node 0"):
+                call()
+        assert fa.hessian(z, [x, x]).shape == (2, 2)  # the same node twice is fine
+
+
+def test_directions_must_be_real():
+    with fa.Tape():
+        X = fa.var(np.array([1.0, 2.0]))
+        with pytest.raises(TypeError, match="direction for node 0 must hold real numbers"):
+            fa.hvp((X * X * X).sum(), X, np.array([1j, 1.0]))
+        with pytest.raises(TypeError, match="direction for node 0 must hold real numbers"):
+            fa.jvp((X * X).sum(), X, np.array([1j, 1.0]))
+    with fa.Tape():
+        x = fa.var(1.0)
+        with pytest.raises(TypeError, match="the direction must hold real numbers"):
+            fa.hvp(x * x, [x], [1j])
+        with pytest.raises(TypeError, match="fa.hvp wrt must be a fastad node or a sequence"):
+            fa.hvp(x * x, 1.0, 1.0)
+
+
+def test_function_of_arrays_names_the_argument_of_a_bad_direction():
+    X, w0 = np.ones((4, 3)), np.ones(3)
+    f = fa.compile(lambda X, w: (X @ w).sum(), example=(X, w0), wrt=1)
+    with pytest.raises(ValueError, match=r"direction for argument 1 has shape \(2,\), the arg"):
+        f.hvp((X, w0), np.ones(2))
+
+
+def test_a_one_output_sequence_is_named():
+    f = fa.compile(lambda x, y: [x * y], example=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="returns a sequence of one output, not the output"):
+        f.hvp(np.ones(2), np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "function, point, expected",
+    [
+        # 2 x / y**3, where y * y underflows: inf from 2 out / (y * y)
+        (lambda x, y: x / y, [1e-300, 1e-170], [[0.0, -1e340], [-1e340, 2e210]]),
+        # e**-a / (1 + e**-a)**2, which sigmoid(a) (1 - sigmoid(a)) gives as 0
+        (lambda x: fa.softplus(x), [40.0], [[4.248354255291589e-18]]),
+        # -2a / (1 + a*a)**2, where (1 + a*a)**2 overflows
+        (lambda x: fa.arctan(x), [1e100], [[-2e-300]]),
+        # 2ab / r**4 and friends: about 1e-401, 0 in float64, not inf from 2ab
+        (lambda x, y: fa.arctan2(x, y), [1e200, 2e200], [[0.0, 0.0], [0.0, 0.0]]),
+        # b (b - 1) a**(b - 2) with b (b - 1) overflowing beside a**(b - 2) = 0
+        (lambda x, y: x**y, [0.5, 1e200], [[0.0, 0.0], [0.0, 0.0]]),
+    ],
+)
+def test_second_derivatives_at_extreme_operands(function, point, expected):
+    for hessian in (
+        eager_hessian(function, point),
+        fa.compile(function, num_inputs=len(point), example=point).hessian(np.array(point)),
+    ):
+        np.testing.assert_allclose(hessian, expected, rtol=1e-12, atol=1e-320)
+
+
+def test_untraced_functions_refuse_empty_batches_clearly():
+    for call in ("hessian", "jacobian"):
+        f = fa.compile(lambda x, y: x * y)
+        with pytest.raises(ValueError, match="cannot evaluate an untraced function"):
+            getattr(f, call)(np.empty((0, 2)))
+
+
+def test_direction_of_one_point_must_have_its_shape():
+    f = fa.compile(lambda x, y: x * x * y, example=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"direction shape \(1, 2\) does not match"):
+        f.hvp(np.ones(2), np.ones((1, 2)))
+    g = fa.compile(lambda X: (X * X).sum(), example=(np.ones(3),))
+    with pytest.raises(TypeError, match=r"directions must be a list or tuple with one direction"):
+        g.hvp((np.ones(3),), np.ones(3))
+    assert g.hvp((np.ones(3),), [np.ones(3)])[0].tolist() == [2.0, 2.0, 2.0]
