@@ -304,7 +304,7 @@ class Replay:
         """One point's ``H v`` into ``product`` (shape ``(k,)``): ``(value, failed guard)``.
 
         The latency path of the second order: the generated one-point kernel,
-        or the interpreter's block sweep on one lane, with no allocation.
+        or the interpreter's one-point sweep, in a per-thread work space.
         """
         generated = self._point_kernels.get(HVP)
         if generated is not None:
@@ -316,7 +316,8 @@ class Replay:
         try:
             work = self._local.hvp_work
         except AttributeError:  # per thread, as the other work spaces
-            work = self._local.hvp_work = sweeps.new_work(self.template, 1, sweeps.SECOND_PLANES)
+            work = self._local.hvp_work = np.zeros((sweeps.SECOND_PLANES, self.template.size))
+            work[0] = self.template
             with _first_use(sweeps.sweep_point_hvp):
                 return sweeps.sweep_point_hvp(self.program, work, point, direction, product)
         return sweeps.sweep_point_hvp(self.program, work, point, direction, product)

@@ -3306,29 +3306,47 @@ def sweep_point_hvp(
     direction: FloatArray,
     product: FloatArray,
 ) -> tuple[float, int]:
-    """The second order's latency path: ``H v`` at one point into ``product``.
+    """The second order's latency path: ``H v`` at one point into ``product``, on 1-D rows.
 
-    ``sweep_block`` on one lane of ``work`` (shape (SECOND_PLANES, n + 1,
-    1)), so the bits are the batch's; five arrays, not ten, through Numba's
-    dispatcher (each costs ~100 ns). Returns ``(value, failed guard or
-    NO_FAILED_GUARD)``.
+    ``work`` has shape (SECOND_PLANES, n + 1). ``sweep_point`` gives the
+    values, partials, guards and adjoints (its gradient lands in
+    ``product`` and is overwritten); then the second partials, the tangent
+    pass and the second pass of ``sweep_block``'s HVP mode, statement for
+    statement on one point, so the bits are the batch's (the tests compare
+    them). Returns ``(value, failed guard or NO_FAILED_GUARD)``.
     """
-    k = point.size
-    values = np.empty((1, 1))
-    status = np.full(1, NO_FAILED_GUARD, np.int64)
-    sweep_block(
-        program,
-        work,
-        point.reshape((1, k)),
-        direction.reshape((1, k)),
-        values,
-        product.reshape((1, k)),
-        status,
-        HVP,
-        0,
-        1,
-    )
-    return values[0, 0], status[0]
+    value, failed = sweep_point(program, work, point, product, GRAD)
+    n, k, m, g, opcode, in0, in1, io = unpack(program)
+    depends = io[k + m + 2 * g :]
+    val, d0, d1, adj = work[0], work[1], work[2], work[3]
+    s0, s1, s2, tan, tadj = work[4], work[5], work[6], work[7], work[8]
+    tan[:] = UNREACHED
+    for t in range(k):
+        if direction[t] != 0.0:  # a zero direction is a strong zero
+            tan[io[t]] = direction[t]
+    for i in range(n):
+        j = in0[i]
+        if j < 0:
+            continue
+        c = in1[i]
+        s0[i], s1[i], s2[i] = second_partials(opcode[i], val[j], val[c], val[i])
+        tan[i] = contribution(d0[i], tan[j]) + contribution(d1[i], tan[c])
+    tadj[:] = UNREACHED
+    for i in range(n - 1, -1, -1):
+        j = in0[i]
+        if j < 0 or depends[i] == 0:
+            continue
+        c = in1[i]
+        gi, hi = adj[i], tadj[i]
+        if depends[j] != 0:
+            moved = contribution(s0[i], tan[j]) + contribution(s1[i], tan[c])
+            tadj[j] += contribution(d0[i], hi) + contribution(moved, gi)
+        if depends[c] != 0:
+            moved = contribution(s1[i], tan[j]) + contribution(s2[i], tan[c])
+            tadj[c] += contribution(d1[i], hi) + contribution(moved, gi)
+    for t in range(k):
+        product[t] = tadj[io[t]] + 0.0
+    return value, failed
 
 
 @kernel(parallel=True)

@@ -128,6 +128,10 @@ def test_random_scalar_programs_equal_the_interpreter(seed):
     assert_same_bits(generated.hvp(points, directions), interpreted.hvp(points, directions))
     assert_same_bits(generated.hessian(points), interpreted.hessian(points))
     assert_same_bits(generated.hessian(points[:1]), interpreted.hessian(points[0])[None])
+    batch = interpreted.hvp(points, directions)
+    for i in range(0, 300, 7):  # the one-point kernels of both tiers
+        assert_same_bits(interpreted.hvp(points[i], directions[i]), batch[i])
+        assert_same_bits(generated.hvp(points[i], directions[i]), batch[i])
     for point in points[:40]:  # the one-point kernels
         value, gradient = generated.value_and_grad(point)
         expected_value, expected_gradient = interpreted.value_and_grad(point)
