@@ -758,8 +758,7 @@ class BlockFunction:
             positions, single = self._wrt
             ids = [self._inputs[i].id for i in positions]
             gradients = self._tape.gradient(self._output, ids)
-            listed = [g if isinstance(g, np.ndarray) and g.ndim else float(g) for g in gradients]
-            return value, listed[0] if single else listed
+            return value, _by_argument(gradients, single)
 
     def grad(self, arguments: Iterable[ArrayLike]) -> Any:
         """The gradients of :meth:`value_and_grad`; needs a scalar output."""
@@ -803,8 +802,7 @@ class BlockFunction:
             self._replay(arguments)
             ids = [self._inputs[i].id for i in positions]
             products = self._tape.hvp(self._output, ids, along)
-            listed = [p if isinstance(p, np.ndarray) and p.ndim else float(p) for p in products]
-            return listed[0] if single else listed
+            return _by_argument(products, single)
 
     def _output_value(self) -> float | FloatArray:
         node = self._output.id
@@ -846,6 +844,12 @@ class BlockFunction:
 
     def save(self, path: StrPath) -> NoReturn:
         raise TypeError("functions of arrays cannot be pickled or saved yet")
+
+
+def _by_argument(results: Iterable[Any], single: bool) -> Any:
+    """A function of arrays' per-argument results: arrays, floats for scalars; one if ``single``."""
+    listed = [r if isinstance(r, np.ndarray) and r.ndim else float(r) for r in results]
+    return listed[0] if single else listed
 
 
 def _positions(wrt: object, count: int) -> tuple[list[int], bool] | None:

@@ -75,11 +75,6 @@ def _first_use(kernel: Any) -> AbstractContextManager[None]:
     )
 
 
-def planes(mode: int) -> int:
-    """Work-space planes the sweeps need in ``mode``."""
-    return sweeps.SECOND_PLANES if mode >= HVP else sweeps.PLANES
-
-
 def lane_count(n: int, planes: int = sweeps.PLANES) -> int:
     """Points per block for a program of ``n`` nodes and a work space of ``planes``.
 
@@ -253,7 +248,7 @@ class Replay:
                 derivatives,
                 status,
                 mode,
-                self._lanes[planes(mode)],
+                self._lanes[sweeps.work_planes(mode)],
                 threads,
             )
         else:
@@ -261,7 +256,7 @@ class Replay:
             spaces = getattr(self._local, "work", None)
             if spaces is None:
                 spaces = self._local.work = {}
-            count = planes(mode)
+            count = sweeps.work_planes(mode)
             work = spaces.get(count)
             if work is None:
                 work = spaces[count] = sweeps.new_work(self.template, self._lanes[count], count)

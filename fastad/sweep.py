@@ -313,11 +313,7 @@ def second_backward(
         )
 
     def reached_value(node: int, scalars: FloatArray, arrays: dict[int, FloatArray]) -> RuleValue:
-        if node in block_values:
-            found = arrays.get(node)
-            return found if found is not None and any_reached(found) else None
-        value = float(scalars[node])
-        return value if sweeps.reached(value) else None
+        return _reached(node, scalars, arrays, block_values)
 
     def step(node: int) -> None:
         g = reached_value(node, adjoints, block_adjoints)
@@ -364,11 +360,7 @@ def tangent(
         sweeps.tangent_sweep(opcode, in0, in1, val, tangents, seeded, lo, hi)
 
     def tangent_of(node: int) -> RuleValue:
-        if node in blocks.values:
-            t = block_tangents.get(node)
-            return t if t is not None and any_reached(t) else None
-        value = float(tangents[node])
-        return value if sweeps.reached(value) else None
+        return _reached(node, tangents, block_tangents, blocks.values)
 
     def step(node: int) -> None:
         if seeded[node]:
@@ -393,6 +385,20 @@ def tangent(
         return float(tangents[root]) + 0.0
     found = block_tangents.get(root)  # a block root: its tangent array, zeros if unreached
     return np.zeros(block.shape) if found is None else np.asarray(found, np.float64) + 0.0
+
+
+def _reached(
+    node: int,
+    scalars: FloatArray,
+    arrays: dict[int, FloatArray],
+    block_values: dict[int, FloatArray],
+) -> RuleValue:
+    """A node's adjoint or tangent (an array for a block), None where nothing reached it."""
+    if node in block_values:
+        found = arrays.get(node)
+        return found if found is not None and any_reached(found) else None
+    value = float(scalars[node])
+    return value if sweeps.reached(value) else None
 
 
 def owned(array: RuleValue, adopted: set[int]) -> FloatArray:

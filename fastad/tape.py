@@ -354,8 +354,7 @@ class Tape(TapeStorage):
         node = self._scalar_root(root, "a Hessian-vector product")
         ids = [self.node_id(i, "wrt") for i in wrt]
         visits = sweep.plan(self, node)
-        self._refuse_dependent(ids, node, visits, "fa.hvp")
-        first, needed = self._second_order_adjoints(node, ids, visits)
+        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hvp")
         second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
         if not any(self.block_value(i) is not None for i in ids):
             return second[np.asarray(ids, dtype=np.intp)] + 0.0
@@ -379,8 +378,7 @@ class Tape(TapeStorage):
                     f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
                 )
         visits = sweep.plan(self, node)
-        self._refuse_dependent(ids, node, visits, "fa.hessian")
-        first, needed = self._second_order_adjoints(node, ids, visits)
+        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hessian")
         nodes = np.asarray(ids, dtype=np.intp)
         rows = np.empty((len(ids), len(ids)))
         for t, unit in enumerate(np.eye(len(ids))):
@@ -388,41 +386,45 @@ class Tape(TapeStorage):
             rows[t] = second[nodes] + 0.0
         return rows
 
-    def _refuse_dependent(self, ids: list[int], root: int, visits: sweep.Plan, what: str) -> None:
-        """Raise if a node of ``ids`` depends on another: second derivatives hold each
-        as an independent variable, and a gradient (a total derivative through
-        everything downstream) would not be consistent with that."""
+    def _second_order_adjoints(
+        self, root: int, ids: list[int], visits: sweep.Plan, what: str
+    ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
+        """The backward sweep a second-order pass differentiates, and what it needs.
+
+        Refuses a node of ``ids`` that depends on another: second derivatives
+        hold each as an independent variable, and a gradient (a total
+        derivative through everything downstream) would not be consistent
+        with that. The nodes downstream of ``ids`` serve both that check and,
+        with block ops on the way, the sweep (nothing for what none of
+        ``ids`` feeds, a layer's data X, as for a gradient).
+        """
         inside = sorted({i for i in ids if i <= root})
-        if len(inside) < 2:
-            return
-        lowest = min(visits[1], inside[0])
-        downstream = self.descendants(inside, lowest, root)
-        for i in inside:
-            for j in self.operands(i):
-                if downstream[j]:
-                    source = next(w for w in inside if w <= j and self._reaches(w, j))
-                    raise ValueError(
-                        f"{what}: wrt node {i} depends on wrt node {source}; second "
-                        "derivatives take every wrt node as an independent variable, "
-                        "which one computed from another is not: pass independent "
-                        "nodes (the leaves, for example)"
-                    )
+        downstream = None
+        if visits[0] or len(inside) > 1:
+            lowest = min(visits[1], inside[0]) if inside else visits[1]
+            downstream = self.descendants(inside, lowest, root)
+        if len(inside) > 1:
+            assert downstream is not None  # computed above for two or more
+            for i in inside:
+                for j in self.operands(i):
+                    if downstream[j]:
+                        source = next(w for w in inside if w <= j and self._reaches(w, j))
+                        raise ValueError(
+                            f"{what}: wrt node {i} depends on wrt node {source}; second "
+                            "derivatives take every wrt node as an independent variable, "
+                            "which one computed from another is not: pass independent "
+                            "nodes (the leaves, for example)"
+                        )
+        needed = downstream if visits[0] else None
+        adjoints = np.zeros(len(self))
+        adjoints[visits[1] : root + 1] = UNREACHED
+        block_adjoints: dict[int, FloatArray] = {}
+        sweep.backward(self, registry.rule, root, adjoints, block_adjoints, False, visits, needed)
+        return (adjoints, block_adjoints), needed
 
     def _reaches(self, source: int, node: int) -> bool:
         """Whether ``node`` is ``source`` or depends on it."""
         return bool(self.descendants([source], source, node)[node])
-
-    def _second_order_adjoints(
-        self, root: int, ids: list[int], visits: sweep.Plan
-    ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
-        """The backward sweep a second-order pass differentiates, and what it needs."""
-        adjoints = np.zeros(len(self))
-        adjoints[visits[1] : root + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        # As for a gradient: nothing for what none of `wrt` feeds (a layer's data X).
-        needed = self.descendants(ids, visits[1], root) if visits[0] else None
-        sweep.backward(self, registry.rule, root, adjoints, block_adjoints, False, visits, needed)
-        return (adjoints, block_adjoints), needed
 
     def _second_pass(
         self,

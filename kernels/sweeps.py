@@ -3222,6 +3222,12 @@ def pull_second(
 
 
 @kernel
+def work_planes(mode: int) -> int:
+    """Work-space planes the sweeps need in ``mode``: PLANES, SECOND_PLANES for HVP, HESSIAN."""
+    return SECOND_PLANES if mode >= HVP else PLANES
+
+
+@kernel
 def new_work(template: FloatArray, lanes: int, planes: int) -> FloatArray:
     """A work space of ``planes`` planes of ``lanes`` columns, values from ``template``."""
     work = np.zeros((planes, template.size, lanes))
@@ -3372,7 +3378,7 @@ def sweep_points_parallel(
     total = points.shape[0]
     blocks = (total + lanes - 1) // lanes
     workers = max(1, min(threads, blocks))
-    planes = SECOND_PLANES if mode >= HVP else PLANES
+    planes = work_planes(mode)
     for worker in prange(workers):
         work = new_work(template, lanes, planes)
         for block in range(worker, blocks, workers):
