@@ -33,7 +33,14 @@ from fastad.blocks import (
     stack,
 )
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
-from fastad.errors import BranchError, NonFiniteError, NonFiniteOrigin, StaleNodeError, TraceError
+from fastad.errors import (
+    BranchError,
+    ConcurrentRecordingError,
+    NonFiniteError,
+    NonFiniteOrigin,
+    StaleNodeError,
+    TraceError,
+)
 from fastad.functions import (
     abs,
     arctan,
@@ -80,6 +87,7 @@ __all__ = [
     "mse_loss",
     "scalar_nodes",
     "BranchError",
+    "ConcurrentRecordingError",
     "CompiledFunction",
     "GradcheckError",
     "GradcheckResult",

@@ -39,6 +39,7 @@ import numpy as np
 
 from fastad.kernels import codegen as generator
 from fastad.kernels.jit import JIT_OPTIONS, cache_directory
+from fastad.parallel import threaded_region
 from fastad.progress import progress
 
 if TYPE_CHECKING:
@@ -335,7 +336,8 @@ class GeneratedCode:
         module = self.module(mode)
         arrays = (points, directions, values, derivatives, status, recheck, self.constants)
         if parallel:
-            return int(module.parallel(*arrays, threads))
+            with threaded_region():
+                return int(module.parallel(*arrays, threads))
         return int(module.batch(*arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:

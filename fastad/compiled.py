@@ -16,16 +16,18 @@ the traced branch's result. ``fa.where`` is the branch-free alternative.
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeGuard, cast, overload
 
 import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import npz
+from fastad import blockfile, npz
+from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
 from fastad.errors import BranchError
 from fastad.kernels import optable, sweeps
 from fastad.memory import check_fits
@@ -52,6 +54,9 @@ from fastad.tiers import BACKENDS, Tier
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
 
+    Failed = NDArray[np.bool_]
+    """``errors="mask"``'s mask: True at each point whose traced branch went the other way."""
+
     Traceable = Callable[..., Any]
     """The Python function ``fa.compile`` traces: scalar (or array) arguments, fastad nodes
     while tracing, returning a node or number, or a tuple or list of them."""
@@ -60,6 +65,7 @@ _NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
 _NO_GRADIENT = np.empty(0)
 _FLOAT64 = np.dtype(np.float64)  # `dtype is _FLOAT64`: a cheaper test than ==
 _COMPILED_FORMAT = "fastad-compiled-1"
+_BLOCK_FORMAT = "fastad-block-function-1"
 
 
 # The kind of function follows from the example: arrays in it make a
@@ -243,7 +249,9 @@ class CompiledFunction:
         with self._lock:
             if self._traced:
                 return
-            tape = Tape(trace=True)
+            # A debug tape: checked calls name the source line of a node (cheap
+            # here, paid once per trace).
+            tape = Tape(trace=True, debug=True)
             name = getattr(self._function, "__name__", "function")
             with tape, progress(f"tracing {name}", lambda: f"{len(tape):,} nodes recorded"):
                 inputs = [
@@ -268,13 +276,15 @@ class CompiledFunction:
             guards = np.array(tape.end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
+            sources = _sources_of(tape)
             if self._optimize:
                 with progress(f"optimising the tape of {name} ({len(tape):,} nodes)"):
                     optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
                 tape, self.optimization = optimized.tape, optimized.report
                 input_ids, output_ids = optimized.new_ids[input_ids], optimized.new_ids[output_ids]
                 guards = np.column_stack([optimized.new_ids[guards[:, 0]], guards[:, 1]])
-            self._install(tape, input_ids, output_ids, guards, scalar_output)
+                sources = _renumbered(sources, optimized.new_ids)
+            self._install(tape, input_ids, output_ids, guards, scalar_output, sources)
 
     def _install(
         self,
@@ -283,6 +293,7 @@ class CompiledFunction:
         outputs: IdArray,
         guards: IdArray,
         scalar_output: bool,
+        sources: dict[int, tuple[str, int]],
     ) -> None:
         name = getattr(self._function, "__name__", "function")
         tape.freeze(f"the compiled function {name!r}")
@@ -292,6 +303,8 @@ class CompiledFunction:
         self._constants = self._replay.constants
         self._inputs, self._outputs, self._guards = inputs, outputs, guards
         self._k, self._m, self._g = inputs.size, outputs.size, guards.shape[0]
+        self._sources = sources  # node id: (file, line) that recorded it, where known
+        self._diagnosis: Diagnosis | None = None  # check=True's eager replay, made when needed
         # Last: another thread's latency path reads these to decide it may run.
         self._scalar_output = scalar_output
         self._traced = True
@@ -342,24 +355,91 @@ class CompiledFunction:
         return f"<fastad.CompiledFunction {name}: {self._num_inputs} inputs, {state}>"
 
     # -- evaluation ----------------------------------------------------------------
-    def __call__(self, points: ArrayLike, threads: int | None = None) -> float | FloatArray:
-        """Output value(s) at one point or a batch."""
-        points, single = self._points(points)
-        if single and self._scalar_output:
-            return self._point(points[0], VALUES, _NO_GRADIENT)
-        values, _ = self._run(points, VALUES, None, threads)
-        return self._shape_values(values, single)
+    @overload
+    def __call__(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> float | FloatArray: ...
+    @overload
+    def __call__(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[float | FloatArray, Failed]: ...
+    def __call__(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
+        """Output value(s) at one point or a batch.
 
+        Every evaluating method takes ``errors`` and ``check``:
+
+        - ``errors="raise"`` (default): a point where a traced branch goes
+          the other way raises :class:`fastad.BranchError`, which lists every
+          such point (``error.indices``). ``errors="mask"``: those points get
+          ``nan`` in every result and the call returns ``(result, failed)``,
+          ``failed`` a boolean array over the points (a bool for one point),
+          so one bad point need not fail a batch of 10^6.
+        - ``check=True``: after the call, the first point whose finite inputs
+          (and direction) gave a non-finite value or derivative is replayed
+          eagerly, and :class:`fastad.NonFiniteError` names that point
+          (``error.point``) and the node that made the ``nan``/``inf``
+          (``error.origin``: op, label, and the source line that recorded it
+          when traced in this process). The batch runs at full speed; the
+          check reads its results.
+        """
+        points, single = self._points(points)
+        if single and self._scalar_output and errors == "raise" and not check:
+            return self._point(points[0], VALUES, _NO_GRADIENT)
+        values, _, failed = self._run(points, VALUES, None, threads, errors, check)
+        return self._result(self._shape_values(values, single), failed, single)
+
+    @overload
     def value_and_grad(
-        self, points: ArrayLike, threads: int | None = None
-    ) -> tuple[float | FloatArray, FloatArray]:
-        """``(value, gradient)``; needs a scalar output."""
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> tuple[float | FloatArray, FloatArray]: ...
+    @overload
+    def value_and_grad(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[tuple[float | FloatArray, FloatArray], Failed]: ...
+    def value_and_grad(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
+        """``(value, gradient)``; needs a scalar output. ``errors``, ``check``: see ``__call__``."""
         if (
             type(points) is np.ndarray
             and points.dtype is _FLOAT64
             and points.shape == self._point_shape
             and points.flags.carray  # C-contiguous, aligned, writeable: the kernels' type
             and self._scalar_output
+            and errors == "raise"
+            and not check
         ):
             # The latency path: one float64 point, no conversion or copy, and
             # for a program without guards, once generated code runs it, one
@@ -371,19 +451,77 @@ class CompiledFunction:
             return self._point(points, GRAD, gradient), gradient
         points, single = self._points(points)
         self._require_scalar("value_and_grad")
-        if single:
+        if single and errors == "raise" and not check:
             gradient = np.empty(self._k)
             return self._point(points[0], GRAD, gradient), gradient
-        values, gradients = self._run(points, GRAD, None, threads)
-        return values.reshape(-1), gradients
+        values, gradients, failed = self._run(points, GRAD, None, threads, errors, check)
+        result = (self._shape_values(values, single), gradients[0] if single else gradients)
+        return self._result(result, failed, single)
 
-    def grad(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
+    @overload
+    def grad(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> FloatArray: ...
+    @overload
+    def grad(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[FloatArray, Failed]: ...
+    def grad(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """Gradient with respect to the inputs; needs a scalar output."""
-        return self.value_and_grad(points, threads)[1]
+        if errors == "mask":
+            (_, gradients), failed = self.value_and_grad(
+                points, threads, errors="mask", check=check
+            )
+            return gradients, failed
+        check_errors(errors)
+        return self.value_and_grad(points, threads, check=check)[1]
 
+    @overload
     def vjp(
-        self, points: ArrayLike, cotangents: ArrayLike, threads: int | None = None
-    ) -> tuple[float | FloatArray, FloatArray]:
+        self,
+        points: ArrayLike,
+        cotangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> tuple[float | FloatArray, FloatArray]: ...
+    @overload
+    def vjp(
+        self,
+        points: ArrayLike,
+        cotangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[tuple[float | FloatArray, FloatArray], Failed]: ...
+    def vjp(
+        self,
+        points: ArrayLike,
+        cotangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """``(value, u^T J)``: the outputs and the cotangent ``u`` pulled back to the inputs.
 
         ``u`` has the shape of the output: a float (or ``(N,)``) for a scalar
@@ -403,13 +541,39 @@ class CompiledFunction:
                 f"cotangent shape {np.shape(cotangents)} does not match the output: expected "
                 f"{self._output_shape(single, points.shape[0])}"
             )
-        values, pulled = self._run(points, VJP, _kernel_array(u), threads)
+        values, pulled, failed = self._run(points, VJP, _kernel_array(u), threads, errors, check)
         pulled = pulled[0] if single else pulled
-        return self._shape_values(values, single), pulled
+        return self._result((self._shape_values(values, single), pulled), failed, single)
 
+    @overload
     def jvp(
-        self, points: ArrayLike, tangents: ArrayLike, threads: int | None = None
-    ) -> tuple[float | FloatArray, float | FloatArray]:
+        self,
+        points: ArrayLike,
+        tangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> tuple[float | FloatArray, float | FloatArray]: ...
+    @overload
+    def jvp(
+        self,
+        points: ArrayLike,
+        tangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[tuple[float | FloatArray, float | FloatArray], Failed]: ...
+    def jvp(
+        self,
+        points: ArrayLike,
+        tangents: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """``(value, J v)``: the outputs and their directional derivative along ``v``.
 
         ``v`` has the shape of the points.
@@ -422,12 +586,39 @@ class CompiledFunction:
                 f"tangent shape {np.shape(tangents)} does not match the points' shape "
                 f"{points.shape[1:] if single else points.shape}"
             )
-        values, pushed = self._run(points, JVP, _kernel_array(v), threads)
-        return self._shape_values(values, single), self._shape_values(pushed, single)
+        values, pushed, failed = self._run(points, JVP, _kernel_array(v), threads, errors, check)
+        result = (self._shape_values(values, single), self._shape_values(pushed, single))
+        return self._result(result, failed, single)
 
+    @overload
     def jacobian(
-        self, points: ArrayLike, threads: int | None = None, mode: str | None = None
-    ) -> FloatArray:
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        mode: str | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> FloatArray: ...
+    @overload
+    def jacobian(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        mode: str | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[FloatArray, Failed]: ...
+    def jacobian(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        mode: str | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """``J``: shape ``(m, k)`` at one point, ``(N, m, k)`` for a batch.
 
         For a scalar output the gradient's shapes, ``(k,)`` and ``(N, k)``.
@@ -456,16 +647,42 @@ class CompiledFunction:
         sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
         if sweep_mode == JACOBIAN_REV and m == 1:
             sweep_mode = GRAD  # the same single seeded pass, and the same bits
-        _, rows = self._run(points, sweep_mode, None, threads)
+        _, rows, failed = self._run(points, sweep_mode, None, threads, errors, check)
         jac = rows.reshape(n_points, m, k)
         if self._scalar_output:
             jac = jac[:, 0]  # like grad: (k,) or (N, k)
-        return jac[0] if single else jac
+        return self._result(jac[0] if single else jac, failed, single)
 
     # -- second order --------------------------------------------------------------
+    @overload
     def hvp(
-        self, points: ArrayLike, directions: ArrayLike, threads: int | None = None
-    ) -> FloatArray:
+        self,
+        points: ArrayLike,
+        directions: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> FloatArray: ...
+    @overload
+    def hvp(
+        self,
+        points: ArrayLike,
+        directions: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[FloatArray, Failed]: ...
+    def hvp(
+        self,
+        points: ArrayLike,
+        directions: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """``H v``: the Hessian of a scalar output times a direction, per point.
 
         ``directions`` has the shape of the points: ``(k,)`` for one point,
@@ -484,6 +701,8 @@ class CompiledFunction:
             and points.flags.carray
             and directions.flags.carray
             and self._scalar_output
+            and errors == "raise"
+            and not check
         ):
             # The latency path, as value_and_grad's: no conversion, no copy.
             return self._point_hvp(points, directions)
@@ -497,10 +716,10 @@ class CompiledFunction:
                 f"{points.shape[1:] if single else points.shape}"
             )
         v = _kernel_array(v)
-        if single:
+        if single and errors == "raise" and not check:
             return self._point_hvp(points[0], v[0])
-        _, products = self._run(points, HVP, v, threads)
-        return products
+        _, products, failed = self._run(points, HVP, v, threads, errors, check)
+        return self._result(products[0] if single else products, failed, single)
 
     def _point_hvp(self, point: FloatArray, direction: FloatArray) -> FloatArray:
         product = np.empty(self._k)
@@ -522,7 +741,32 @@ class CompiledFunction:
             )
         return self.hvp(point, p)
 
-    def hessian(self, points: ArrayLike, threads: int | None = None) -> FloatArray:
+    @overload
+    def hessian(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["raise"] = "raise",
+        check: bool = False,
+    ) -> FloatArray: ...
+    @overload
+    def hessian(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: Literal["mask"],
+        check: bool = False,
+    ) -> tuple[FloatArray, Failed]: ...
+    def hessian(
+        self,
+        points: ArrayLike,
+        threads: int | None = None,
+        *,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> Any:
         """The Hessian of a scalar output: ``(k, k)`` at one point, ``(N, k, k)`` for a batch.
 
         Built in the sweeps from ``k`` Hessian-vector products, one per
@@ -541,9 +785,9 @@ class CompiledFunction:
             f"the Hessian of {n_points:,} points ({k:,} x {k:,} each, with the values)",
             "use hvp for the products you need",
         )
-        _, rows = self._run(points, HESSIAN, None, threads)
+        _, rows, failed = self._run(points, HESSIAN, None, threads, errors, check)
         hessians = rows.reshape(n_points, k, k)
-        return hessians[0] if single else hessians
+        return self._result(hessians[0] if single else hessians, failed, single)
 
     # -- machinery -----------------------------------------------------------------
     def _points(self, points: ArrayLike) -> tuple[FloatArray, bool]:
@@ -610,27 +854,71 @@ class CompiledFunction:
         return value
 
     def _run(
-        self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int | None
-    ) -> tuple[FloatArray, FloatArray]:
+        self,
+        points: FloatArray,
+        mode: int,
+        directions: FloatArray | None,
+        threads: int | None,
+        errors: str = "raise",
+        check: bool = False,
+    ) -> tuple[FloatArray, FloatArray, Failed | None]:
+        """``(values, derivatives, failed)``; ``failed`` is None unless ``errors="mask"``."""
         self._require_traced()
+        check_errors(errors)
         values, derivatives, status = self._replay.run(
             points, mode, directions, _thread_count(threads)
         )
-        if self._g and points.shape[0] and status.max() != _NO_FAILED_GUARD:
+        failed = None
+        if errors == "mask":
+            failed = mask_failed(values, derivatives, status)
+        elif self._g and points.shape[0] and status.max() != _NO_FAILED_GUARD:
             self._raise_branch_error(points, status)
-        return values, derivatives
+        if check:
+            self._check(points, mode, directions, values, derivatives, failed)
+        return values, derivatives, failed
+
+    def _result(self, result: Any, failed: Failed | None, single: bool) -> Any:
+        """``result``, or ``(result, failed)`` for ``errors="mask"`` (a bool for one point)."""
+        if failed is None:
+            return result
+        return result, (bool(failed[0]) if single else failed)
+
+    def _check(
+        self,
+        points: FloatArray,
+        mode: int,
+        directions: FloatArray | None,
+        values: FloatArray,
+        derivatives: FloatArray,
+        failed: Failed | None,
+    ) -> None:
+        """``check=True``: raise ``NonFiniteError`` for the first point that made a nan/inf."""
+        computed = self._replay.derivative_width(mode) > 0
+        index = first_nonfinite_point(
+            points, directions, values, derivatives if computed else None, failed
+        )
+        if index is None:
+            return
+        with self._lock:
+            if self._diagnosis is None:
+                self._diagnosis = Diagnosis(self._tape, self._inputs, self._outputs, self._sources)
+        values_bad = not np.isfinite(values[index]).all()
+        raise self._diagnosis.error(points, index, values_bad, computed)
 
     def _raise_branch_error(self, points: FloatArray, status: IdArray) -> NoReturn:
-        index = int(np.flatnonzero(status != sweeps.NO_FAILED_GUARD)[0])
-        guard = int(status[index])
+        raise self._branch_error(points, status)
+
+    def _branch_error(self, points: FloatArray, status: IdArray) -> BranchError:
+        """The error for the points whose ``status`` names a failed guard (some do)."""
+        failing = np.flatnonzero(status != _NO_FAILED_GUARD)
+        guard = int(status[failing[0]])
         node, truth = int(self._guards[guard, 0]), bool(self._guards[guard, 1])
-        failing = sum(status != sweeps.NO_FAILED_GUARD)
-        raise BranchError(
-            f"the traced function branches on `{_describe(self._tape, node)}`, which was "
-            f"{truth} when traced and is {not truth} at point {index} "
-            f"{points[index].tolist()} ({failing} of {points.shape[0]} points differ). "
-            "A replay cannot take the other branch: use fa.where for a branch-free "
-            "select, or compile a function for each branch."
+        return BranchError(
+            _describe(self._tape, node),
+            truth,
+            failing,
+            tuple(points[failing[0]].tolist()),
+            points.shape[0],
         )
 
     # -- pickling and files ----------------------------------------------------------
@@ -640,15 +928,17 @@ class CompiledFunction:
                 "this compiled function has not been traced yet: call it once or pass "
                 "example= to fa.compile before pickling or saving it"
             )
+        files, located = _source_table(self._sources)
         return {
             "format": _COMPILED_FORMAT,
             "opcode": self._tape.opcode.copy(),
             "in0": self._tape.in0.copy(),
             "in1": self._tape.in1.copy(),
-            "val": self._tape.val.copy(),
+            "val": _leaf_values(self._tape),
             "inputs": self._inputs,
             "outputs": self._outputs,
             "guards": self._guards,
+            "sources": located,
             "meta": json.dumps(
                 {
                     "scalar_output": self._scalar_output,
@@ -656,20 +946,27 @@ class CompiledFunction:
                     "labels": {str(i): v for i, v in self._tape.labels.items()},
                     "name": getattr(self._function, "__name__", "function"),
                     "backend": self._backend,
+                    "source_files": files,
                 }
             ),
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return self._state()
+        # The .npz bytes, compressed: a 10^4-node program pickles to tens of kB
+        # and is validated on the way in like a file.
+        return {"npz": _npz_bytes(self._state())}
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
-        self.__dict__.update(_from_state(state).__dict__)
+        if set(state) == {"npz"} and isinstance(state["npz"], bytes):
+            arrays = npz.read_npz(io.BytesIO(state["npz"]), "compiled function", "pickle")
+        else:
+            arrays = dict(state)
+        self.__dict__.update(_from_state(arrays).__dict__)
 
     def save(self, path: StrPath) -> None:
-        """Write the traced function to a NumPy ``.npz`` file (no pickle inside)."""
-        arrays: dict[str, Any] = {key: np.asarray(value) for key, value in self._state().items()}
-        np.savez(path, **arrays)
+        """Write the traced function to a compressed NumPy ``.npz`` file (no pickle inside)."""
+        with open(path, "wb") as file:
+            file.write(_npz_bytes(self._state()))
 
 
 class BlockFunction:
@@ -682,8 +979,8 @@ class BlockFunction:
     tape's forward and backward sweeps (compiled scalar runs, block rules
     between) at the new values, with the guards of any traced branches
     re-checked; there is no batching over points and calls on one function
-    are serialised by a lock. Not available yet: optimisation, pickling
-    and saving (they raise).
+    are serialised by a lock. It pickles and saves (:meth:`save`,
+    :func:`fastad.load`) like a function of scalars; it is not optimised.
     """
 
     def __init__(
@@ -834,16 +1131,54 @@ class BlockFunction:
         tape.forward()
         for guard, truth in self._guards:
             if (tape.value(guard) != 0.0) != truth:
-                raise BranchError(
-                    f"the traced function branches on `{_describe(tape, guard)}`, which was "
-                    f"{truth} when traced and is {not truth} for these arguments; use fa.where"
-                )
+                raise BranchError(_describe(tape, guard), bool(truth))
 
-    def __getstate__(self) -> NoReturn:
-        raise TypeError("functions of arrays cannot be pickled or saved yet")
+    # -- pickling and files ----------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        tape = self._tape
+        blocks, params = blockfile.block_state(tape)
+        positions = None if self._wrt is None else self._wrt[0]
+        return {
+            "format": _BLOCK_FORMAT,
+            "opcode": tape.opcode.copy(),
+            "in0": tape.in0.copy(),
+            "in1": tape.in1.copy(),
+            "val": _leaf_values(tape),
+            **blocks,
+            "inputs": np.array([node.id for node in self._inputs], np.int64),
+            "output": np.array([self._output.id], np.int64),
+            "guards": np.array(self._guards, np.int64).reshape(-1, 2),
+            "meta": json.dumps(
+                {
+                    "name": self._name,
+                    "input_names": [tape.label(node.id) or "" for node in self._inputs],
+                    "labels": {str(i): v for i, v in tape.labels.items()},
+                    "params": params,
+                    "wrt": positions,
+                    "wrt_single": self._wrt is not None and self._wrt[1],
+                }
+            ),
+        }
 
-    def save(self, path: StrPath) -> NoReturn:
-        raise TypeError("functions of arrays cannot be pickled or saved yet")
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:  # not in the middle of another thread's call
+            return {"npz": _npz_bytes(self._state())}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        if set(state) != {"npz"} or not isinstance(state["npz"], bytes):
+            raise ValueError("pickle: not a fastad function of arrays")
+        arrays = npz.read_npz(io.BytesIO(state["npz"]), "function of arrays", "pickle")
+        self.__dict__.update(_block_function(arrays, "pickle").__dict__)
+
+    def save(self, path: StrPath) -> None:
+        """Write the traced function to a compressed NumPy ``.npz`` file (no pickle inside).
+
+        :func:`fastad.load` reads it back, validating every node, shape and id.
+        """
+        with self._lock:
+            data = _npz_bytes(self._state())
+        with open(path, "wb") as file:
+            file.write(data)
 
 
 def _by_argument(results: Iterable[Any], single: bool) -> Any:
@@ -887,13 +1222,65 @@ def _block_argument(value: ArrayLike, position: int) -> FloatArray | float:
     return array.astype(np.float64) if array.ndim else float(array)
 
 
-def load(path: StrPath) -> CompiledFunction:
-    """Read a compiled function written by :meth:`CompiledFunction.save`.
+def load(path: StrPath) -> CompiledFunction | BlockFunction:
+    """Read a compiled function written by :meth:`CompiledFunction.save` or
+    :meth:`BlockFunction.save` (a function of arrays).
 
-    The tape is validated like :meth:`fastad.Tape.from_arrays`, and input,
-    output and guard ids are checked, before any kernel sees them.
+    The tape is validated like :meth:`fastad.Tape.from_arrays` (for a
+    function of arrays, every block op's shape rule runs on its operands'
+    shapes), and input, output and guard ids are checked, before any kernel
+    sees them.
     """
-    return _from_state(npz.read_npz(path, "compiled function"), source=str(path))
+    arrays = npz.read_npz(path, "compiled function")
+    if "format" in arrays and npz.text_field(arrays, "format", str(path)) == _BLOCK_FORMAT:
+        return _block_function(arrays, str(path))
+    return _from_state(arrays, source=str(path))
+
+
+_BLOCK_FIELDS = {
+    "format", "opcode", "in0", "in1", "val", "block_nodes", "block_ndim", "block_dims",
+    "block_data", "op_nodes", "op_start", "op_operands", "inputs", "output", "guards", "meta",
+}  # fmt: skip
+
+
+def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
+    """A :class:`BlockFunction` from the arrays :meth:`BlockFunction._state` wrote, validated."""
+    missing = _BLOCK_FIELDS - set(state)
+    if missing:
+        raise ValueError(f"{source}: not a fastad function of arrays, missing {sorted(missing)}")
+    found = npz.text_field(dict(state), "format", source)
+    if found != _BLOCK_FORMAT:
+        raise ValueError(f"{source}: format {found!r}, expected {_BLOCK_FORMAT!r}")
+    meta = npz.json_object(npz.text_field(dict(state), "meta", source), f"{source}: metadata")
+    params, labels = meta.get("params"), meta.get("labels", {})
+    if not isinstance(params, list) or not isinstance(labels, dict):
+        raise ValueError(f"{source}: metadata must hold a params list and a labels object")
+    tape = blockfile.rebuild(state, state, params, labels, source)
+    n = len(tape)
+    inputs = _ids(state["inputs"], n, "inputs", source)
+    output = _ids(state["output"], n, "output", source)
+    guards = _guard_rows(state["guards"], n, source)
+    if inputs.size == 0 or (tape.opcode[inputs] != optable.INPUT).any():
+        raise ValueError(f"{source}: inputs must be leaf nodes, at least one")
+    if np.unique(inputs).size != inputs.size or output.size != 1:
+        raise ValueError(f"{source}: inputs must be distinct, and there must be one output")
+    name, wrt, single = meta.get("name", "function"), meta.get("wrt"), meta.get("wrt_single")
+    if not isinstance(name, str) or not isinstance(single, bool):
+        raise ValueError(f"{source}: metadata name must be a string and wrt_single a bool")
+    if wrt is not None and (not isinstance(wrt, list) or (single and len(wrt) != 1)):
+        raise ValueError(f"{source}: metadata wrt must be null or a list (of one, if wrt_single)")
+    function = object.__new__(BlockFunction)
+    function._wrt = _positions(wrt[0] if single and wrt is not None else wrt, inputs.size)
+    function._lock = threading.Lock()
+    function._inputs = [tape.node(int(node)) for node in inputs]
+    function._guards = [(int(node), bool(truth)) for node, truth in guards.tolist()]
+    function._output = tape.node(int(output[0]))
+    function._name = name
+    tape.freeze(f"the compiled function of arrays {name!r}")
+    function._tape = tape
+    function._shapes = [np.shape(tape.value(node.id)) for node in function._inputs]
+    function.optimization = None
+    return function
 
 
 def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFunction:
@@ -915,13 +1302,7 @@ def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFun
     n = len(tape)
     inputs = _ids(state["inputs"], n, "inputs", source)
     outputs = _ids(state["outputs"], n, "outputs", source)
-    guards = np.asarray(state["guards"])
-    if guards.ndim != 2 or guards.shape[1] != 2 or guards.dtype.kind not in "iu":
-        raise ValueError(f"{source}: guards must be an integer array of shape (g, 2)")
-    guards = guards.astype(np.int64)
-    _ids(guards[:, 0], n, "guard nodes", source)
-    if not np.isin(guards[:, 1], (0, 1)).all():
-        raise ValueError(f"{source}: guard outcomes must be 0 or 1")
+    guards = _guard_rows(state["guards"], n, source)
     if (tape.opcode[inputs] != optable.INPUT).any() or np.unique(inputs).size != inputs.size:
         raise ValueError(f"{source}: inputs must be distinct leaf nodes")
     if inputs.size == 0 or outputs.size == 0:
@@ -941,7 +1322,8 @@ def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFun
     compiled._traced = False
     compiled._optimize = False
     compiled.optimization = None
-    compiled._install(tape, inputs, outputs, guards, meta["scalar_output"])
+    sources = _source_locations(state.get("sources"), meta["source_files"], n, source)
+    compiled._install(tape, inputs, outputs, guards, meta["scalar_output"], sources)
     return compiled
 
 
@@ -952,7 +1334,60 @@ _METADATA_TYPES: dict[str, tuple[type, object, str]] = {
     "labels": (dict, {}, "an object of node id: label"),
     "name": (str, "function", "a string"),
     "backend": (str, "auto", '"auto", "interpret" or "codegen"'),
+    "source_files": (list, [], "a list of file names"),
 }
+
+
+def _leaf_values(tape: Tape) -> FloatArray:
+    """The values a file must keep: leaves' and constants'. The others are zero.
+
+    Loading recomputes every operation's value (``Tape.from_arrays``), so
+    a traced value there is only noise that does not compress.
+    """
+    values = tape.val.copy()
+    values[(tape.opcode != optable.INPUT) & (tape.opcode != optable.CONST)] = 0.0
+    return values
+
+
+def _npz_bytes(state: Mapping[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    arrays: dict[str, Any] = {key: np.asarray(value) for key, value in state.items()}
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _source_table(sources: Mapping[int, tuple[str, int]]) -> tuple[list[str], IdArray]:
+    """Source locations as ``(files, rows of [node, file index, line])`` for a file."""
+    files: dict[str, int] = {}
+    rows = [
+        (node, files.setdefault(name, len(files)), line) for node, (name, line) in sources.items()
+    ]
+    return list(files), np.array(rows, np.int64).reshape(-1, 3)
+
+
+def _source_locations(
+    rows: Any, files: list[Any], n: int, source: str
+) -> dict[int, tuple[str, int]]:
+    """The ``{node: (file, line)}`` a file holds (none in files from before they were saved)."""
+    if rows is None:
+        return {}
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or rows.shape[1] != 3 or rows.dtype.kind not in "iu":
+        raise ValueError(f"{source}: sources must be an integer array of shape (s, 3)")
+    if not all(isinstance(name, str) for name in files):
+        raise ValueError(f"{source}: metadata source_files must be strings")
+    if rows.size and (
+        rows[:, 0].min() < 0
+        or rows[:, 0].max() >= n
+        or rows[:, 1].min() < 0
+        or rows[:, 1].max() >= len(files)
+        or rows[:, 2].min() < 0
+    ):
+        raise ValueError(
+            f"{source}: sources must name nodes in [0, {n}), files in [0, {len(files)}) "
+            "and lines >= 0"
+        )
+    return {int(node): (files[int(f)], int(line)) for node, f, line in rows.tolist()}
 
 
 def _metadata(text: str, source: str) -> dict[str, Any]:
@@ -983,6 +1418,17 @@ class _Unavailable:
         raise RuntimeError(
             f"{self.__name__} was loaded from a file: it can be replayed, not traced"
         )
+
+
+def _guard_rows(guards: ArrayLike, n: int, source: str) -> IdArray:
+    """Saved guards checked: rows of (node id in [0, n), outcome 0 or 1)."""
+    guards = np.asarray(guards)
+    if guards.ndim != 2 or guards.shape[1] != 2 or guards.dtype.kind not in "iu":
+        raise ValueError(f"{source}: guards must be an integer array of shape (g, 2)")
+    _ids(guards[:, 0], n, "guard nodes", source)
+    if not np.isin(guards[:, 1], (0, 1)).all():
+        raise ValueError(f"{source}: guard outcomes must be 0 or 1")
+    return guards.astype(np.int64)
 
 
 def _ids(ids: ArrayLike, n: int, what: str, source: str) -> IdArray:
@@ -1025,6 +1471,28 @@ def _output_node(tape: Tape, result: Any, position: int) -> Var:
         f"output {position} of the traced function is a {type(result).__name__}; "
         "expected a fastad node or a real number"
     )
+
+
+def _sources_of(tape: Tape) -> dict[int, tuple[str, int]]:
+    """The ``(file, line)`` of every node of a debug tape that has one."""
+    found = {}
+    for node in range(len(tape)):
+        location = tape.source(node)
+        if location is not None:
+            found[node] = location
+    return found
+
+
+def _renumbered(
+    sources: dict[int, tuple[str, int]], new_ids: IdArray
+) -> dict[int, tuple[str, int]]:
+    """``sources`` for the optimised tape: merged nodes keep the first location."""
+    renumbered: dict[int, tuple[str, int]] = {}
+    for node, location in sources.items():
+        new = int(new_ids[node])
+        if new >= 0:
+            renumbered.setdefault(new, location)
+    return renumbered
 
 
 def _kernel_array(array: FloatArray) -> FloatArray:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 
 class StaleNodeError(ValueError):
     """A node was used after its tape was reset."""
@@ -14,8 +17,73 @@ class TraceError(RuntimeError):
     """A traced value left the tape (``float(x)``, ``x.value``) during ``fa.compile``."""
 
 
+class ConcurrentRecordingError(RuntimeError):
+    """Several threads recorded onto one tape at the same time; its node ids are invalid.
+
+    Raised before any sweep or read of the tape's rows (also when one
+    thread read the tape while another recorded onto it), and again until
+    ``tape.reset()``. Sweeps on one tape from several threads are safe.
+    """
+
+
 class BranchError(ValueError):
-    """A compiled function was evaluated where a traced branch goes the other way."""
+    """A compiled function was evaluated where a traced branch goes the other way.
+
+    Attributes
+    ----------
+    guard : str
+        The comparison traced, as written (``"x > 0.0"``, or ``bool(...)``).
+    traced : bool
+        Its outcome when the function was traced.
+    indices : numpy.ndarray of int64
+        Every failing point's index in the batch, ascending (one index, 0,
+        for a call at one point). Pass ``errors="mask"`` to get ``nan`` at
+        these points and their mask instead of this error.
+    point : tuple of float, or None
+        The first failing point's coordinates (None for a function of arrays).
+    total : int
+        How many points the call evaluated.
+    """
+
+    def __init__(
+        self,
+        guard: str,
+        traced: bool,
+        indices: NDArray[np.int64] | None = None,
+        point: tuple[float, ...] | None = None,
+        total: int = 1,
+    ) -> None:
+        self.guard = guard
+        self.traced = traced
+        self.indices = np.zeros(1, np.int64) if indices is None else np.asarray(indices, np.int64)
+        self.point = point
+        self.total = total
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = (
+            "for these arguments"
+            if self.point is None
+            else f"at point {int(self.indices[0])} {list(self.point)}"
+        )
+        count = f" ({self.indices.size} of {self.total} points differ)" if self.total > 1 else ""
+        return (
+            f"the traced function branches on `{self.guard}`, which was {self.traced} when "
+            f"traced and is {not self.traced} {where}{count}. A replay cannot take the other "
+            'branch: use fa.where for a branch-free select, errors="mask" to get nan at the '
+            "failing points and their mask, or compile a function for each branch."
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        # Exceptions pickle their args; these are the fields (Dask sends errors back).
+        return (type(self), (self.guard, self.traced, self.indices, self.point, self.total))
+
+    def at_offset(self, start: int, total: int) -> BranchError:
+        """The same error for a batch that began ``start`` points into one of ``total``.
+
+        A chunk of a larger computation (``fastad.dask``) reports global indices.
+        """
+        return BranchError(self.guard, self.traced, self.indices + start, self.point, total)
 
 
 @dataclass(frozen=True)
@@ -25,7 +93,9 @@ class NonFiniteOrigin:
     ``phase`` is ``"forward"`` when a node's value is the first non-finite
     one produced from finite inputs (or a leaf/constant that holds one), and
     ``"backward"`` when a finite adjoint times a node's local derivative for
-    operand ``slot`` was the first non-finite gradient contribution.
+    operand ``slot`` was the first non-finite gradient contribution. A
+    compiled call's check has one more, ``"derivative"`` (``node`` -1): the
+    values and adjoints are finite, a tangent or second-order rule was not.
     """
 
     phase: str
@@ -40,6 +110,12 @@ class NonFiniteOrigin:
     block_rule: bool = False  # a block op's rule (no single local derivative)
 
     def describe(self) -> str:
+        if self.phase == "derivative":
+            return (
+                "replayed eagerly, every value and first-order adjoint is finite at this "
+                "point: the non-finite result comes from a tangent or second-order rule, "
+                "which checked mode does not trace node by node"
+            )
         name = f"node {self.node} ({self.op}" + (f" '{self.label}')" if self.label else ")")
         if self.source is not None:
             name += f" at {os.path.basename(self.source[0])}:{self.source[1]}"
@@ -61,8 +137,37 @@ class NonFiniteOrigin:
 
 
 class NonFiniteError(FloatingPointError):
-    """A checked computation produced ``nan`` or ``inf``; ``.origin`` says where."""
+    """A checked computation produced ``nan`` or ``inf``; ``.origin`` says where.
 
-    def __init__(self, origin: NonFiniteOrigin) -> None:
+    From a compiled call with ``check=True``, ``point`` is the index of the
+    first point (in the batch) whose finite inputs gave a non-finite result,
+    ``coordinates`` that point, and ``total`` the batch's size; they are
+    None, None and 1 on a tape.
+    """
+
+    def __init__(
+        self,
+        origin: NonFiniteOrigin,
+        point: int | None = None,
+        coordinates: tuple[float, ...] | None = None,
+        total: int = 1,
+    ) -> None:
         self.origin = origin
-        super().__init__(origin.describe())
+        self.point = point
+        self.coordinates = coordinates
+        self.total = total
+        message = origin.describe()
+        if point is not None:
+            message = (
+                f"point {point} {list(coordinates or ())} (the first of {total:,} whose finite "
+                f"inputs gave a non-finite result): {message}"
+            )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.origin, self.point, self.coordinates, self.total))
+
+    def at_offset(self, start: int, total: int) -> NonFiniteError:
+        """The same error for a batch that began ``start`` points into one of ``total``."""
+        point = None if self.point is None else self.point + start
+        return NonFiniteError(self.origin, point, self.coordinates, total)

@@ -44,27 +44,32 @@ _DAMAGED = (
 _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
-def read_npz(path: str | os.PathLike[str], kind: str) -> dict[str, np.ndarray[Any, Any]]:
-    """Every array of the ``.npz`` file ``path``, by name, validated first.
+def read_npz(
+    path: str | os.PathLike[str] | IO[bytes], kind: str, name: str | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Every array of the ``.npz`` file ``path`` (or open binary file), by name, validated first.
 
     ``kind`` names what the file should hold ("tape", "compiled function")
-    in error messages. A missing file raises ``FileNotFoundError`` (and other
-    operating-system errors pass through: they already name the file); every
+    in error messages, and ``name`` the file itself (``path`` by default).
+    A missing file raises ``FileNotFoundError`` (and other operating-system
+    errors pass through: they already name the file); every
     problem with the contents raises ``ValueError``.
     """
+    if name is None:
+        name = str(path)
     try:
         archive = zipfile.ZipFile(path)
     except _PATH_ERRORS:
         raise
     except _DAMAGED as error:
         raise ValueError(
-            f"{path}: not a fastad {kind} file (not a readable .npz archive: {error}); {_FIX}"
+            f"{name}: not a fastad {kind} file (not a readable .npz archive: {error}); {_FIX}"
         ) from None
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     with archive:
         for info in archive.infolist():
-            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            arrays[name] = _read_member(archive, info, f"{path}: member {info.filename!r}")
+            member = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            arrays[member] = _read_member(archive, info, f"{name}: member {info.filename!r}")
     return arrays
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from fastad import codegen
 from fastad.kernels import codegen as generator
 from fastad.kernels import sweeps
+from fastad.parallel import threaded_region, threads_allowed
 from fastad.progress import progress
 from fastad.storage import ARITY
 from fastad.tiers import Tier, Tiers
@@ -73,6 +74,11 @@ def _first_use(kernel: Any) -> AbstractContextManager[None]:
         "compiling fastad's interpreter kernels (once per machine and version: later "
         "processes load them from the cache)"
     )
+
+
+def _threaded(threads: int, n_points: int) -> bool:
+    """Whether a batch runs on the thread pool (else on the calling thread)."""
+    return threads > 1 and n_points >= PARALLEL_MIN_POINTS and threads_allowed()
 
 
 def lane_count(n: int, planes: int = sweeps.PLANES) -> int:
@@ -195,7 +201,7 @@ class Replay:
             status,
             recheck,
             threads,
-            threads > 1 and n_points >= PARALLEL_MIN_POINTS,
+            _threaded(threads, n_points),
         )
         if flagged:
             rows = np.flatnonzero(recheck)
@@ -221,7 +227,7 @@ class Replay:
         values, derivatives, status = self._outputs(n_points, mode)
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
-        parallel = threads > 1 and n_points >= PARALLEL_MIN_POINTS
+        parallel = _threaded(threads, n_points)
         kernel = sweeps.sweep_points_parallel if parallel else sweeps.sweep_points
         with _first_use(kernel):
             self._sweep(points, directions, values, derivatives, status, mode, threads, parallel)
@@ -239,18 +245,19 @@ class Replay:
         parallel: bool,
     ) -> None:
         if parallel:
-            sweeps.sweep_points_parallel(
-                self.program,
-                self.template,
-                points,
-                directions,
-                values,
-                derivatives,
-                status,
-                mode,
-                self._lanes[sweeps.work_planes(mode)],
-                threads,
-            )
+            with threaded_region():
+                sweeps.sweep_points_parallel(
+                    self.program,
+                    self.template,
+                    points,
+                    directions,
+                    values,
+                    derivatives,
+                    status,
+                    mode,
+                    self._lanes[sweeps.work_planes(mode)],
+                    threads,
+                )
         else:
             # One work space per thread and size: calls never share buffers.
             spaces = getattr(self._local, "work", None)

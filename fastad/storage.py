@@ -18,13 +18,14 @@ import math
 import numbers
 import os
 import sys
+import threading
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.errors import TraceError
+from fastad.errors import ConcurrentRecordingError, TraceError
 from fastad.kernels import optable, sweeps
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class BlockTable:
         self.nbytes += _owned_bytes(array)
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
+        if self._ops and node <= self._ops[-1]:  # two threads recorded block ops at once
+            raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
         self._ops.append(node)
         self._operands[node] = operands
         if params is not None:
@@ -201,6 +204,10 @@ class TapeStorage:
         if debug:
             self.push = self._push_with_source  # type: ignore[method-assign]
         self.guards: list[tuple[int, bool]] | None = [] if trace else None
+        # Held by every sweep and every move of staged rows into the arrays, so
+        # that no sweep of one thread meets another's growth or sweep. Not by
+        # push: see _synced. Reentrant: a sweep holds it and syncs.
+        self.lock = threading.RLock()
         self.generation = 0
         self._owner: str | None = None  # what a frozen tape belongs to (see freeze)
         self._opcode: OpcodeArray = np.zeros(capacity, OPCODE_DTYPE)
@@ -209,6 +216,13 @@ class TapeStorage:
         self._val: FloatArray = np.zeros(capacity, VALUE_DTYPE)
         self._grad: FloatArray = np.zeros(capacity, VALUE_DTYPE)
         self._n = 0
+        # Rows in the arrays; the staged lists hold the rest. Two threads
+        # recording onto one tape at once make push lose an id increment
+        # (both read the same self._n): the lists then hold more rows than
+        # the ids count, which sync sees before any sweep or read, and
+        # refuses. A lock in push would cost ~30% of eager recording.
+        self._synced = 0
+        self._corrupted = False
         self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
         self._scratch = np.zeros(0, np.bool_)  # all False between uses (see reaching)
         # Rows not yet in the arrays, one list per column: appending to four
@@ -307,21 +321,33 @@ class TapeStorage:
             self._warn_growth()
 
     def sync(self) -> None:
-        """Move the staged rows into the arrays (growing them by doubling)."""
-        staged = self._staged_opcode
-        if not staged:
+        """Move the staged rows into the arrays (growing them by doubling).
+
+        Raises :class:`fastad.ConcurrentRecordingError` if threads recorded
+        onto this tape at the same time (its ids are then not to be trusted).
+        """
+        if not self._staged_opcode and self._n == self._synced and not self._corrupted:
             return
-        n, start = self._n, self._n - len(staged)
-        if n > self._opcode.size:
-            self._grow(n)
-        for array, column in (
-            (self._opcode, self._staged_opcode),
-            (self._in0, self._staged_in0),
-            (self._in1, self._staged_in1),
-            (self._val, self._staged_val),
-        ):
-            array[start:n] = column
-            column.clear()
+        with self.lock:
+            staged = self._staged_opcode
+            n, start = self._n, self._synced
+            lengths = {len(column) for column in self._staged_columns()}
+            if self._corrupted or lengths != {n - start}:
+                self._corrupted = True
+                raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
+            if not staged:
+                return
+            if n > self._opcode.size:
+                self._grow(n)
+            arrays: tuple[NDArray[Any], ...] = (self._opcode, self._in0, self._in1, self._val)
+            columns: tuple[list[Any], ...] = self._staged_columns()
+            for array, column in zip(arrays, columns, strict=True):
+                array[start:n] = column
+                column.clear()
+            self._synced = n
+
+    def _staged_columns(self) -> tuple[list[int], list[int], list[int], list[float]]:
+        return self._staged_opcode, self._staged_in0, self._staged_in1, self._staged_val
 
     def _grow(self, needed: int) -> None:
         capacity = self._opcode.size
@@ -354,9 +380,11 @@ class TapeStorage:
         """Forget every node but keep the allocated memory; older handles become stale."""
         if self._owner is not None:
             self.refuse("reset")
-        self.sync()
+        for column in self._staged_columns():  # dropped unread: a reset forgets them
+            column.clear()
         self.clear_adjoints()
-        self._n = 0
+        self._n = self._synced = 0
+        self._corrupted = False
         self.generation += 1
         self._labels.clear()
         self._constants.clear()
@@ -433,8 +461,8 @@ class TapeStorage:
         block = self.blocks.values.get(node)
         if block is not None:
             return block
-        if node >= self._n - len(self._staged_val):  # still staged
-            return self._staged_val[node - self._n]
+        if node >= self._synced:  # still staged
+            self.sync()  # (checks the staged rows: reading one is rare)
         return float(self._val[node])
 
     def block_value(self, node: int) -> FloatArray | None:
@@ -470,6 +498,12 @@ class TapeStorage:
     def source(self, node: int) -> tuple[str, int] | None:
         """``(file, line)`` of the user code that recorded a node (debug tapes), or None."""
         return self._sources.get(node) if self._sources is not None else None
+
+    def set_source(self, node: int, location: tuple[str, int]) -> None:
+        """Record where ``node`` was made (a debug tape rebuilt from a trace or a file)."""
+        if self._sources is None:
+            raise ValueError("only a debug tape (fa.Tape(debug=True)) keeps source lines")
+        self._sources[node] = location
 
     @property
     def debug(self) -> bool:
@@ -607,7 +641,17 @@ class TapeStorage:
         if n > self._opcode.size:
             self._grow(n)
         self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n] = opcode, in0, in1, val
-        self._n = n
+        self._n = self._synced = n
+
+
+_CONCURRENT_RECORDING = (
+    "several threads recorded onto this tape at the same time (or one read it while "
+    "another recorded), so its node ids are no longer valid and nothing computed from it "
+    "could be trusted. A tape records for one thread at a time: record each thread's work "
+    "on its own tape (`with fa.Tape():` inside the thread; a thread's default tape is its "
+    "own already), or hold a lock of your own around recording and reading. tape.reset() "
+    "makes this tape usable again."
+)
 
 
 def as_stored(value: Any) -> FloatArray:

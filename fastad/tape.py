@@ -14,10 +14,11 @@ thread, otherwise the thread's default tape (``fa.current_tape()``).
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -37,6 +38,20 @@ if TYPE_CHECKING:
 # out has 0.0 added, which turns it into an ordinary +0.0.
 UNREACHED = sweeps.UNREACHED
 SAVE_FORMAT = tapefile.SAVE_FORMAT
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _holding_lock(method: _Method) -> _Method:
+    """Run a sweep under the tape's lock: two threads' sweeps share its adjoint buffer."""
+
+    @functools.wraps(method)
+    def locked(self: Tape, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return cast("_Method", locked)
 
 
 class Tape(TapeStorage):
@@ -190,15 +205,18 @@ class Tape(TapeStorage):
         return self
 
     # -- sweeps ----------------------------------------------------------------
+    @_holding_lock
     def forward(self) -> None:
         """Recompute every node value from the current leaf and constant values."""
         sweep.replay(self, registry.rule)
 
+    @_holding_lock
     def zero_grad(self) -> None:
         """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
         self.clear_adjoints()
         self.blocks.adjoints = {}
 
+    @_holding_lock
     def backward(self, root: NodeRef, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from node ``root`` (a ``Var`` or an id); see ``Var.backward``.
 
@@ -256,6 +274,7 @@ class Tape(TapeStorage):
             )
         return node
 
+    @_holding_lock
     def gradient(
         self, root: NodeRef, wrt: Iterable[NodeRef]
     ) -> FloatArray | list[float | FloatArray]:
@@ -291,6 +310,7 @@ class Tape(TapeStorage):
         found = block_adjoints.get(node)
         return found + 0.0 if found is not None else np.zeros(block.shape)
 
+    @_holding_lock
     def tangent(
         self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
     ) -> float | FloatArray:
@@ -336,6 +356,7 @@ class Tape(TapeStorage):
         return tangents, block_tangents, seeded
 
     # -- second order ------------------------------------------------------------
+    @_holding_lock
     def hvp(
         self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
     ) -> FloatArray | list[float | FloatArray]:
@@ -360,6 +381,7 @@ class Tape(TapeStorage):
             return second[np.asarray(ids, dtype=np.intp)] + 0.0
         return [self._result(i, second, block_second) for i in ids]
 
+    @_holding_lock
     def hessian(self, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
         """The ``(k, k)`` Hessian of ``root`` with respect to the ``k`` scalar nodes ``wrt``.
 
@@ -484,6 +506,7 @@ class Tape(TapeStorage):
                 tangents[node] += float(d)
 
     # -- finding where nan/inf came from ---------------------------------------
+    @_holding_lock
     def first_nonfinite(self, root: NodeRef | None = None) -> NonFiniteOrigin | None:
         """The first node whose value is ``nan``/``inf`` while its inputs are finite.
 

@@ -1,0 +1,162 @@
+"""Compiled functions of arrays pickle, save and load, validated like scalar ones."""
+
+import io
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import fastad as fa
+from fastad import blockfile, registry
+
+
+@pytest.fixture
+def arrays(rng):
+    X, W, b = rng.normal(size=(8, 5)), rng.normal(size=(5, 3)), rng.normal(size=3)
+    T = rng.normal(size=(8, 3))
+    labels = rng.integers(0, 3, size=8).astype(np.float64)
+    return X, W, b, T, labels
+
+
+def many_block_ops(X, W, b, T, labels):
+    H = fa.linear_relu(X, W, b)
+    Z = fa.tanh(H @ np.ones((3, 3)) * 0.5)[1:, ::2].reshape(-1)
+    picked = H[np.array([0, 2, 5]), 1] + H[..., 0].T[:3]
+    joined = fa.concatenate([Z, picked], axis=0)
+    s = joined.sum() + fa.logsumexp(H, axis=1).mean() + fa.mse_loss(H, T)
+    s = s + fa.cross_entropy(H, labels) + (X @ W).max(axis=0, keepdims=True).sum()
+    if s > -1e6:
+        return s * 2.0
+    return s
+
+
+def round_trips(f, folder):
+    path = folder / "f.npz"
+    f.save(path)
+    return [pickle.loads(pickle.dumps(f)), fa.load(path)]
+
+
+def test_a_function_of_many_block_ops_round_trips_bit_for_bit(arrays, tmp_path, rng):
+    for wrt in (None, [1, 2], 0):
+        f = fa.compile(many_block_ops, example=arrays, wrt=wrt)
+        value, gradients = f.value_and_grad(arrays)
+        moved = [a + 0.1 * rng.normal(size=np.shape(a)) for a in arrays[:4]] + [arrays[4]]
+        expected = f.value_and_grad(moved)
+        for again in round_trips(f, tmp_path):
+            assert type(again) is fa.BlockFunction and again.wrt == f.wrt
+            for point, (v, g) in ((arrays, (value, gradients)), (moved, expected)):
+                found_value, found_gradients = again.value_and_grad(point)
+                assert found_value == v
+                if wrt == 0:
+                    np.testing.assert_array_equal(found_gradients, g)
+                else:
+                    for mine, theirs in zip(found_gradients, g, strict=True):
+                        np.testing.assert_array_equal(mine, theirs)
+
+
+def guarded(X, W, b):
+    s = fa.tanh(X @ W + b).sum()
+    if s > -10.0:
+        return s * s
+    return s
+
+
+def test_a_loaded_function_keeps_its_guards_labels_and_second_order(arrays, tmp_path, rng):
+    X, W, b = arrays[:3]
+    f = fa.compile(guarded, example=(X, W, b), wrt=1)
+    direction = rng.normal(size=W.shape)
+    for again in round_trips(f, tmp_path):
+        with pytest.raises(fa.BranchError, match="which was True"):
+            again((X, W, b - 100.0))  # every tanh near -1: the sum is -24
+        assert again.tape.labels == f.tape.labels and again.tape.frozen
+        np.testing.assert_array_equal(again.hvp((X, W, b), direction), f.hvp((X, W, b), direction))
+
+
+def test_params_encode_and_decode_every_kind_the_recorder_keeps():
+    key = np.array([True, False, True])
+    key.flags.writeable = False
+    for param in (
+        None,
+        3,
+        "mean",
+        registry.Reduction((0, 2), True),
+        registry.Reduction(None),
+        (2, 0, 1),
+        (slice(1, None, 2), Ellipsis, None, 4),
+        key,
+        np.array([[0, 2], [1, 1]]),
+    ):
+        encoded = json.loads(json.dumps(blockfile.encode_param(param)))
+        decoded = blockfile.decode_param(encoded, "here")
+        if isinstance(param, np.ndarray):
+            np.testing.assert_array_equal(decoded, param)
+            assert decoded.dtype == param.dtype and not decoded.flags.writeable
+        else:
+            assert decoded == param and type(decoded) is type(param)
+    with pytest.raises(TypeError, match="cannot save a block op parameter of type object"):
+        blockfile.encode_param(object())
+    for bad in ({"tuple": 3}, {"slice": [1.5, None, None]}, {"what": 1}, [1, 2], {"array": 1}):
+        with pytest.raises(ValueError, match="here: malformed"):
+            blockfile.decode_param(bad, "here")
+
+
+def damaged(f, change):
+    """``f``'s saved arrays after ``change(arrays, meta)``, as pickle state."""
+    arrays = fa.compiled.npz.read_npz(io.BytesIO(f.__getstate__()["npz"]), "x")
+    arrays = {key: np.array(value) for key, value in arrays.items()}
+    meta = json.loads(str(arrays["meta"]))
+    change(arrays, meta)
+    arrays["meta"] = np.array(json.dumps(meta))
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return {"npz": buffer.getvalue()}
+
+
+def test_damaged_files_are_refused_naming_the_problem(arrays):
+    f = fa.compile(guarded, example=arrays[:3])
+    matmul = int(f.tape.blocks.ops[0])
+
+    def set_value(name, index, value):
+        def change(state, meta):
+            state[name][index] = value
+
+        return change
+
+    def set_meta(key, value):
+        def change(state, meta):
+            meta[key] = value
+
+        return change
+
+    def transpose_x(state, meta):
+        state["block_dims"][:2] = [5, 8]  # X (8, 5) read as (5, 8): the same data size
+
+    cases = [
+        (transpose_x, f"node {matmul}: .*shape"),
+        (set_value("block_dims", 1, 4), "block shapes need 50 elements, data holds 58"),
+        (set_value("opcode", matmul, 250), f"node {matmul}: invalid opcode 250"),
+        (set_value("op_operands", 0, matmul), "operands .* are earlier nodes"),
+        (set_value("inputs", 0, matmul), "inputs must be leaf nodes"),
+        (set_value("guards", (slice(None), 0), 10**6), "guard nodes"),
+        (set_meta("params", [{"bogus": 1}] * len(f.tape.blocks.ops)), "malformed block op"),
+        (set_meta("wrt", [7]), "wrt position 7 is out of range"),
+        (set_value("block_data", 0, np.nan), None),  # a value, not a structure: loads
+    ]
+    for change, message in cases:
+        state = damaged(f, change)
+        target = object.__new__(fa.BlockFunction)
+        if message is None:
+            target.__setstate__(state)
+            continue
+        with pytest.raises(ValueError, match=message):
+            target.__setstate__(state)
+
+
+def test_load_tells_a_function_of_arrays_from_one_of_scalars(arrays, tmp_path):
+    scalar = fa.compile(lambda x, y: x * y, example=[1.0, 2.0])
+    blocks = fa.compile(lambda X, W: (X @ W).sum(), example=arrays[:2])
+    scalar.save(tmp_path / "s.npz")
+    blocks.save(tmp_path / "b.npz")
+    assert type(fa.load(tmp_path / "s.npz")) is fa.CompiledFunction
+    assert type(fa.load(tmp_path / "b.npz")) is fa.BlockFunction
