@@ -191,6 +191,7 @@ def rows(table):
         )
     _model_rows(table, add)
     _second_rows(table, add)
+    _dask_rows(table, add)
     memory = find(table, "test_memory_per_node")
     if memory:
         b = memory["bytes_per_node"]
@@ -474,6 +475,32 @@ def plot(table, path):
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     print(f"plot written to {path}")
+
+
+def _dask_rows(table, add):
+    """fastad.dask on a 2-worker LocalCluster against one local thread, and per-chunk cost."""
+    dask = find(table, "test_dask_value_and_grad")
+    if dask and "speedup" in dask:
+        add(
+            f"fastad.dask value_and_grad, {dask['points']:,} points, 2 workers x 1 thread",
+            f"{dask['ns_per_point']:.0f} ns/pt",
+            f"{dask['reference_ns_per_point']:.0f} ns/pt (one local thread)",
+            dask["speedup"],
+            ">= 1.6x",
+            dask["speedup"] >= 1.6,
+        )
+    overhead = find(table, "test_dask_overhead_per_chunk")
+    if overhead and "overhead_ms_per_chunk" in overhead:
+        ms = overhead["overhead_ms_per_chunk"]
+        add(
+            f"fastad.dask overhead per chunk ({overhead['chunks']} chunks of "
+            f"{overhead['points_per_chunk']} points)",
+            f"{ms:.1f} ms",
+            "-",
+            ms,
+            "<= 5 ms",
+            ms <= 5.0,
+        )
 
 
 def main(argv=None):
