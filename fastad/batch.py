@@ -5,8 +5,9 @@ branch goes the other way: ``errors="mask"`` gives ``nan`` at such points and
 a boolean mask of them. ``check=True`` looks for the first point whose
 finite inputs gave a non-finite value or derivative and replays that one
 point eagerly, on a private copy of the traced tape, to name the node that
-made the ``nan``/``inf`` (its op, label and, for functions traced in this
-process or loaded with their sources, the source line that recorded it).
+made the ``nan``/``inf`` (its op, label and, for functions compiled with
+``debug=True``, the source line that recorded it, which pickles and files
+keep).
 The batch itself runs at full speed either way: the check reads the results
 afterwards and replays at most one point.
 """
@@ -56,16 +57,20 @@ def first_nonfinite_point(
 ) -> int | None:
     """The first point whose finite inputs (and direction) gave a non-finite result, or None.
 
+    A value counts where the point is finite, a derivative where the point
+    and its direction (tangent, cotangent) are.
+
     Points masked as ``failed`` (a guard went the other way) do not count:
     their ``nan`` is the mask's, not a computation's.
     """
-    finite_inputs = np.isfinite(points).all(axis=1)
-    if directions is not None:
-        finite_inputs &= np.isfinite(directions).all(axis=1)
-    bad = ~np.isfinite(values).all(axis=1)
+    finite_points = np.isfinite(points).all(axis=1)
+    bad = ~np.isfinite(values).all(axis=1)  # the values do not read the directions
     if derivatives is not None:
-        bad |= ~np.isfinite(derivatives).all(axis=1)
-    bad &= finite_inputs
+        finite_both = finite_points
+        if directions is not None:
+            finite_both = finite_points & np.isfinite(directions).all(axis=1)
+        bad |= ~np.isfinite(derivatives).all(axis=1) & finite_both
+    bad &= finite_points
     if failed is not None:
         bad &= ~failed
     found = np.flatnonzero(bad)
@@ -106,7 +111,10 @@ class Diagnosis:
         with self._lock:
             tape = self._replayed(point)
             origin = self._origin(tape, values_bad, derivatives)
-        return NonFiniteError(origin, index, tuple(point.tolist()), points.shape[0])
+        hint = ""
+        if origin.node >= 0 and not self._sources:
+            hint = " (compile with fa.compile(..., debug=True) to see the line that recorded it)"
+        return NonFiniteError(origin, index, tuple(point.tolist()), points.shape[0], hint)
 
     def _replayed(self, point: FloatArray) -> Tape:
         tape = self._copy

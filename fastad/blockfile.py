@@ -20,6 +20,7 @@ before any kernel sees it), then a forward sweep computes every value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from fastad import registry
 from fastad.kernels import optable
+from fastad.memory import available_memory
 from fastad.storage import ARITY, as_stored
 from fastad.tape import Tape
 
@@ -154,6 +156,7 @@ def rebuild(
     ops = _block_ops(arrays, params, n, source)
     tape = Tape(capacity=max(n, 1))
     shapes: list[tuple[int, ...]] = []
+    planned = 0  # bytes the block ops' values will take
     for node in range(n):
         code = int(opcode[node])
         where = f"{source}: node {node}"
@@ -168,7 +171,9 @@ def rebuild(
         elif node in ops:
             operands, param = ops[node]
             shape = _op_shape(code, operands, param, shapes, where)
-            value: FloatArray | float = 0.0 if shape == () else as_stored(np.zeros(shape))
+            planned += 8 * math.prod(shape)
+            # A stand-in that allocates nothing: the forward sweep computes the value.
+            value: FloatArray | float = 0.0 if shape == () else np.broadcast_to(0.0, shape)
             tape.push_block_op(code, operands, value, param)
             shapes.append(shape)
         else:
@@ -180,6 +185,13 @@ def rebuild(
         if not key.isdigit() or int(key) >= n or not isinstance(label, str):
             raise ValueError(f"{source}: label {key!r}: {label!r} names no node")
         tape.set_label(int(key), label)
+    available = available_memory()
+    if available is not None and planned > available:
+        raise MemoryError(
+            f"{source}: the values of the tape's {len(ops)} block ops would need "
+            f"{planned / 2**30:,.1f} GiB, and {available / 2**30:,.1f} GiB is available: "
+            "a damaged file, or one saved on a larger machine"
+        )
     try:
         tape.forward()
     except (ValueError, TypeError, IndexError) as error:
@@ -200,8 +212,10 @@ def _block_leaves(arrays: Mapping[str, Any], n: int, source: str) -> dict[int, F
     ndim = _integers(arrays["block_ndim"], "block_ndim", source, nodes.size)
     dims = _integers(arrays["block_dims"], "block_dims", source, int(ndim.sum()))
     data = np.asarray(arrays["block_data"])
-    if data.ndim != 1 or data.dtype != np.float64 or (dims < 0).any() or (ndim < 0).any():
+    if data.ndim != 1 or data.dtype != np.float64 or (dims < 0).any():
         raise ValueError(f"{source}: block values must be float64 data with non-negative shapes")
+    if (ndim < 1).any():
+        raise ValueError(f"{source}: a block leaf or constant must have at least one axis")
     ends = np.cumsum(ndim)
     shapes = [tuple(int(d) for d in dims[end - k : end]) for k, end in zip(ndim, ends, strict=True)]
     sizes = [int(np.prod(shape)) for shape in shapes]
@@ -246,9 +260,12 @@ def _op_shape(
 ) -> tuple[int, ...]:
     try:
         rule = registry.rule(code)
-        return tuple(rule.shape(tuple(shapes[j] for j in operands), param))
+        shape = tuple(rule.shape(tuple(shapes[j] for j in operands), param))
     except (ValueError, TypeError, IndexError, NotImplementedError) as error:
         raise ValueError(f"{where}: {error}") from None
+    if not all(isinstance(size, (int, np.integer)) and size >= 0 for size in shape):
+        raise ValueError(f"{where}: the {optable.ALL[code].name} rule gave the shape {shape}")
+    return tuple(int(size) for size in shape)
 
 
 def _push_scalar(tape: Tape, code: int, in0: int, in1: int, value: float, where: str) -> None:

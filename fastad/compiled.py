@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad import blockfile, npz
 from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
-from fastad.errors import BranchError
+from fastad.errors import BranchError, NonFiniteError
 from fastad.kernels import optable, sweeps
 from fastad.memory import check_fits
 from fastad.node import Block, Var, is_number
@@ -78,6 +78,7 @@ def compile(
     example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
     optimize: bool = True,
     backend: str = "auto",
+    debug: bool = False,
 ) -> CompiledFunction: ...
 @overload
 def compile(
@@ -88,6 +89,7 @@ def compile(
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
     backend: str = "auto",
+    debug: bool = False,
 ) -> BlockFunction: ...
 @overload
 def compile(
@@ -97,6 +99,7 @@ def compile(
     example: NDArray[Any] | Sequence[RealNumber] | RealNumber | None = None,
     optimize: bool = True,
     backend: str = "auto",
+    debug: bool = False,
 ) -> Callable[[Traceable], CompiledFunction]: ...
 @overload
 def compile(
@@ -107,6 +110,7 @@ def compile(
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
     backend: str = "auto",
+    debug: bool = False,
 ) -> Callable[[Traceable], BlockFunction]: ...
 def compile(  # noqa: A001
     function: Traceable | None = None,
@@ -116,6 +120,7 @@ def compile(  # noqa: A001
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
     backend: str = "auto",
+    debug: bool = False,
 ) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
@@ -159,6 +164,12 @@ def compile(  # noqa: A001
         ``fastad.codegen.BUDGET_ROWS`` rows (nodes times passes).
         ``f.tier("grad")`` tells which tier runs and why. A function of
         arrays replays its tape (``"codegen"`` is refused).
+    debug : bool
+        Trace on a debug tape (``fa.Tape(debug=True)``): every node keeps the
+        file and line of your function that recorded it, so a checked call
+        (``check=True``) names the line that made a ``nan``; the lines travel
+        with pickles and saved files. It makes tracing 2-4x slower (a frame
+        walk per node), so it is off by default.
 
     Examples
     --------
@@ -169,7 +180,13 @@ def compile(  # noqa: A001
     """
     if function is None:
         return lambda f: compile(
-            f, num_inputs=num_inputs, example=example, optimize=optimize, wrt=wrt, backend=backend
+            f,
+            num_inputs=num_inputs,
+            example=example,
+            optimize=optimize,
+            wrt=wrt,
+            backend=backend,
+            debug=debug,
         )
     _check_backend(backend)
     if _has_arrays(example):
@@ -178,14 +195,19 @@ def compile(  # noqa: A001
                 'backend="codegen" generates code for functions of scalars; a function of '
                 'arrays replays its tape (use backend="auto" or "interpret")'
             )
-        return BlockFunction(function, example, wrt)
+        return BlockFunction(function, example, wrt, debug)
     if wrt is not None:
         raise TypeError(
             "wrt= chooses arguments of a function of arrays (example=(X, W, ...)); a "
             "function of scalars computes its whole gradient in one compiled sweep: index it"
         )
     return CompiledFunction(
-        function, num_inputs=num_inputs, example=example, optimize=optimize, backend=backend
+        function,
+        num_inputs=num_inputs,
+        example=example,
+        optimize=optimize,
+        backend=backend,
+        debug=debug,
     )
 
 
@@ -225,6 +247,7 @@ class CompiledFunction:
         example: ArrayLike | None = None,
         optimize: bool = True,
         backend: str = "auto",
+        debug: bool = False,
     ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
@@ -235,6 +258,7 @@ class CompiledFunction:
         self._point_shape = (self._num_inputs,)
         self._scalar_output: bool | None = None  # known once traced
         self._optimize = optimize
+        self._debug = debug
         self.optimization: OptimizationReport | None = None
         self._lock = threading.Lock()
         self._traced = False
@@ -249,9 +273,7 @@ class CompiledFunction:
         with self._lock:
             if self._traced:
                 return
-            # A debug tape: checked calls name the source line of a node (cheap
-            # here, paid once per trace).
-            tape = Tape(trace=True, debug=True)
+            tape = Tape(trace=True, debug=self._debug)
             name = getattr(self._function, "__name__", "function")
             with tape, progress(f"tracing {name}", lambda: f"{len(tape):,} nodes recorded"):
                 inputs = [
@@ -276,7 +298,7 @@ class CompiledFunction:
             guards = np.array(tape.end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
-            sources = _sources_of(tape)
+            sources = _sources_of(tape) if self._debug else {}
             if self._optimize:
                 with progress(f"optimising the tape of {name} ({len(tape):,} nodes)"):
                     optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
@@ -389,7 +411,7 @@ class CompiledFunction:
           the other way raises :class:`fastad.BranchError`, which lists every
           such point (``error.indices``). ``errors="mask"``: those points get
           ``nan`` in every result and the call returns ``(result, failed)``,
-          ``failed`` a boolean array over the points (a bool for one point),
+          ``failed`` a boolean array over the points (0-d for one point),
           so one bad point need not fail a batch of 10^6.
         - ``check=True``: after the call, the first point whose finite inputs
           (and direction) gave a non-finite value or derivative is replayed
@@ -878,10 +900,10 @@ class CompiledFunction:
         return values, derivatives, failed
 
     def _result(self, result: Any, failed: Failed | None, single: bool) -> Any:
-        """``result``, or ``(result, failed)`` for ``errors="mask"`` (a bool for one point)."""
+        """``result``, or ``(result, failed)`` for ``errors="mask"`` (0-d for one point)."""
         if failed is None:
             return result
-        return result, (bool(failed[0]) if single else failed)
+        return result, (failed.reshape(()) if single else failed)
 
     def _check(
         self,
@@ -911,14 +933,19 @@ class CompiledFunction:
     def _branch_error(self, points: FloatArray, status: IdArray) -> BranchError:
         """The error for the points whose ``status`` names a failed guard (some do)."""
         failing = np.flatnonzero(status != _NO_FAILED_GUARD)
-        guard = int(status[failing[0]])
-        node, truth = int(self._guards[guard, 0]), bool(self._guards[guard, 1])
+        guards, first = np.unique(status[failing], return_index=True)
+        described = [
+            _describe(self._tape, int(self._guards[guard, 0]))
+            for guard in guards[np.argsort(first)]
+        ]
+        truth = bool(self._guards[int(status[failing[0]]), 1])
         return BranchError(
-            _describe(self._tape, node),
+            described[0],
             truth,
             failing,
             tuple(points[failing[0]].tolist()),
             points.shape[0],
+            tuple(described[1:]),
         )
 
     # -- pickling and files ----------------------------------------------------------
@@ -988,6 +1015,7 @@ class BlockFunction:
         function: Traceable,
         example: Sequence[ArrayLike],
         wrt: int | Sequence[int] | None = None,
+        debug: bool = False,
     ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
@@ -995,7 +1023,7 @@ class BlockFunction:
         self._wrt = _positions(wrt, len(example))
         values = [_block_argument(v, i) for i, v in enumerate(example)]
         self._lock = threading.Lock()
-        tape = Tape(trace=True)
+        tape = Tape(trace=True, debug=debug)
         with tape:
             self._inputs: list[Var | Block] = [
                 tape.input(v, name) for v, name in zip(values, names, strict=True)
@@ -1030,36 +1058,49 @@ class BlockFunction:
             f"<fastad.BlockFunction {self._name}: inputs {self._shapes}, {len(self._tape)} nodes>"
         )
 
-    def __call__(self, arguments: Iterable[ArrayLike]) -> float | FloatArray:
-        """The output at new argument values."""
+    def __call__(
+        self, arguments: Iterable[ArrayLike], *, check: bool = False
+    ) -> float | FloatArray:
+        """The output at new argument values.
+
+        ``check=True`` raises :class:`fastad.NonFiniteError` naming the node
+        (op, label, and its line with ``debug=True``) that turned finite
+        arguments into ``nan``/``inf``.
+        """
         with self._lock:
-            self._replay(arguments)
+            self._replay(arguments, check)
             return self._output_value()
 
-    def value_and_grad(self, arguments: Iterable[ArrayLike]) -> tuple[float, Any]:
+    def value_and_grad(
+        self, arguments: Iterable[ArrayLike], *, check: bool = False
+    ) -> tuple[float, Any]:
         """``(value, gradients)``; needs a scalar output.
 
         The gradients are a list with one per argument, or per position of
         ``wrt`` (a single one for an int ``wrt``), shaped like the arguments.
         Without ``wrt`` the tape's ``.grad`` holds this call's adjoints too;
-        with it only the chosen gradients are computed.
+        with it only the chosen gradients are computed. ``check=True``: as
+        for :meth:`__call__`, and for the gradients the node whose local
+        derivative (or block rule) made a finite adjoint non-finite.
         """
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
         with self._lock:
-            self._replay(arguments)
+            self._replay(arguments, check)
             value = cast(float, self._output_value())  # a scalar output: a float
             if self._wrt is None:
-                self._tape.backward(self._output)
+                self._tape.backward(self._output, check=check)
                 return value, [node.grad for node in self._inputs]
             positions, single = self._wrt
             ids = [self._inputs[i].id for i in positions]
             gradients = self._tape.gradient(self._output, ids)
+            if check and not all(np.isfinite(g).all() for g in gradients):
+                self._tape.backward(self._output, check=True)  # raises, naming the edge
             return value, _by_argument(gradients, single)
 
-    def grad(self, arguments: Iterable[ArrayLike]) -> Any:
+    def grad(self, arguments: Iterable[ArrayLike], *, check: bool = False) -> Any:
         """The gradients of :meth:`value_and_grad`; needs a scalar output."""
-        return self.value_and_grad(arguments)[1]
+        return self.value_and_grad(arguments, check=check)[1]
 
     def hvp(
         self, arguments: Iterable[ArrayLike], directions: ArrayLike | Iterable[ArrayLike]
@@ -1106,7 +1147,7 @@ class BlockFunction:
         block = self._tape.block_value(node)
         return block.copy() if block is not None else float(self._tape.value(node))
 
-    def _replay(self, arguments: Iterable[ArrayLike]) -> None:
+    def _replay(self, arguments: Iterable[ArrayLike], check: bool = False) -> None:
         arguments = list(arguments)
         if len(arguments) != len(self._inputs):
             raise ValueError(f"expected {len(self._inputs)} arguments, got {len(arguments)}")
@@ -1129,6 +1170,10 @@ class BlockFunction:
             else:
                 tape.set_leaf_value(node.id, float(array))
         tape.forward()
+        if check:
+            origin = tape.first_nonfinite(self._output.id)
+            if origin is not None:
+                raise NonFiniteError(origin)
         for guard, truth in self._guards:
             if (tape.value(guard) != 0.0) != truth:
                 raise BranchError(_describe(tape, guard), bool(truth))
@@ -1262,6 +1307,8 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     guards = _guard_rows(state["guards"], n, source)
     if inputs.size == 0 or (tape.opcode[inputs] != optable.INPUT).any():
         raise ValueError(f"{source}: inputs must be leaf nodes, at least one")
+    if any(tape.block_value(int(node)) is not None for node in guards[:, 0]):
+        raise ValueError(f"{source}: a guard must be a scalar node (a comparison)")
     if np.unique(inputs).size != inputs.size or output.size != 1:
         raise ValueError(f"{source}: inputs must be distinct, and there must be one output")
     name, wrt, single = meta.get("name", "function"), meta.get("wrt"), meta.get("wrt_single")
@@ -1320,9 +1367,10 @@ def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFun
     compiled._lock = threading.Lock()
     compiled._backend = meta["backend"]
     compiled._traced = False
-    compiled._optimize = False
-    compiled.optimization = None
     sources = _source_locations(state.get("sources"), meta["source_files"], n, source)
+    compiled._optimize = False
+    compiled._debug = bool(sources)
+    compiled.optimization = None
     compiled._install(tape, inputs, outputs, guards, meta["scalar_output"], sources)
     return compiled
 

@@ -37,8 +37,12 @@ class BranchError(ValueError):
         Its outcome when the function was traced.
     indices : numpy.ndarray of int64
         Every failing point's index in the batch, ascending (one index, 0,
-        for a call at one point). Pass ``errors="mask"`` to get ``nan`` at
-        these points and their mask instead of this error.
+        for a call at one point), whichever guard failed there. Pass
+        ``errors="mask"`` to get ``nan`` at these points and their mask
+        instead of this error.
+    others : tuple of str
+        The other guards that failed at some of those points (``guard`` is
+        the first failing point's), in the order their first points come.
     point : tuple of float, or None
         The first failing point's coordinates (None for a function of arrays).
     total : int
@@ -52,12 +56,14 @@ class BranchError(ValueError):
         indices: NDArray[np.int64] | None = None,
         point: tuple[float, ...] | None = None,
         total: int = 1,
+        others: tuple[str, ...] = (),
     ) -> None:
         self.guard = guard
         self.traced = traced
         self.indices = np.zeros(1, np.int64) if indices is None else np.asarray(indices, np.int64)
         self.point = point
         self.total = total
+        self.others = others
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -67,6 +73,8 @@ class BranchError(ValueError):
             else f"at point {int(self.indices[0])} {list(self.point)}"
         )
         count = f" ({self.indices.size} of {self.total} points differ)" if self.total > 1 else ""
+        if self.others:
+            count += " (other points fail " + ", ".join(f"`{g}`" for g in self.others) + ")"
         return (
             f"the traced function branches on `{self.guard}`, which was {self.traced} when "
             f"traced and is {not self.traced} {where}{count}. A replay cannot take the other "
@@ -76,14 +84,17 @@ class BranchError(ValueError):
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         # Exceptions pickle their args; these are the fields (Dask sends errors back).
-        return (type(self), (self.guard, self.traced, self.indices, self.point, self.total))
+        fields = (self.guard, self.traced, self.indices, self.point, self.total, self.others)
+        return (type(self), fields)
 
     def at_offset(self, start: int, total: int) -> BranchError:
         """The same error for a batch that began ``start`` points into one of ``total``.
 
         A chunk of a larger computation (``fastad.dask``) reports global indices.
         """
-        return BranchError(self.guard, self.traced, self.indices + start, self.point, total)
+        return BranchError(
+            self.guard, self.traced, self.indices + start, self.point, total, self.others
+        )
 
 
 @dataclass(frozen=True)
@@ -151,23 +162,26 @@ class NonFiniteError(FloatingPointError):
         point: int | None = None,
         coordinates: tuple[float, ...] | None = None,
         total: int = 1,
+        hint: str = "",
     ) -> None:
         self.origin = origin
         self.point = point
         self.coordinates = coordinates
         self.total = total
-        message = origin.describe()
+        self._hint = hint
+        message = origin.describe() + hint
         if point is not None:
             message = (
-                f"point {point} {list(coordinates or ())} (the first of {total:,} whose finite "
+                f"point {point} {list(coordinates or ())} (the first of {total} whose finite "
                 f"inputs gave a non-finite result): {message}"
             )
         super().__init__(message)
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
-        return (type(self), (self.origin, self.point, self.coordinates, self.total))
+        fields = (self.origin, self.point, self.coordinates, self.total, self._hint)
+        return (type(self), fields)
 
     def at_offset(self, start: int, total: int) -> NonFiniteError:
         """The same error for a batch that began ``start`` points into one of ``total``."""
         point = None if self.point is None else self.point + start
-        return NonFiniteError(self.origin, point, self.coordinates, total)
+        return NonFiniteError(self.origin, point, self.coordinates, total, self._hint)

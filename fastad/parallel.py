@@ -33,20 +33,16 @@ import os
 import threading
 from collections.abc import Iterator
 
-import numba
-
 _THREAD_SAFE_LAYERS = frozenset({"tbb", "omp", "omp-intel"})
 _FORK_SAFE_LAYERS = frozenset({"tbb", "workqueue", "omp-intel"})
 
 
 class _State:
-    """What this process knows about its threading layer (one instance, below)."""
+    """The one lock of parallel regions, and whether this process is an unsafe fork."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.layer: str | None = None  # known once a parallel region has run
-        self.started = False  # a parallel region ran in this process
-        self.forked_unsafe = False  # a child of a process whose layer is not fork-safe
+        self.forked_unsafe = False  # a child of a process whose started layer is not fork-safe
 
 
 _STATE = _State()
@@ -55,7 +51,11 @@ _STATE = _State()
 def _after_fork_in_child() -> None:
     # The lock may have been held by a thread the child does not have.
     _STATE.lock = threading.Lock()
-    if _STATE.started and _STATE.layer not in _FORK_SAFE_LAYERS:
+    # Numba's own state, not fastad's: the pool is started by any
+    # numba.get_num_threads() and by the user's own parallel code, and a
+    # started GNU OpenMP pool is what kills a child in its first region.
+    started = layer()
+    if started is not None and started not in _FORK_SAFE_LAYERS:
         _STATE.forked_unsafe = True
 
 
@@ -64,7 +64,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def threads_allowed() -> bool:
-    """False in a child forked after the parent ran regions on a layer that is not fork-safe.
+    """False in a child forked after the parent started a layer that is not fork-safe.
 
     Batches then run on the calling thread: a parallel region there would
     kill the process (GNU OpenMP) or hang it.
@@ -76,31 +76,31 @@ def threads_allowed() -> bool:
 def threaded_region() -> Iterator[None]:
     """Run one parallel kernel call inside this block.
 
-    Serialised under a process-wide lock unless the threading layer is known
-    to be thread-safe (known after the first region; the first region is
-    serialised too, which also keeps two threads from starting Numba's pool
-    at once). Callers check :func:`threads_allowed` first.
+    Serialised under a process-wide lock unless the started threading layer
+    is known to be thread-safe (callers have started it: the thread count
+    comes from ``numba.get_num_threads()``; an unknown layer is serialised).
+    Callers check :func:`threads_allowed` first.
     """
-    state = _STATE
-    state.started = True  # before the region: a fork meanwhile must count it
-    if state.layer in _THREAD_SAFE_LAYERS:
+    if layer() in _THREAD_SAFE_LAYERS:
         yield
         return
-    with state.lock:
+    with _STATE.lock:
         yield
-        if state.layer is None:
-            state.layer = _loaded_layer()
 
 
 def layer() -> str | None:
-    """The threading layer fastad's threaded kernels ran on in this process, or None yet."""
-    return _STATE.layer
+    """The threading layer Numba started in this process (``"omp-intel"`` for Intel's
+    OpenMP), or None before Numba's thread pool started.
 
-
-def _loaded_layer() -> str:
-    try:
-        name = str(numba.threading_layer())  # type: ignore[attr-defined]
-    except ValueError:  # no parallel region has launched the pool (cannot happen here)
+    Read from Numba's parallel module (``_is_initialized``, ``_threading_layer``:
+    private names, read with defaults; where they are missing the answer is
+    ``"unknown"``, which is treated as neither thread- nor fork-safe).
+    """
+    backend = importlib.import_module("numba.np.ufunc.parallel")
+    if not getattr(backend, "_is_initialized", True):
+        return None
+    name = getattr(backend, "_threading_layer", None)
+    if not isinstance(name, str):
         return "unknown"
     if name == "omp":
         # Intel's OpenMP is fork-safe; GNU's, which Linux wheels load, is not

@@ -581,7 +581,14 @@ class Reshape(BlockRule):
     linear_adjoint = True
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
-        return tuple(params)
+        shape = tuple(params) if isinstance(params, tuple) else ()
+        if (
+            not shape
+            or not all(isinstance(n, int) and n >= 0 for n in shape)
+            or math.prod(shape) != math.prod(shapes[0])
+        ):
+            raise ValueError(f"cannot reshape an array of shape {shapes[0]} to {params!r}")
+        return shape
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         return np.reshape(values[0], params)

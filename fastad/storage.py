@@ -137,8 +137,7 @@ class BlockTable:
         self.nbytes += _owned_bytes(array)
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
-        if self._ops and node <= self._ops[-1]:  # two threads recorded block ops at once
-            raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
+        """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""
         self._ops.append(node)
         self._operands[node] = operands
         if params is not None:
@@ -307,11 +306,15 @@ class TapeStorage:
         """Append a node computed by a block rule: an array value, or a float (a sum)."""
         in0 = operands[0]
         in1 = operands[1] if len(operands) > 1 else -1
+        ops = self.blocks.ops
         if isinstance(value, np.ndarray):
             node = self.push(code, in0, in1, 0.0)
             self._store(node, value)
         else:
             node = self.push(code, in0, in1, value)
+        if ops and node <= ops[-1]:  # two threads recorded block ops at once
+            self._corrupted = True
+            raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
         self.blocks.add_op(node, operands, params)
         return node
 
@@ -380,19 +383,20 @@ class TapeStorage:
         """Forget every node but keep the allocated memory; older handles become stale."""
         if self._owner is not None:
             self.refuse("reset")
-        for column in self._staged_columns():  # dropped unread: a reset forgets them
-            column.clear()
-        self.clear_adjoints()
-        self._n = self._synced = 0
-        self._corrupted = False
-        self.generation += 1
-        self._labels.clear()
-        self._constants.clear()
-        self.blocks.clear()
-        if self._sources is not None:
-            self._sources.clear()
-        if self.guards is not None:
-            self.guards.clear()
+        with self.lock:  # never under another thread's sweep
+            for column in self._staged_columns():  # dropped unread: a reset forgets them
+                column.clear()
+            self.clear_adjoints()
+            self._n = self._synced = 0
+            self._corrupted = False
+            self.generation += 1
+            self._labels.clear()
+            self._constants.clear()
+            self.blocks.clear()
+            if self._sources is not None:
+                self._sources.clear()
+            if self.guards is not None:
+                self.guards.clear()
 
     def freeze(self, owner: str) -> None:
         """Make the recording final: no more nodes, no reset.
@@ -646,8 +650,9 @@ class TapeStorage:
 
 _CONCURRENT_RECORDING = (
     "several threads recorded onto this tape at the same time (or one read it while "
-    "another recorded), so its node ids are no longer valid and nothing computed from it "
-    "could be trusted. A tape records for one thread at a time: record each thread's work "
+    "another recorded, or an exception such as Ctrl-C interrupted the recording of a node), "
+    "so its node ids are no longer valid and nothing computed from it could be trusted. A "
+    "tape records for one thread at a time: record each thread's work "
     "on its own tape (`with fa.Tape():` inside the thread; a thread's default tape is its "
     "own already), or hold a lock of your own around recording and reading. tape.reset() "
     "makes this tape usable again."

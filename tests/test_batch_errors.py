@@ -58,6 +58,26 @@ def test_branch_error_names_the_guard_and_every_failing_point(backend, batch):
         assert f"at point {bad[0]} " in str(error) and "(3 of 300 points differ)" in str(error)
 
 
+def test_branch_error_names_every_guard_that_failed():
+    f = fa.compile(two_guards, example=[1.0, 1.0])
+    points = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [1.0, -2.0]])
+    with pytest.raises(fa.BranchError) as caught:
+        f(points)
+    error = caught.value
+    assert error.guard == "y > 0.0" and error.others == ("x > 0.0",)
+    np.testing.assert_array_equal(error.indices, [1, 2, 3])
+    assert "(3 of 4 points differ) (other points fail `x > 0.0`)" in str(error)
+    assert pickle.loads(pickle.dumps(error.at_offset(5, 10))).others == ("x > 0.0",)
+
+
+def two_guards(x, y):
+    if y > 0:  # checked first: a point failing here never reaches x > 0
+        if x > 0:
+            return x * y
+        return x
+    return y
+
+
 def test_branch_error_at_an_offset_and_through_pickle(batch):
     points, bad = batch
     f = fa.compile(branchy, example=[1.0, 1.0])
@@ -138,9 +158,11 @@ def test_mask_on_a_function_of_several_outputs(backend, rng):
 
 def test_mask_at_one_point_and_without_guards():
     f = fa.compile(branchy, example=[1.0, 1.0])
-    assert f(np.array([1.0, 1.0]), errors="mask") == (f(np.array([1.0, 1.0])), False)
+    value, failed = f(np.array([1.0, 1.0]), errors="mask")
+    assert value == f(np.array([1.0, 1.0])) and failed.shape == () and not failed
     (value, gradient), failed = f.value_and_grad(np.array([1.0, -1.0]), errors="mask")
-    assert failed is True and np.isnan(value) and np.isnan(gradient).all()
+    assert failed.dtype == np.bool_ and failed.shape == () and failed
+    assert np.isnan(value) and np.isnan(gradient).all()
     plain = fa.compile(lambda x, y: x * y, example=[1.0, 1.0])
     values, failed = plain(np.ones((5, 2)), errors="mask")
     assert failed.dtype == np.bool_ and failed.shape == (5,) and not failed.any()
@@ -164,7 +186,7 @@ def with_sqrt(x, y):
 
 
 def test_check_names_the_first_point_and_the_node_that_made_a_nan(backend):
-    f = fa.compile(with_sqrt, example=[2.0, 1.0], backend=backend)
+    f = fa.compile(with_sqrt, example=[2.0, 1.0], backend=backend, debug=True)
     points = np.array([[2.0, 1.0], [3.0, 2.0], [0.5, 1.0], [0.25, 1.0]])
     values = f(points)  # unchecked: nan, no error
     assert np.isnan(values[2:]).all()
@@ -176,6 +198,15 @@ def test_check_names_the_first_point_and_the_node_that_made_a_nan(backend):
         assert error.origin.phase == "forward" and error.origin.op == "sqrt"
         assert error.origin.source == (__file__, sqrt_line())
         assert "point 2 [0.5, 1.0]" in str(error) and "test_batch_errors.py" in str(error)
+
+
+def test_check_without_debug_names_the_node_and_says_how_to_get_its_line():
+    f = fa.compile(with_sqrt, example=[2.0, 1.0])
+    with pytest.raises(fa.NonFiniteError, match=r"node \d+ \(sqrt\) produced nan") as caught:
+        f(np.array([[0.5, 1.0]]), check=True)
+    assert caught.value.origin.source is None
+    assert "fa.compile(..., debug=True)" in str(caught.value)
+    assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
 
 
 def test_check_names_a_backward_origin(backend):
@@ -195,6 +226,17 @@ def test_check_passes_finite_results_and_skips_non_finite_inputs():
     points = np.array([[2.0, 1.0], [np.nan, 1.0], [np.inf, 2.0]])
     values, gradients = f.value_and_grad(points, check=True)  # nan in, nan out: no error
     np.testing.assert_array_equal(values[0], f(points[0]))
+
+
+def test_check_reads_values_whatever_the_direction():
+    # Regression (review): a nan cotangent hid a nan value made from finite inputs.
+    f = fa.compile(with_sqrt, example=[2.0, 1.0])
+    points = np.array([[2.0, 1.0], [0.5, 1.0]])
+    with pytest.raises(fa.NonFiniteError) as caught:
+        f.vjp(points, np.array([1.0, np.nan]), check=True)
+    assert caught.value.point == 1 and caught.value.origin.phase == "forward"
+    values, pushed = f.jvp(points[:1], np.array([[np.inf, 0.0]]), check=True)  # inf in, inf out
+    assert np.isfinite(values).all() and not np.isfinite(pushed).all()
 
 
 def test_check_skips_masked_points():
@@ -217,7 +259,7 @@ def test_check_of_a_tangent_that_overflows_says_so():
 
 
 def test_check_at_one_point_and_after_pickling(tmp_path):
-    f = fa.compile(with_sqrt, example=[2.0, 1.0])
+    f = fa.compile(with_sqrt, example=[2.0, 1.0], debug=True)
     with pytest.raises(fa.NonFiniteError) as caught:
         f(np.array([0.5, 1.0]), check=True)
     assert caught.value.point == 0

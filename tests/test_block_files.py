@@ -153,6 +153,48 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
             target.__setstate__(state)
 
 
+def test_crafted_shapes_and_params_are_refused_before_anything_is_allocated(arrays):
+    # Regressions (review): a 3 kB pickle claiming (10^6, 0) @ (0, 10^6) asked
+    # for 7 TiB; a reshape to a string failed inside NumPy.
+    f = fa.compile(lambda A, B: (A @ B).sum(), example=(np.ones((2, 3)), np.ones((3, 2))))
+
+    def empty_inner(state, meta):
+        state["block_dims"][:] = [10**6, 0, 0, 10**6]
+        state["block_data"] = np.empty(0)
+
+    with pytest.raises(MemoryError, match="2 block ops would need 7,450.6 GiB"):
+        object.__new__(fa.BlockFunction).__setstate__(damaged(f, empty_inner))
+    g = fa.compile(lambda A: A.reshape(3, 2).sum(), example=(np.ones((2, 3)),))
+    reshape = [i for i, p in enumerate(g.tape.blocks.ops) if g.tape.op_name(p) == "reshape"][0]
+
+    def bad_reshape(value):
+        def change(state, meta):
+            meta["params"][reshape] = value
+
+        return change
+
+    for value in ({"str": "abc"}, {"tuple": [4, 2]}, {"tuple": [-6]}):
+        with pytest.raises(ValueError, match="cannot reshape an array of shape"):
+            object.__new__(fa.BlockFunction).__setstate__(damaged(g, bad_reshape(value)))
+
+    def zero_dimensional(state, meta):
+        state["block_ndim"][0] = 0
+        state["block_dims"] = state["block_dims"][2:]
+
+    with pytest.raises(ValueError, match="at least one axis"):
+        object.__new__(fa.BlockFunction).__setstate__(damaged(g, zero_dimensional))
+
+
+def test_a_guard_on_a_block_node_is_refused():
+    f = fa.compile(guarded, example=(np.ones((2, 2)), np.ones((2, 2)), np.ones(2)))
+
+    def guard_a_block(state, meta):
+        state["guards"][0, 0] = state["inputs"][0]
+
+    with pytest.raises(ValueError, match="a guard must be a scalar node"):
+        object.__new__(fa.BlockFunction).__setstate__(damaged(f, guard_a_block))
+
+
 def test_load_tells_a_function_of_arrays_from_one_of_scalars(arrays, tmp_path):
     scalar = fa.compile(lambda x, y: x * y, example=[1.0, 2.0])
     blocks = fa.compile(lambda X, W: (X @ W).sum(), example=arrays[:2])
@@ -160,3 +202,22 @@ def test_load_tells_a_function_of_arrays_from_one_of_scalars(arrays, tmp_path):
     blocks.save(tmp_path / "b.npz")
     assert type(fa.load(tmp_path / "s.npz")) is fa.CompiledFunction
     assert type(fa.load(tmp_path / "b.npz")) is fa.BlockFunction
+
+
+def test_a_function_of_arrays_has_a_checked_mode(arrays):
+    X, W, b = arrays[:3]
+
+    def layer(X, W, b):
+        return fa.log(X @ W + b).sum()
+
+    f = fa.compile(layer, example=(X, W, np.full(3, 100.0)), debug=True)
+    with pytest.raises(fa.NonFiniteError, match=r"\(log\) at test_block_files.py") as caught:
+        f((X, W, b - 100.0), check=True)
+    assert caught.value.origin.phase == "forward"
+    assert np.isnan(f((X, W, b - 100.0)))  # unchecked: the nan, no error
+    ones = np.ones((2, 2))
+    g = fa.compile(lambda X, W: fa.sqrt(X @ W - 2.0).sum(), example=(ones, ones * 2.0), wrt=1)
+    assert np.isinf(g.grad((ones, ones))).all()
+    with pytest.raises(fa.NonFiniteError) as caught:
+        g.grad((ones, ones), check=True)  # sqrt at 0: an infinite slope
+    assert caught.value.origin.phase == "backward"

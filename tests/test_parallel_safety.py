@@ -22,10 +22,23 @@ PROGRAM = textwrap.dedent(
     import fastad as fa
     from fastad import parallel
 
-    backend, case = sys.argv[1], sys.argv[2]
+    backend, case, before = sys.argv[1], sys.argv[2], sys.argv[3]
     f = fa.compile(lambda x, y: (x * y + x) ** 2 + fa.sin(x) * y, backend=backend)
     points = np.random.default_rng(0).random((20_000, 2))
-    expected = f.value_and_grad(points)  # a batch on the thread pool, before any fork
+    if before == "batch":  # a batch on the thread pool, before any fork
+        expected = f.value_and_grad(points)
+    else:
+        expected = f.value_and_grad(points, threads=1)  # starts the pool, runs no region
+        if before == "user":  # the user's own parallel code ran a region
+
+            @numba.njit(parallel=True)
+            def total(a):
+                t = 0.0
+                for i in numba.prange(a.size):
+                    t += a[i]
+                return t
+
+            assert total(np.ones(100_000)) == 100_000.0
     assert numba.get_num_threads() > 1 and parallel.layer() is not None, parallel.layer()
 
     def same_batch():
@@ -60,12 +73,12 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def run_case(backend, case, layer):
+def run_case(backend, case, layer, before="batch"):
     environment = {**os.environ, "NUMBA_NUM_THREADS": "2"}
     if layer is not None:
         environment["NUMBA_THREADING_LAYER"] = layer
     return subprocess.run(
-        [sys.executable, "-c", PROGRAM, backend, case],
+        [sys.executable, "-c", PROGRAM, backend, case, before],
         env=environment,
         capture_output=True,
         text=True,
@@ -75,12 +88,23 @@ def run_case(backend, case, layer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["interpret", "codegen"])
-@pytest.mark.parametrize("layer", [None, "workqueue"])
-def test_a_process_pool_forked_after_batch_calls_works(backend, layer):
+@pytest.mark.parametrize(
+    "backend, layer, before",
+    [
+        ("interpret", None, "batch"),
+        ("codegen", None, "batch"),
+        ("interpret", "workqueue", "batch"),
+        ("codegen", "workqueue", "batch"),
+        # Regressions (review): Numba's pool started by a one-thread call, or
+        # by the user's own parallel code, kills the children just the same.
+        ("interpret", None, "pool started"),
+        ("codegen", None, "user"),
+    ],
+)
+def test_a_process_pool_forked_after_batch_calls_works(backend, layer, before):
     # Regression: under GNU OpenMP (Numba's default where libgomp loads) each
     # forked worker died in its first parallel region and Pool.map hung.
-    result = run_case(backend, "fork", layer)
+    result = run_case(backend, "fork", layer, before)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "fork() called from a process already using GNU OpenMP" not in result.stderr
     layer_name, _, threads = result.stdout.strip().splitlines()[-1].partition(" ")
