@@ -219,7 +219,7 @@ class TapeStorage:
         # recording onto one tape at once make push lose an id increment
         # (both read the same self._n): the lists then hold more rows than
         # the ids count, which sync sees before any sweep or read, and
-        # refuses. A lock in push would cost ~30% of eager recording.
+        # refuses. A lock in push would cost 20-53% of eager recording.
         self._synced = 0
         self._corrupted = False
         self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
