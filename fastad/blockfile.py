@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad import registry
+from fastad import registry, tapefile
 from fastad.kernels import optable
 from fastad.memory import available_memory
-from fastad.storage import ARITY, as_stored
+from fastad.storage import as_stored
 from fastad.tape import Tape
 
 if TYPE_CHECKING:
@@ -113,10 +113,11 @@ def _decoded_array(data: Mapping[str, Any], where: str) -> Any:
 
 def block_state(tape: Tape) -> tuple[dict[str, Any], list[Any]]:
     """The block side of ``tape``: ``(arrays, encoded parameters)`` (see the module docstring)."""
+    opcode = tape.opcode
     leaves = [
         node
-        for node, value in sorted(tape.blocks.values.items())
-        if not tape.blocks.is_op(node) and tape.opcode[node] in _LEAVES
+        for node in sorted(tape.blocks.values)
+        if not tape.blocks.is_op(node) and opcode[node] in _LEAVES
     ]
     blocks = [tape.blocks.values[node] for node in leaves]
     ops = list(tape.blocks.ops)
@@ -148,19 +149,28 @@ def rebuild(
     """
     opcode = _integers(scalar["opcode"], "opcode", source)
     n = opcode.size
-    in0, in1 = (_integers(scalar[name], name, source, n) for name in ("in0", "in1"))
-    values = np.asarray(scalar["val"])
-    if values.shape != (n,) or values.dtype.kind != "f":
-        raise ValueError(f"{source}: val must be a float array of the opcodes' length {n}")
     leaves = _block_leaves(arrays, n, source)
     ops = _block_ops(arrays, params, n, source)
+    # The scalar rows, checked as a scalar tape's are (opcodes, arity, operands
+    # before their node), with the block rows standing in as leaves.
+    block_rows = np.zeros(n, np.bool_)
+    block_rows[[*leaves, *ops]] = True
+    try:
+        _, in0, in1, values = tapefile.validated_arrays(
+            np.where(block_rows, optable.INPUT, opcode),
+            np.where(block_rows, -1, scalar["in0"]),
+            np.where(block_rows, -1, scalar["in1"]),
+            scalar["val"],
+        )
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
     tape = Tape(capacity=max(n, 1))
     shapes: list[tuple[int, ...]] = []
     planned = 0  # bytes the block ops' values will take
     for node in range(n):
         code = int(opcode[node])
         where = f"{source}: node {node}"
-        if code not in optable.ALL:
+        if code not in optable.ALL:  # a block row's (the scalar rows' are checked above)
             raise ValueError(f"{where}: invalid opcode {code}")
         if node in leaves:
             if code not in _LEAVES:
@@ -177,14 +187,15 @@ def rebuild(
             tape.push_block_op(code, operands, value, param)
             shapes.append(shape)
         else:
-            _push_scalar(tape, code, int(in0[node]), int(in1[node]), float(values[node]), where)
+            tape.push(code, int(in0[node]), int(in1[node]), float(values[node]))
             if any(shapes[j] != () for j in tape.operands(node)):
                 raise ValueError(f"{where}: a scalar op with an array operand")
             shapes.append(())
-    for key, label in labels.items():
-        if not key.isdigit() or int(key) >= n or not isinstance(label, str):
-            raise ValueError(f"{source}: label {key!r}: {label!r} names no node")
-        tape.set_label(int(key), label)
+    try:
+        for node, label in tapefile.validated_labels(tape, dict(labels)).items():
+            tape.set_label(node, label)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: {error}") from None
     available = available_memory()
     if available is not None and planned > available:
         raise MemoryError(
@@ -266,16 +277,3 @@ def _op_shape(
     if not all(isinstance(size, (int, np.integer)) and size >= 0 for size in shape):
         raise ValueError(f"{where}: the {optable.ALL[code].name} rule gave the shape {shape}")
     return tuple(int(size) for size in shape)
-
-
-def _push_scalar(tape: Tape, code: int, in0: int, in1: int, value: float, where: str) -> None:
-    if code >= optable.NUM_OPS:
-        raise ValueError(f"{where}: the block op {optable.ALL[code].name} is not in the op table")
-    arity = int(ARITY[code])
-    for slot, operand in enumerate((in0, in1)):
-        if (slot < arity and not 0 <= operand < len(tape)) or (slot >= arity and operand != -1):
-            raise ValueError(
-                f"{where} ({optable.ALL[code].name}): operand {slot} = {operand} must be an "
-                "earlier node" + ("" if slot < arity else ", or -1 for an unused operand")
-            )
-    tape.push(code, in0, in1, value)

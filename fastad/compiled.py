@@ -298,7 +298,7 @@ class CompiledFunction:
             guards = np.array(tape.end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
-            sources = _sources_of(tape) if self._debug else {}
+            sources = tape.sources
             if self._optimize:
                 with progress(f"optimising the tape of {name} ({len(tape):,} nodes)"):
                     optimized = optimize_tape(tape, output_ids, keep=guards[:, 0])
@@ -1519,16 +1519,6 @@ def _output_node(tape: Tape, result: Any, position: int) -> Var:
         f"output {position} of the traced function is a {type(result).__name__}; "
         "expected a fastad node or a real number"
     )
-
-
-def _sources_of(tape: Tape) -> dict[int, tuple[str, int]]:
-    """The ``(file, line)`` of every node of a debug tape that has one."""
-    found = {}
-    for node in range(len(tape)):
-        location = tape.source(node)
-        if location is not None:
-            found[node] = location
-    return found
 
 
 def _renumbered(

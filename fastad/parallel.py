@@ -33,6 +33,8 @@ import os
 import threading
 from collections.abc import Iterator
 
+from numba.np.ufunc import parallel as numba_parallel
+
 _THREAD_SAFE_LAYERS = frozenset({"tbb", "omp", "omp-intel"})
 _FORK_SAFE_LAYERS = frozenset({"tbb", "workqueue", "omp-intel"})
 
@@ -96,10 +98,9 @@ def layer() -> str | None:
     private names, read with defaults; where they are missing the answer is
     ``"unknown"``, which is treated as neither thread- nor fork-safe).
     """
-    backend = importlib.import_module("numba.np.ufunc.parallel")
-    if not getattr(backend, "_is_initialized", True):
+    if not getattr(numba_parallel, "_is_initialized", True):
         return None
-    name = getattr(backend, "_threading_layer", None)
+    name = getattr(numba_parallel, "_threading_layer", None)
     if not isinstance(name, str):
         return "unknown"
     if name == "omp":

@@ -503,6 +503,12 @@ class TapeStorage:
         """``(file, line)`` of the user code that recorded a node (debug tapes), or None."""
         return self._sources.get(node) if self._sources is not None else None
 
+    @property
+    def sources(self) -> dict[int, tuple[str, int]]:
+        """A copy of ``{node id: (file, line)}`` for the nodes whose line is known (debug tapes)."""
+        known = self._sources or {}
+        return {node: location for node, location in known.items() if location is not None}
+
     def set_source(self, node: int, location: tuple[str, int]) -> None:
         """Record where ``node`` was made (a debug tape rebuilt from a trace or a file)."""
         if self._sources is None:
