@@ -14,6 +14,7 @@ set none of their own, which would cost a few microseconds a call.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,9 +66,9 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
     term is sent only from a reached adjoint meeting a value that is not
     exactly zero (a zero local partial is a strong zero), so an element no
     term reached is UNREACHED and an unsent term can never turn into
-    ``0 * inf = nan``. BLAS computes the product; only the rows (or
-    columns) holding a zero or a non-finite element, where it can differ,
-    are recomputed term by term (``product_reach``). 1-D operands act as a
+    ``0 * inf = nan``. BLAS computes the product; it can differ only at a
+    zero element (which may be an unreached strong zero) and a non-finite
+    one (``product_reach`` settles both). 1-D operands act as a
     row (``x``) or a column (``y``); operands of more than two axes are
     stacks of matrices, their leading axes broadcast as in ``np.matmul``.
     """
@@ -98,19 +99,60 @@ def product_reach(
 ) -> FloatArray:
     """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
-    Changes ``product`` in place.
+    Changes ``product`` in place. One read of ``product`` finds its
+    non-finite elements and counts its zeros; finite data with no zero in
+    the product costs only that read. Where a non-finite value meets a zero
+    or an unreached adjoint, BLAS's sum holds a ``nan``: only the rows (the
+    adjoint on the left) or columns holding a non-finite element are
+    recomputed term by term, the slow path (``slow_path_counts``). The
+    other zeros have the right value and get their reach from
+    ``sweeps.settle_zeros``, which reads a factor's line once and scans
+    terms only for a zero that neither factor's line explains.
     """
-    if adjoint_left:
-        rows = np.zeros(product.shape[0], np.bool_)
-        if sweeps.rows_to_recheck(product, rows):
-            x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-            sweeps.exact_rows(x, y, np.flatnonzero(rows), product)
-    else:
-        columns = np.zeros(product.shape[1], np.bool_)
-        if sweeps.columns_to_recheck(product, columns):
-            x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-            sweeps.exact_columns(x, y, np.flatnonzero(columns), product)
+    lines = np.zeros(product.shape[0] if adjoint_left else product.shape[1], np.bool_)
+    zeros, nonfinite = sweeps.nonfinite_lines(product, lines, adjoint_left)
+    if not zeros and not nonfinite:
+        return product
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if nonfinite:
+        marked = np.flatnonzero(lines)
+        if adjoint_left:
+            sweeps.exact_rows(x, y, marked, product)
+        else:
+            sweeps.exact_columns(x, y, marked, product)
+        _count("exact_lines", marked.size)
+    if zeros:
+        _count(
+            "scanned_zeros", sweeps.settle_zeros(product, x, y, adjoint_left, lines, adjoint_left)
+        )
     return product
+
+
+_counts = {"exact_lines": 0, "scanned_zeros": 0}
+_counts_lock = threading.Lock()
+
+
+def _count(name: str, amount: int) -> None:
+    if amount:
+        with _counts_lock:
+            _counts[name] += amount
+
+
+def slow_path_counts() -> dict[str, int]:
+    """How often array products left their fast path, since fastad was imported.
+
+    - ``exact_lines``: rows or columns of a product recomputed term by term,
+      where a non-finite value met a zero or an unreached adjoint (or the
+      product overflowed). Finite data takes it only where a product overflows.
+    - ``scanned_zeros``: zero elements of a product whose reach needed a scan
+      of their terms, because neither factor's row or column showed at once
+      that nothing reached them (a cancellation, or the sparsity patterns of
+      an adjoint and a value that miss each other).
+
+    The tests read these to show which path ran; they are not timings.
+    """
+    with _counts_lock:
+        return dict(_counts)
 
 
 def unbroadcast(gradient: RuleValue, shape: tuple[int, ...]) -> FloatArray | float:

@@ -73,6 +73,7 @@ NO_ORIGIN = -1
 # mode do. The front end adds 0.0 to every result it hands out, so users
 # never see -0.0 for an unreached node.
 UNREACHED = -0.0
+FLOAT_MAX = np.finfo(np.float64).max
 
 
 @kernel
@@ -3428,14 +3429,14 @@ def tangent_sweep(
 
 @kernel
 def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
-    """Mark in ``rows`` each row of the 2-D product ``out`` holding a zero or a non-finite value.
+    """Mark in ``rows`` each row of the 2-D ``out`` holding a zero or a non-finite value.
 
     A BLAS product of adjoints (or tangents) with values is exact except in
     two places: a zero may be an unreached (strong) zero, and a nan may come
     from a term the scalar rule never sends (an unreached ``-0.0`` times
-    ``inf``, or an ``inf`` adjoint times a zero value). Only rows holding
-    such an element need the term-by-term product (``exact_rows``). One read.
-    Returns how many rows it marked.
+    ``inf``, or an ``inf`` adjoint times a zero value). A stack of products
+    (``fastad/reach.py``) is read once, as rows, to find the matrices that
+    hold such an element. Returns how many rows it marked.
     """
     count = 0
     for i in range(out.shape[0]):
@@ -3449,21 +3450,106 @@ def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
 
 
 @kernel
-def columns_to_recheck(out: FloatArray, columns: BoolArray) -> int:
-    """Mark in ``columns`` each column of ``out`` holding a zero or a non-finite value.
+def nonfinite_lines(out: FloatArray, lines: BoolArray, by_row: bool) -> tuple[int, int]:
+    """Mark in ``lines`` each row (``by_row``) or column of ``out`` holding a non-finite value.
 
-    ``rows_to_recheck(out.T)`` in effect, but it reads ``out`` in memory order:
-    a strided pass over a (512, 1024) weight gradient costs several times more.
-    Returns how many elements it found (a column may count more than once).
+    The first read of a BLAS product of adjoints (or tangents) with values
+    (``fastad/reach.py``). A term the scalar rule never sends (an unreached
+    ``-0.0`` adjoint times an ``inf`` value, an ``inf`` or ``nan`` adjoint
+    times a zero value) is a ``nan`` in BLAS's sum, so every element such a
+    term touches is non-finite: the marked lines are the only ones that need
+    the term-by-term product (``exact_rows`` / ``exact_columns``). Returns
+    how many elements are exactly zero (their value is right, but whether
+    any term reached them is still to be settled: ``settle_zeros``) and how
+    many are non-finite.
+
+    One branch-free read counts both (integer sums, which LLVM vectorises);
+    only a product holding a non-finite element is read again to mark it.
     """
-    count = 0
-    for i in range(out.shape[0]):
-        for k in range(out.shape[1]):
-            value = out[i, k]
-            if value == 0.0 or not isfinite(value):
-                columns[k] = True
-                count += 1
-    return count
+    flat = out.reshape(out.size)
+    zeros = nonfinite = 0
+    for t in range(flat.size):
+        value = flat[t]
+        zeros += value == 0.0
+        nonfinite += not (fabs(value) <= FLOAT_MAX)  # inf, -inf and nan
+    if nonfinite:
+        for i in range(out.shape[0]):
+            for k in range(out.shape[1]):
+                if not isfinite(out[i, k]):
+                    lines[i if by_row else k] = True
+    return zeros, nonfinite
+
+
+# What a line (a row of a product's left factor, a column of its right one)
+# lets through, read at most once per product by ``settle_zeros``.
+UNREAD, SENDS, SENDS_NOTHING = np.int8(0), np.int8(1), np.int8(2)
+
+
+@kernel
+def _sends(x: float, adjoint: bool) -> bool:
+    """Whether a product's factor lets its term through: a reached adjoint, a non-zero value."""
+    return reached(x) if adjoint else x != 0.0
+
+
+@kernel
+def _line_state(x: FloatArray, adjoint: bool) -> np.int8:
+    """``SENDS`` if some element of the 1-D ``x`` lets a term through, else ``SENDS_NOTHING``."""
+    for t in range(x.size):
+        if _sends(x[t], adjoint):
+            return SENDS
+    return SENDS_NOTHING
+
+
+@kernel
+def settle_zeros(
+    out: FloatArray,
+    left: FloatArray,
+    right: FloatArray,
+    left_is_adjoint: bool,
+    exact: BoolArray,
+    exact_rows: bool,
+) -> int:
+    """Give each zero of the BLAS product ``out = left @ right`` its reach, in place.
+
+    One factor holds adjoints (or tangents), the other values. Outside the
+    lines ``exact`` marks (rows if ``exact_rows``, else columns: those are
+    recomputed term by term), ``out`` is finite, so every term BLAS summed
+    is finite and a zero element has the right value; it is +0.0 if some
+    term reached it (a reached adjoint times a non-zero value) and
+    ``UNREACHED`` if none did. A row of ``left`` or a column of ``right``
+    that lets no term through (a zero input feature, a sample whose units
+    are all dead) settles its whole line at the cost of one read; only the
+    remaining zeros scan their terms, stopping at the first one sent.
+    Returns how many zeros needed that scan.
+    """
+    m, n = out.shape
+    left_rows = np.zeros(m, np.int8)
+    right_columns = np.zeros(n, np.int8)
+    scanned = 0
+    for i in range(m):
+        if exact_rows and exact[i]:
+            continue
+        for j in range(n):
+            if out[i, j] != 0.0 or (not exact_rows and exact[j]):
+                continue
+            if left_rows[i] == UNREAD:
+                left_rows[i] = _line_state(left[i, :], left_is_adjoint)
+            if left_rows[i] == SENDS_NOTHING:
+                out[i, j] = UNREACHED
+                continue
+            if right_columns[j] == UNREAD:
+                right_columns[j] = _line_state(right[:, j], not left_is_adjoint)
+            if right_columns[j] == SENDS_NOTHING:
+                out[i, j] = UNREACHED
+                continue
+            scanned += 1
+            total = UNREACHED
+            for k in range(left.shape[1]):
+                if _sends(left[i, k], left_is_adjoint) and _sends(right[k, j], not left_is_adjoint):
+                    total = 0.0
+                    break
+            out[i, j] = total
+    return scanned
 
 
 @kernel
