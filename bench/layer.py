@@ -34,6 +34,7 @@ import os
 import time
 
 import numpy as np
+from data import with_exact_zeros
 
 import fastad as fa
 from fastad import registry
@@ -57,10 +58,17 @@ LATE_STEPS = (2000, 2050)
 LEARNING_RATE = 1e-3
 
 
-def layer_inputs(B, n, h, seed=0):
+def layer_inputs(B, n, h, seed=0, data="dense"):
+    """``(X, W, b, G)``: normal inputs, or with ``data="zeros"`` inputs ``X`` with
+    exact zeros (``bench/data.py``), scaled weights, bias, upstream gradient."""
     rng = np.random.default_rng(seed)
+    X = rng.normal(size=(B, n))
+    if data == "zeros":
+        X = with_exact_zeros(X)
+    elif data != "dense":
+        raise ValueError(f"unknown data {data!r}: dense or zeros")
     return (
-        rng.normal(size=(B, n)),
+        X,
         rng.normal(size=(n, h)) / np.sqrt(n),
         rng.normal(size=h) * 0.1,
         rng.normal(size=(B, h)),

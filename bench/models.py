@@ -34,6 +34,7 @@ differences (``test_bench_models.py``).
 import importlib
 
 import numpy as np
+from data import digits_like, with_exact_zeros
 
 import fastad as fa
 
@@ -43,8 +44,10 @@ CROSS_ENTROPY_SIZES = ((256, 10), (256, 1000))
 
 
 # -- the MLP step -----------------------------------------------------------------------------
-def mlp_inputs(B=256, n=64, h=128, c=10, seed=0):
-    """``(W1, b1, W2, b2, X, y)``: He-scaled weights, normal data, integer labels."""
+def mlp_inputs(B=256, n=64, h=128, c=10, seed=0, data="dense"):
+    """``(W1, b1, W2, b2, X, y)``: He-scaled weights, integer labels, and the data:
+    normal (``dense``), with exact zeros (``zeros``) or digit-like images
+    (``digits``: n = 64, c = 10; ``bench/data.py``)."""
     rng = np.random.default_rng(seed)
     W1 = rng.normal(size=(n, h)) * np.sqrt(2.0 / n)
     b1 = rng.normal(size=h) * 0.1
@@ -52,6 +55,12 @@ def mlp_inputs(B=256, n=64, h=128, c=10, seed=0):
     b2 = rng.normal(size=c) * 0.1
     X = rng.normal(size=(B, n))
     y = rng.integers(0, c, size=B)
+    if data == "digits":
+        if (n, c) != (64, 10):
+            raise ValueError(f"digits data has 64 features and 10 classes, not {n} and {c}")
+        X, y = digits_like(B)
+    else:
+        X = _features(X, data)
     return W1, b1, W2, b2, X, y
 
 
@@ -186,10 +195,11 @@ def torch_mlp(params, X, y, functional):
 
 
 # -- logistic regression ----------------------------------------------------------------------
-def logreg_inputs(N=2000, k=20, seed=0):
-    """``(w, b, X, y)``: labels drawn from the model at ``w``, ``b`` (so the loss is O(1))."""
+def logreg_inputs(N=2000, k=20, seed=0, data="dense"):
+    """``(w, b, X, y)``: labels drawn from the model at ``w``, ``b`` (so the loss is O(1)),
+    on normal features (``dense``) or the same with exact zeros (``zeros``)."""
     rng = np.random.default_rng(seed)
-    X = rng.normal(size=(N, k))
+    X = _features(rng.normal(size=(N, k)), data)
     w = rng.normal(size=k) / np.sqrt(k)
     b = 0.3
     y = (rng.random(N) < 1.0 / (1.0 + np.exp(-(X @ w + b)))).astype(np.float64)
@@ -241,10 +251,19 @@ def compiled_logreg(f, arguments):
 
 
 # -- cross-entropy, fused or composed ---------------------------------------------------------
-def cross_entropy_inputs(B, c, seed=0):
-    """``(logits, y)``: logits of spread 3 (a loss far from both 0 and log c), labels."""
+def cross_entropy_inputs(B, c, seed=0, data="dense"):
+    """``(logits, y)``: logits of spread 3 (a loss far from both 0 and log c), labels;
+    with ``data="zeros"`` half the logits, and some whole columns, exactly 0."""
     rng = np.random.default_rng(seed)
-    return rng.normal(size=(B, c)) * 3.0, rng.integers(0, c, size=B)
+    return _features(rng.normal(size=(B, c)) * 3.0, data), rng.integers(0, c, size=B)
+
+
+def _features(X, data):
+    if data == "zeros":
+        return with_exact_zeros(X)
+    if data != "dense":
+        raise ValueError(f"unknown data {data!r}: dense or zeros")
+    return X
 
 
 def _on_tape(logits, y, loss):

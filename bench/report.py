@@ -26,6 +26,11 @@ PyTorch float64, "torch absent" where it is not installed), logistic
 regression's value and gradient, and the fused cross-entropy against the
 faster of two compositions from blocks.
 
+The exact-zero rows run the same cases on data with exact zeros
+(``bench/data.py``: half the inputs 0 and some whole columns 0, or
+digit-like images), each against its dense row and against its peer on
+the same data: finite data must take no slow path.
+
 Every contender runs on one BLAS thread: the pytest subprocess gets
 OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and MKL_NUM_THREADS = 1, and
 ``bench/conftest.py`` records what the run's pools really had (with
@@ -165,8 +170,8 @@ def rows(table):
         ("blocks", (8, 64, 64), 1.5),
     ):
         B, n, h = size
-        fastad_layer = find(table, "test_fused", way=way, B=B, n=n, h=h)
-        numpy_layer = find(table, "test_fused", way="numpy", B=B, n=n, h=h)
+        fastad_layer = find(table, "test_fused", way=way, data="dense", B=B, n=n, h=h)
+        numpy_layer = find(table, "test_fused", way="numpy", data="dense", B=B, n=n, h=h)
         if fastad_layer and numpy_layer:
             ratio = fastad_layer["seconds"] / numpy_layer["seconds"]
             add(
@@ -177,6 +182,7 @@ def rows(table):
                 f"<= {goal}",
                 ratio <= goal,
             )
+    _exact_zero_layer_rows(table, add)
     loop = find(table, "test_long_lived_tape")
     if loop and "late_over_early" in loop:
         (a, b), (c, d) = loop["late_steps"], loop["early_steps"]
@@ -190,6 +196,7 @@ def rows(table):
             ratio <= 1.2,
         )
     _model_rows(table, add)
+    _exact_zero_model_rows(table, add)
     _second_rows(table, add)
     _dask_rows(table, add)
     memory = find(table, "test_memory_per_node")
@@ -361,9 +368,9 @@ def _second_rows(table, add):
 
 def _model_rows(table, add):
     """The small-model targets (bench/test_bench_models.py), each against the same run."""
-    numpy_step = find(table, "test_mlp", way="numpy")
+    numpy_step = find(table, "test_mlp", way="numpy", data="dense")
     for way, goal in (("eager", 1.0), ("compiled", 1.0)):
-        step = find(table, "test_mlp", way=way)
+        step = find(table, "test_mlp", way=way, data="dense")
         if step and numpy_step:
             ratio = step["seconds"] / numpy_step["seconds"]
             add(
@@ -374,7 +381,8 @@ def _model_rows(table, add):
                 f"<= {goal}",
                 ratio <= goal,
             )
-    eager, torch_step = find(table, "test_mlp", way="eager"), find(table, "test_mlp", way="torch")
+    eager = find(table, "test_mlp", way="eager", data="dense")
+    torch_step = find(table, "test_mlp", way="torch", data="dense")
     if eager and torch_step:
         ratio = eager["seconds"] / torch_step["seconds"]
         add(
@@ -394,8 +402,8 @@ def _model_rows(table, add):
             "<= 0.6",
             "torch absent",
         )
-    logreg = find(table, "test_logreg", way="compiled")
-    numpy_logreg = find(table, "test_logreg", way="numpy")
+    logreg = find(table, "test_logreg", way="compiled", data="dense")
+    numpy_logreg = find(table, "test_logreg", way="numpy", data="dense")
     if logreg and numpy_logreg:
         ratio = logreg["seconds"] / numpy_logreg["seconds"]
         add(
@@ -410,11 +418,11 @@ def _model_rows(table, add):
         {(i["B"], i["c"]) for n, i in table.items() if n.startswith("test_cross_entropy")}
     )
     for B, c in sizes:
-        fused = find(table, "test_cross_entropy", way="fused", B=B, c=c)
+        fused = find(table, "test_cross_entropy", way="fused", data="dense", B=B, c=c)
         composed = [
             info
             for way in ("log_softmax", "primitives")
-            if (info := find(table, "test_cross_entropy", way=way, B=B, c=c))
+            if (info := find(table, "test_cross_entropy", way=way, data="dense", B=B, c=c))
         ]
         if fused and composed:
             best = min(composed, key=lambda info: info["seconds"])  # the faster composition
@@ -426,6 +434,73 @@ def _model_rows(table, add):
                 ratio,
                 "< 1",
                 "fused faster" if ratio < 1 else "SHORT",
+            )
+
+
+def _exact_zero_layer_rows(table, add):
+    """linear+ReLU on inputs with exact zeros: against NumPy on the same data, and
+    against its own dense time (finite data takes no slow path)."""
+    for way, size, goal in (("fused", (64, 512, 1024), 1.05), ("kernels", (8, 64, 64), None)):
+        B, n, h = size
+        zeros = find(table, "test_fused", way=way, data="zeros", B=B, n=n, h=h)
+        numpy_zeros = find(table, "test_fused", way="numpy", data="zeros", B=B, n=n, h=h)
+        dense = find(table, "test_fused", way=way, data="dense", B=B, n=n, h=h)
+        if zeros and numpy_zeros and goal is not None:
+            ratio = zeros["seconds"] / numpy_zeros["seconds"]
+            add(
+                f"{LAYER_ROW_NAMES[way]} {B}x{n}x{h}, half-zero inputs",
+                _layer_time(zeros["seconds"]),
+                f"{_layer_time(numpy_zeros['seconds'])} (NumPy, same data)",
+                ratio,
+                f"<= {goal}",
+                ratio <= goal,
+            )
+        if zeros and dense:
+            ratio = zeros["seconds"] / dense["seconds"]
+            add(
+                f"  ... {way} {B}x{n}x{h}, half-zero / dense inputs",
+                _layer_time(zeros["seconds"]),
+                f"{_layer_time(dense['seconds'])} (dense)",
+                ratio,
+                "<= 1.1",
+                ratio <= 1.1,
+            )
+
+
+def _exact_zero_model_rows(table, add):
+    """The models on data with exact zeros: each against its dense time, and the
+    digits MLP and the half-zero eager step against their peers on the same data."""
+    for test, way in (
+        ("test_mlp", "eager"),
+        ("test_mlp", "compiled"),
+        ("test_logreg", "compiled"),
+        ("test_cross_entropy", "fused"),
+    ):
+        dense = find(table, test, way=way, data="dense")
+        for data in ("zeros", "digits"):
+            other = find(table, test, way=way, data=data)
+            if other and dense:
+                ratio = other["seconds"] / dense["seconds"]
+                add(
+                    f"{test[5:]} {way}, {data} / dense data",
+                    _layer_time(other["seconds"]),
+                    f"{_layer_time(dense['seconds'])} (dense)",
+                    ratio,
+                    "<= 1.1",
+                    ratio <= 1.1,
+                )
+    for data, peer, goal in (("zeros", "torch", 1.0), ("digits", "numpy", 1.2)):
+        eager = find(table, "test_mlp", way="eager", data=data)
+        reference = find(table, "test_mlp", way=peer, data=data)
+        if eager and reference:
+            ratio = eager["seconds"] / reference["seconds"]
+            add(
+                f"MLP step on {data} data, fastad eager / {peer}",
+                _layer_time(eager["seconds"]),
+                f"{_layer_time(reference['seconds'])} ({peer}, same data)",
+                ratio,
+                f"<= {goal}",
+                ratio <= goal,
             )
 
 
@@ -463,7 +538,10 @@ def plot(table, path):
         points = sorted(
             (info["B"] * info["n"] * info["h"], info["gflops"])
             for name, info in table.items()
-            if name.startswith("test_fused") and info.get("way") == way and "gflops" in info
+            if name.startswith("test_fused")
+            and info.get("way") == way
+            and info.get("data") == "dense"
+            and "gflops" in info
         )
         if points:
             axes.loglog(*zip(*points, strict=True), marker="o", label=way)

@@ -23,6 +23,7 @@ import gc
 
 import numpy as np
 import pytest
+from data import DATA
 from layer import (
     EARLY_STEPS,
     LATE_STEPS,
@@ -37,8 +38,14 @@ from layer import (
     scalar_nodes_fit,
 )
 
+# Every way on Gaussian inputs; every way but the scalar nodes also on inputs
+# with exact zeros (bench/data.py), which must take the dense time.
 CASES = [
-    (size, way) for size in SIZES for way in WAYS if way != "scalars" or scalar_nodes_fit(*size)
+    (size, way, data)
+    for size in SIZES
+    for way in WAYS
+    for data in DATA[:2]
+    if (way != "scalars" or scalar_nodes_fit(*size)) and (way != "scalars" or data == "dense")
 ]
 # SGD over 2050 steps could compound each step's rounding; measured, the two
 # loops end bitwise equal on (8, 64, 64), and no pre-activation comes within
@@ -56,16 +63,18 @@ def rounds(B, n, h, way):
     return 50 if B * n * h > 10**5 else 200
 
 
-@pytest.mark.parametrize("size, way", CASES, ids=[f"{'x'.join(map(str, s))}-{w}" for s, w in CASES])
-def test_fused(benchmark, size, way):
+@pytest.mark.parametrize(
+    "size, way, data", CASES, ids=[f"{'x'.join(map(str, s))}-{w}-{d}" for s, w, d in CASES]
+)
+def test_fused(benchmark, size, way, data):
     B, n, h = size
-    arrays = layer_inputs(B, n, h)
+    arrays = layer_inputs(B, n, h, data=data)
     function = WAYS[way]
     expected = reference_layer(*arrays)
     for got, want in zip(function(*arrays), expected, strict=True):  # checks and warms the JIT
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
-    benchmark.group = f"fused {B}x{n}x{h}"
-    benchmark.extra_info.update(way=way, B=B, n=n, h=h)
+    benchmark.group = f"fused {B}x{n}x{h} {data}"
+    benchmark.extra_info.update(way=way, data=data, B=B, n=n, h=h)
     benchmark.pedantic(function, args=arrays, rounds=rounds(B, n, h, way), warmup_rounds=1)
     if benchmark.stats is not None:
         seconds = benchmark.stats.stats.min

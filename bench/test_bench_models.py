@@ -2,6 +2,11 @@
 
 ``python -m pytest bench -k models``. Three groups:
 
+Every group runs on Gaussian data (``dense``) and on the same data with
+exact zeros (``zeros``: half the entries 0, some whole columns 0), the MLP
+also on digit-like images (``digits``), all built in ``bench/data.py``;
+each ``zeros`` or ``digits`` row should take its ``dense`` row's time.
+
 - ``mlp``: one training step (forward, backward, gradients) of the
   64 -> 128 -> 10 classifier at batch 256: NumPy by hand, fastad eager (a
   fresh tape per step), fastad compiled (``fa.compile`` of the function of
@@ -28,6 +33,7 @@ import os
 import models
 import numpy as np
 import pytest
+from data import DATA
 
 QUICK = os.environ.get("FASTAD_BENCH_QUICK") == "1"
 RTOL = 1e-10
@@ -56,10 +62,10 @@ def time_step(benchmark, function, arguments, **info):
 
 
 # -- mlp ----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mlp():
-    inputs = models.mlp_inputs(*models.MLP_SIZE)
-    return inputs, models.numpy_mlp(*inputs)
+@pytest.fixture(scope="module", params=DATA)
+def mlp(request):
+    inputs = models.mlp_inputs(*models.MLP_SIZE, data=request.param)
+    return request.param, inputs, models.numpy_mlp(*inputs)
 
 
 def mlp_way(way, inputs):
@@ -76,32 +82,31 @@ def mlp_way(way, inputs):
     return models.torch_mlp, models.torch_mlp_setup(*inputs)
 
 
-@pytest.mark.benchmark(group="mlp")
 @pytest.mark.parametrize("way", ["numpy", "eager", "compiled", "torch"])
 def test_mlp(benchmark, mlp, way):
-    inputs, expected = mlp
+    data, inputs, expected = mlp
     if way == "numpy":  # the reference itself, against the textbook form
         expected = models.textbook_mlp(*inputs)
     function, arguments = mlp_way(way, inputs)
     assert_same_step(function(*arguments), expected, way)  # checks and warms
     B, n, h, c = models.MLP_SIZE
-    info = dict(way=way, B=B, n=n, h=h, c=c)
+    benchmark.group = f"mlp {data}"
+    info = dict(way=way, data=data, B=B, n=n, h=h, c=c)
     if way == "torch":
         info["torch"] = models.load_torch()[0].__version__
     time_step(benchmark, function, arguments, **info)
 
 
 # -- logreg -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def logreg():
-    inputs = models.logreg_inputs(*models.LOGREG_SIZE)
-    return inputs, models.numpy_logreg(*inputs)
+@pytest.fixture(scope="module", params=DATA[:2])
+def logreg(request):
+    inputs = models.logreg_inputs(*models.LOGREG_SIZE, data=request.param)
+    return request.param, inputs, models.numpy_logreg(*inputs)
 
 
-@pytest.mark.benchmark(group="logreg")
 @pytest.mark.parametrize("way", ["numpy", "compiled"])
 def test_logreg(benchmark, logreg, way):
-    inputs, expected = logreg
+    data, inputs, expected = logreg
     if way == "numpy":
         function, arguments = models.numpy_logreg, inputs
         expected = models.textbook_logreg(*inputs)
@@ -109,27 +114,33 @@ def test_logreg(benchmark, logreg, way):
         function, arguments = models.compiled_logreg, models.compile_logreg(*inputs)
     assert_same_step(function(*arguments), expected, way)
     N, k = models.LOGREG_SIZE
-    time_step(benchmark, function, arguments, way=way, N=N, k=k)
+    benchmark.group = f"logreg {data}"
+    time_step(benchmark, function, arguments, way=way, data=data, N=N, k=k)
 
 
 # -- cross_entropy ------------------------------------------------------------------------------
 CROSS_ENTROPY_CASES = [
-    (size, way) for size in models.CROSS_ENTROPY_SIZES for way in models.CROSS_ENTROPY_WAYS
+    (size, way, data)
+    for size in models.CROSS_ENTROPY_SIZES
+    for way in models.CROSS_ENTROPY_WAYS
+    for data in DATA[:2]
 ]
 
 
 @pytest.mark.parametrize(
-    "size, way", CROSS_ENTROPY_CASES, ids=[f"{s[0]}x{s[1]}-{w}" for s, w in CROSS_ENTROPY_CASES]
+    "size, way, data",
+    CROSS_ENTROPY_CASES,
+    ids=[f"{s[0]}x{s[1]}-{w}-{d}" for s, w, d in CROSS_ENTROPY_CASES],
 )
-def test_cross_entropy(benchmark, size, way):
+def test_cross_entropy(benchmark, size, way, data):
     B, c = size
-    inputs = models.cross_entropy_inputs(B, c)
+    inputs = models.cross_entropy_inputs(B, c, data=data)
     loss, dlogits = models.numpy_cross_entropy(*inputs)
     function = models.CROSS_ENTROPY_WAYS[way]
     got_loss, got_dlogits = function(*inputs)
     assert_same_step((got_loss, [got_dlogits]), (loss, [dlogits]), way)
-    benchmark.group = f"cross_entropy {B}x{c}"
-    time_step(benchmark, function, inputs, way=way, B=B, c=c)
+    benchmark.group = f"cross_entropy {B}x{c} {data}"
+    time_step(benchmark, function, inputs, way=way, data=data, B=B, c=c)
 
 
 # -- the references' own checks (untimed) -------------------------------------------------------
