@@ -39,6 +39,7 @@ from data import with_exact_zeros
 import fastad as fa
 from fastad import registry
 from fastad.kernels import optable
+from fastad.reach import Need
 
 LINEAR_RELU = registry.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
 
@@ -106,10 +107,15 @@ def numpy_layer(X, W, b, G):
     return H, dZ @ W.T, X.T @ dZ, dZ.sum(axis=0)
 
 
+# What a sweep asks the rule to send X, W and b when all three are leaves (fa.var):
+# their values; a leaf's adjoint goes no further, so its zeros' reach is never read.
+LEAVES = (Need.VALUES,) * 3
+
+
 def kernels_layer(X, W, b, G):
     """The fused layer's rule without a tape: its forward and its VJP, as a sweep calls them."""
     H = LINEAR_RELU.forward((X, W, b), None)
-    dX, dW, db = LINEAR_RELU.vjp((X, W, b), H, G, None)
+    dX, dW, db = LINEAR_RELU.vjp((X, W, b), H, G, None, LEAVES)
     return H, dX, dW, db
 
 

@@ -14,6 +14,7 @@ set none of their own, which would cost a few microseconds a call.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,23 @@ if TYPE_CHECKING:
     from fastad._typing import FloatArray, RuleValue
 
 UNREACHED = sweeps.UNREACHED
+
+
+class Need(enum.IntEnum):
+    """What a block rule's VJP must send one operand (the sweep's ``needs``).
+
+    ``NOTHING`` is false and the others true, so ``if needs[i]:`` reads as
+    "is a contribution wanted"; ``True`` counts as ``ALL``.
+    """
+
+    NOTHING = 0
+    """No contribution: the operand is data (an array constant) or feeds no wanted node."""
+    ALL = 1
+    """The contribution's values and its reach (which elements are strong zeros)."""
+    VALUES = 2
+    """The values only: the operand is a leaf, whose adjoint goes no further. The
+    front end adds 0.0 to every gradient it hands out, so the reach of a leaf's
+    zeros is never read, and a product need not settle it."""
 
 
 def reached_elements(x: ArrayLike) -> NDArray[np.bool_]:
@@ -58,7 +76,9 @@ def contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
     return np.where((partial != 0.0) & reached_elements(incoming), product, UNREACHED)
 
 
-def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray:
+def reach_matmul(
+    x: FloatArray, y: FloatArray, adjoint_left: bool, reach: bool = True
+) -> FloatArray:
     """``x @ y`` for a VJP or JVP, where one factor holds adjoints or tangents.
 
     ``adjoint_left``: ``x`` holds them and ``y`` values, else the reverse.
@@ -71,12 +91,15 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
     one (``product_reach`` settles both). 1-D operands act as a
     row (``x``) or a column (``y``); operands of more than two axes are
     stacks of matrices, their leading axes broadcast as in ``np.matmul``.
+
+    With ``reach`` False (a leaf's adjoint, ``Need.VALUES``) the values are
+    as exact, but the zeros keep BLAS's signs: nothing will read their reach.
     """
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     product = np.ascontiguousarray(x2 @ y2)  # IEEE results, rechecked below
     if product.ndim == 2:
-        out = product_reach(product, x2, y2, adjoint_left)
+        out = product_reach(product, x2, y2, adjoint_left, reach)
         return out.reshape(x.shape[:-1] + y.shape[1:])
     # A stack: one scan finds the matrices holding a suspect element.
     m, n = product.shape[-2:]
@@ -90,12 +113,12 @@ def reach_matmul(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArray
         ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(-1, *y2.shape[-2:])
         matrices = product.reshape(-1, m, n)
         for i in np.unique(np.flatnonzero(rows) // m):
-            product_reach(matrices[i], xs[i], ys[i], adjoint_left)
+            product_reach(matrices[i], xs[i], ys[i], adjoint_left, reach)
     return product
 
 
 def product_reach(
-    product: FloatArray, x: FloatArray, y: FloatArray, adjoint_left: bool
+    product: FloatArray, x: FloatArray, y: FloatArray, adjoint_left: bool, reach: bool = True
 ) -> FloatArray:
     """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
@@ -107,10 +130,12 @@ def product_reach(
     recomputed term by term, the slow path (``slow_path_counts``). The
     other zeros have the right value and get their reach from
     ``sweeps.settle_zeros``, which reads a factor's line once and scans
-    terms only for a zero that neither factor's line explains.
+    terms only for a zero that neither factor's line explains; without
+    ``reach`` (see ``reach_matmul``) they keep BLAS's signs.
     """
     lines = np.zeros(product.shape[0] if adjoint_left else product.shape[1], np.bool_)
-    zeros, nonfinite = sweeps.nonfinite_lines(product, lines, adjoint_left)
+    zero_rows = np.empty(product.shape[0], np.int64)
+    zeros, nonfinite = sweeps.nonfinite_lines(product, lines, adjoint_left, zero_rows)
     if not zeros and not nonfinite:
         return product
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -121,10 +146,9 @@ def product_reach(
         else:
             sweeps.exact_columns(x, y, marked, product)
         _count("exact_lines", marked.size)
-    if zeros:
-        _count(
-            "scanned_zeros", sweeps.settle_zeros(product, x, y, adjoint_left, lines, adjoint_left)
-        )
+    if zeros and reach:
+        scanned = sweeps.settle_zeros(product, x, y, adjoint_left, lines, adjoint_left, zero_rows)
+        _count("scanned_zeros", scanned)
     return product
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from fastad.kernels import fused, optable, sweeps
 from fastad.reach import (
     UNREACHED,
+    Need,
     contributions,
     reach_matmul,
     reach_sum,
@@ -42,9 +43,11 @@ if TYPE_CHECKING:
 
 Shape = tuple[int, ...]
 Values = tuple[Any, ...]
-Needs = tuple[bool, ...] | None
-"""Per operand, whether its contribution is wanted (None: all are). A VJP may
-skip the work for an operand that is not; the driver discards what it sends."""
+Needs = tuple[int, ...] | None
+"""Per operand, a ``reach.Need`` (or a bool: True is ``ALL``): whether its
+contribution is wanted (None: all are, with their reach). A VJP may skip the
+work for an operand that is not (the driver discards what it sends), and a
+product may leave a leaf's zeros unsettled (``Need.VALUES``)."""
 
 
 class BlockRule:
@@ -285,11 +288,11 @@ class Matmul(BlockRule):
         )
         da = db = None
         if needs is None or needs[0]:
-            da = unbroadcast(reach_matmul(g2, np.swapaxes(b2, -1, -2), True), a2.shape)
-            da = np.reshape(da, a.shape)
+            da = reach_matmul(g2, np.swapaxes(b2, -1, -2), True, _wants_reach(needs, 0))
+            da = np.reshape(unbroadcast(da, a2.shape), a.shape)
         if needs is None or needs[1]:
-            db = unbroadcast(reach_matmul(np.swapaxes(a2, -1, -2), g2, False), b2.shape)
-            db = np.reshape(db, b.shape)
+            db = reach_matmul(np.swapaxes(a2, -1, -2), g2, False, _wants_reach(needs, 1))
+            db = np.reshape(unbroadcast(db, b2.shape), b.shape)
         return da, db
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
@@ -325,6 +328,11 @@ class Matmul(BlockRule):
                 moved = np.asarray(ta, dtype=np.float64)
                 sent[1] = _add(sent[1], self.vjp((moved, b), out, g, params, (False, True))[1])
         return tuple(sent)
+
+
+def _wants_reach(needs: Needs, operand: int) -> bool:
+    """Whether the contribution to ``operand`` must keep its reach (not a leaf's: ``Need``)."""
+    return needs is None or needs[operand] != Need.VALUES
 
 
 def _add(total: RuleValue, term: RuleValue) -> RuleValue:
@@ -731,8 +739,8 @@ class Linear(BlockRule):
         else:
             dZ, db = G, fused.bias_gradient(G)
         return (
-            reach_matmul(dZ, W.T, True) if want_dx else None,
-            reach_matmul(X.T, dZ, False) if want_dw else None,
+            reach_matmul(dZ, W.T, True, _wants_reach(needs, 0)) if want_dx else None,
+            reach_matmul(X.T, dZ, False, _wants_reach(needs, 1)) if want_dw else None,
             db,
         )
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from fastad.kernels import optable, sweeps
-from fastad.reach import UNREACHED, any_reached
+from fastad.reach import UNREACHED, Need, any_reached
 from fastad.storage import FEW_OPS, as_stored, fresh
 
-CONST = optable.CONST
+CONST, INPUT = optable.CONST, optable.INPUT
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -46,7 +46,7 @@ class Rule(Protocol):
         out: RuleValue,
         g: RuleValue,
         params: object,
-        needs: tuple[bool, ...] | None = None,
+        needs: tuple[int, ...] | None = None,
     ) -> tuple[RuleValue, ...]: ...
 
     def jvp(
@@ -65,7 +65,7 @@ class Rule(Protocol):
         h: RuleValue,
         tangents: tuple[RuleValue, ...],
         params: object,
-        needs: tuple[bool, ...] | None = None,
+        needs: tuple[int, ...] | None = None,
     ) -> tuple[RuleValue, ...]: ...
 
 
@@ -221,19 +221,12 @@ def backward(
                 return
             out = float(val[node])
         operands = blocks.operands(node)
-        needs = None
-        if needed is not None:
-            if not needed[node]:
-                return  # it depends on no wanted node, and neither do its operands
-            needs = tuple([bool(needed[j]) for j in operands])
-        elif any([opcode[j] == CONST and j in block_values for j in operands]):
-            # Array constants (data such as a layer's X) get no gradient, as
-            # tensors without requires_grad in PyTorch: no dX product for them.
-            needs = tuple([not (opcode[j] == CONST and j in block_values) for j in operands])
+        if needed is not None and not needed[node]:
+            return  # it depends on no wanted node, and neither do its operands
+        needs = operand_needs(operands, opcode, block_values, needed)
         values = tuple([value_of(j) for j in operands])
         partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node), needs)
-        if needs is not None:
-            partials = tuple([p if want else None for p, want in zip(partials, needs, strict=True)])
+        partials = tuple([p if want else None for p, want in zip(partials, needs, strict=True)])
         if check and found is None and np.isfinite(g).all():
             # As in the scalar sweep, a constant's adjoint reaches nothing
             # (X ** 3.0 at X < 0 sends nan to its exponent): only others count.
@@ -255,6 +248,33 @@ def backward(
     with ieee():
         walk(relevant, lowest, root + 1, True, run, step)
     return found
+
+
+def operand_needs(
+    operands: Sequence[int],
+    opcode: NDArray[np.uint8],
+    block_values: dict[int, FloatArray],
+    needed: NDArray[np.bool_] | None,
+) -> tuple[Need, ...]:
+    """What a block op's VJP must send each of its ``operands`` (``reach.Need``).
+
+    Nothing to an operand outside ``needed`` when it is given (a gradient
+    asked for some nodes, array constants among them), else nothing to an
+    array constant: data such as a layer's ``X`` gets no gradient, as a
+    tensor without ``requires_grad`` in PyTorch (no ``dX`` product). Values only to
+    a leaf: its adjoint goes no further, so a product need not settle the
+    reach of its zeros. Everything to the rest.
+    """
+    needs = []
+    for j in operands:
+        code = opcode[j]
+        if not needed[j] if needed is not None else (code == CONST and j in block_values):
+            needs.append(Need.NOTHING)
+        elif code == INPUT:
+            needs.append(Need.VALUES)
+        else:
+            needs.append(Need.ALL)
+    return tuple(needs)
 
 
 def deliver(

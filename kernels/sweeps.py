@@ -3450,7 +3450,9 @@ def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
 
 
 @kernel
-def nonfinite_lines(out: FloatArray, lines: BoolArray, by_row: bool) -> tuple[int, int]:
+def nonfinite_lines(
+    out: FloatArray, lines: BoolArray, by_row: bool, zero_rows: IdArray
+) -> tuple[int, int]:
     """Mark in ``lines`` each row (``by_row``) or column of ``out`` holding a non-finite value.
 
     The first read of a BLAS product of adjoints (or tangents) with values
@@ -3458,20 +3460,23 @@ def nonfinite_lines(out: FloatArray, lines: BoolArray, by_row: bool) -> tuple[in
     ``-0.0`` adjoint times an ``inf`` value, an ``inf`` or ``nan`` adjoint
     times a zero value) is a ``nan`` in BLAS's sum, so every element such a
     term touches is non-finite: the marked lines are the only ones that need
-    the term-by-term product (``exact_rows`` / ``exact_columns``). Returns
-    how many elements are exactly zero (their value is right, but whether
-    any term reached them is still to be settled: ``settle_zeros``) and how
-    many are non-finite.
+    the term-by-term product (``exact_rows`` / ``exact_columns``). Counts
+    each row's exact zeros into ``zero_rows`` (their value is right, but
+    whether any term reached them is still to be settled: ``settle_zeros``).
+    Returns how many elements are zero and how many non-finite.
 
     One branch-free read counts both (integer sums, which LLVM vectorises);
     only a product holding a non-finite element is read again to mark it.
     """
-    flat = out.reshape(out.size)
     zeros = nonfinite = 0
-    for t in range(flat.size):
-        value = flat[t]
-        zeros += value == 0.0
-        nonfinite += not (fabs(value) <= FLOAT_MAX)  # inf, -inf and nan
+    for i in range(out.shape[0]):
+        row_zeros = 0
+        for k in range(out.shape[1]):
+            value = out[i, k]
+            row_zeros += value == 0.0
+            nonfinite += not (fabs(value) <= FLOAT_MAX)  # inf, -inf and nan
+        zero_rows[i] = row_zeros
+        zeros += row_zeros
     if nonfinite:
         for i in range(out.shape[0]):
             for k in range(out.shape[1]):
@@ -3508,34 +3513,44 @@ def settle_zeros(
     left_is_adjoint: bool,
     exact: BoolArray,
     exact_rows: bool,
+    zero_rows: IdArray,
 ) -> int:
     """Give each zero of the BLAS product ``out = left @ right`` its reach, in place.
 
-    One factor holds adjoints (or tangents), the other values. Outside the
-    lines ``exact`` marks (rows if ``exact_rows``, else columns: those are
+    One factor holds adjoints (or tangents), the other values; ``zero_rows``
+    counts each row's zeros (``nonfinite_lines``). Outside the lines
+    ``exact`` marks (rows if ``exact_rows``, else columns: those were
     recomputed term by term), ``out`` is finite, so every term BLAS summed
     is finite and a zero element has the right value; it is +0.0 if some
     term reached it (a reached adjoint times a non-zero value) and
-    ``UNREACHED`` if none did. A row of ``left`` or a column of ``right``
-    that lets no term through (a zero input feature, a sample whose units
-    are all dead) settles its whole line at the cost of one read; only the
-    remaining zeros scan their terms, stopping at the first one sent.
-    Returns how many zeros needed that scan.
+    ``UNREACHED`` if none did.
+
+    A row of ``left`` that lets no term through (a zero input feature, a
+    sample whose units are all dead) makes its whole row of ``out``
+    ``UNREACHED``, exact lines included (no term reaches them either), at
+    the cost of one read; a column of ``right`` likewise its column's zeros.
+    Only the remaining zeros scan their terms, stopping at the first one
+    sent. Each row's zeros are first gathered without a branch, so their
+    scattered positions cost no mispredicted jumps. Returns how many zeros
+    needed a scan.
     """
     m, n = out.shape
-    left_rows = np.zeros(m, np.int8)
     right_columns = np.zeros(n, np.int8)
+    positions = np.empty(n, np.int64)
     scanned = 0
     for i in range(m):
-        if exact_rows and exact[i]:
+        if zero_rows[i] == 0 or (exact_rows and exact[i]):
             continue
+        if _line_state(left[i, :], left_is_adjoint) == SENDS_NOTHING:
+            out[i, :] = UNREACHED
+            continue
+        count = 0
         for j in range(n):
-            if out[i, j] != 0.0 or (not exact_rows and exact[j]):
-                continue
-            if left_rows[i] == UNREAD:
-                left_rows[i] = _line_state(left[i, :], left_is_adjoint)
-            if left_rows[i] == SENDS_NOTHING:
-                out[i, j] = UNREACHED
+            positions[count] = j
+            count += out[i, j] == 0.0
+        for c in range(count):
+            j = positions[c]
+            if not exact_rows and exact[j]:
                 continue
             if right_columns[j] == UNREAD:
                 right_columns[j] = _line_state(right[:, j], not left_is_adjoint)

@@ -280,3 +280,51 @@ def test_a_stack_of_products_settles_each_matrix(rng):
         value, reached = term_by_term(x[i], y, True)
         np.testing.assert_allclose(got[i], value, rtol=1e-12, atol=1e-300)
         np.testing.assert_array_equal(reach.reached_elements(got[i]), reached)
+
+
+# -- a leaf's adjoint goes no further: its zeros need no reach ---------------------------------
+def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
+    from fastad import sweep
+
+    with fa.Tape() as tape:
+        X, W = fa.var(np.ones((2, 3))), fa.var(np.ones((3, 2)))
+        data = np.ones((2, 3))
+        Y = fa.linear(X, W, np.zeros(2))
+        Z = fa.linear(fa.relu(Y), data, np.zeros(3))
+        opcode = tape.columns()[0]
+        blocks = tape.blocks
+        need = lambda node: sweep.operand_needs(  # noqa: E731
+            blocks.operands(node), opcode, blocks.values, None
+        )
+        Need = reach.Need
+        assert need(Y.id)[:2] == (Need.VALUES, Need.VALUES)
+        assert need(Z.id)[:2] == (Need.ALL, Need.NOTHING)
+        wanted = np.zeros(len(tape), bool)
+        wanted[[W.id, Y.id]] = True
+        assert sweep.operand_needs(blocks.operands(Y.id), opcode, blocks.values, wanted)[:2] == (
+            Need.NOTHING,
+            Need.VALUES,
+        )
+
+
+@pytest.mark.parametrize("fused", ["linear_relu", "matmul"])
+def test_values_only_gives_a_leaf_the_same_gradient_bit_for_bit(rng, fused):
+    from fastad import registry
+
+    X = sparse(rng, (16, 9), zero_columns=(0, 5))
+    W, b = rng.normal(size=(9, 6)), rng.normal(size=6)
+    G = rng.normal(size=(16, 6))
+    G[rng.random(G.shape) < 0.3] = -0.0  # unreached adjoints: zeros in the products
+    G[3] = -0.0  # a sample nothing reached: a zero row of dX
+    code = optable.BLOCK_BY_NAME[fused].code
+    rule = registry.RULES[code]
+    values = (X, W, b) if fused == "linear_relu" else (X, W)
+    out = rule.forward(values, None)
+    Need = reach.Need
+    full = rule.vjp(values, out, G, None, (Need.ALL,) * len(values))
+    leaves = rule.vjp(values, out, G, None, (Need.VALUES,) * len(values))
+    for exact, quick in zip(full[:2], leaves[:2], strict=True):
+        assert np.any(np.signbit(exact[exact == 0.0]))  # zeros the full rule settled
+        np.testing.assert_array_equal(exact, quick)
+        # what the front end hands out: + 0.0, so the sign of a zero never shows
+        assert not np.any(np.signbit(exact + 0.0) != np.signbit(quick + 0.0))

@@ -15,6 +15,7 @@ import scipy.special
 import fastad as fa
 from fastad import registry
 from fastad.kernels import optable
+from fastad.reach import Need
 
 
 def scalar_values(nodes):
@@ -463,14 +464,19 @@ def test_grad_sends_nothing_to_operands_no_wanted_node_depends_on(rng, monkeypat
         everything = fa.grad(L, nodes)
         asked.clear()
         chosen = fa.grad(L, [nodes[1], nodes[3]])  # W1 and W2; X, b1, b2, y are data
-    assert sorted(asked) == [("linear_relu", (False, True, False)), ("matmul", (True, True))]
+    # Nothing to data, values only to the leaves W1 and W2 (their adjoints go no
+    # further), everything to H, whose adjoint flows on into the first layer.
+    assert sorted(asked) == [
+        ("linear_relu", (Need.NOTHING, Need.VALUES, Need.NOTHING)),
+        ("matmul", (Need.ALL, Need.VALUES)),
+    ]
     np.testing.assert_array_equal(chosen[0], everything[1])
     np.testing.assert_array_equal(chosen[1], everything[3])
     with fa.Tape():
         nodes = [fa.var(a) for a in arguments]
         asked.clear()
         fa.grad(_layer_loss(*nodes), nodes[3])  # W2 only: nothing below H @ W2 runs
-    assert asked == [("matmul", (False, True))]
+    assert asked == [("matmul", (Need.NOTHING, Need.VALUES))]
 
 
 def test_compiled_function_of_arrays_with_wrt(rng):
@@ -508,7 +514,7 @@ def test_array_constants_get_no_gradient_and_cost_no_product(rng, monkeypatch):
         W = fa.var(W0)
         L = fa.linear_relu(X, W, b0).sum()  # X and b0 become constants
         L.backward()
-        assert asked == [(False, True, False)]
+        assert asked == [(Need.NOTHING, Need.VALUES, Need.NOTHING)]
         X_id = tape.operands(L.id - 1)[0]  # the layer's first operand: X's constant
         with pytest.raises(ValueError, match="constant"):
             tape.block_adjoint(X_id)
