@@ -15,6 +15,7 @@ set none of their own, which would cost a few microseconds a call.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -99,21 +100,25 @@ def reach_matmul(
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     product = np.ascontiguousarray(x2 @ y2)  # IEEE results, rechecked below
     if product.ndim == 2:
-        out = product_reach(product, x2, y2, adjoint_left, reach)
-        return out.reshape(x.shape[:-1] + y.shape[1:])
-    # A stack: one scan finds the matrices holding a suspect element.
-    m, n = product.shape[-2:]
-    if product.size == 0:
-        return product
-    stacked = product.reshape(-1, n)
-    rows = np.zeros(stacked.shape[0], np.bool_)
-    if m and sweeps.rows_to_recheck(stacked, rows):
-        batch = product.shape[:-2]
-        xs = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(-1, *x2.shape[-2:])
-        ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(-1, *y2.shape[-2:])
-        matrices = product.reshape(-1, m, n)
-        for i in np.unique(np.flatnonzero(rows) // m):
-            product_reach(matrices[i], xs[i], ys[i], adjoint_left, reach)
+        product_reach(product, x2, y2, adjoint_left, reach)
+    elif product.size:
+        # A stack: one scan finds the matrices holding a suspect element.
+        m, n = product.shape[-2:]
+        stacked = product.reshape(-1, n)
+        rows = np.zeros(stacked.shape[0], np.bool_)
+        if sweeps.rows_to_recheck(stacked, rows):
+            batch = product.shape[:-2]
+            count = math.prod(batch)  # not -1 in the reshapes: a factor may be empty (k = 0)
+            xs = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(count, *x2.shape[-2:])
+            ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(count, *y2.shape[-2:])
+            matrices = product.reshape(count, m, n)
+            for i in np.unique(np.flatnonzero(rows) // m):
+                product_reach(matrices[i], xs[i], ys[i], adjoint_left, reach)
+    # 1-D operands lose the axis they were promoted with, as in np.matmul.
+    if x.ndim == 1:
+        product = product[..., 0, :]
+    if y.ndim == 1:
+        product = product[..., 0]
     return product
 
 
@@ -122,32 +127,35 @@ def product_reach(
 ) -> FloatArray:
     """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
-    Changes ``product`` in place. One read of ``product`` finds its
-    non-finite elements and counts its zeros; finite data with no zero in
-    the product costs only that read. Where a non-finite value meets a zero
-    or an unreached adjoint, BLAS's sum holds a ``nan``: only the rows (the
-    adjoint on the left) or columns holding a non-finite element are
-    recomputed term by term, the slow path (``slow_path_counts``). The
-    other zeros have the right value and get their reach from
+    Changes ``product`` in place. One read of ``product`` counts its zeros
+    and non-finite elements; finite data with no zero in the product costs
+    only that read. Where a non-finite value meets a zero or an unreached
+    adjoint, BLAS's sum holds a ``nan``. So the rows or the columns holding
+    a non-finite element (whichever are fewer) are recomputed term by term,
+    the slow path (``slow_path_counts``): a legitimate ``inf`` (an ``inf``
+    adjoint times a non-zero value) sends its line there too. The other
+    zeros have the right value and get their reach from
     ``sweeps.settle_zeros``, which reads a factor's line once and scans
     terms only for a zero that neither factor's line explains; without
     ``reach`` (see ``reach_matmul``) they keep BLAS's signs.
     """
-    lines = np.zeros(product.shape[0] if adjoint_left else product.shape[1], np.bool_)
-    zero_rows = np.empty(product.shape[0], np.int64)
-    zeros, nonfinite = sweeps.nonfinite_lines(product, lines, adjoint_left, zero_rows)
+    m, n = product.shape
+    rows, columns = np.zeros(m, np.bool_), np.zeros(n, np.bool_)
+    zero_rows = np.empty(m, np.int64)
+    zeros, nonfinite = sweeps.nonfinite_lines(product, rows, columns, zero_rows)
     if not zeros and not nonfinite:
         return product
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    by_row, exact = adjoint_left, rows if adjoint_left else columns
     if nonfinite:
-        marked = np.flatnonzero(lines)
-        if adjoint_left:
-            sweeps.exact_rows(x, y, marked, product)
-        else:
-            sweeps.exact_columns(x, y, marked, product)
+        marked_rows, marked_columns = np.flatnonzero(rows), np.flatnonzero(columns)
+        if marked_rows.size != marked_columns.size:
+            by_row = marked_rows.size < marked_columns.size
+        exact, marked = (rows, marked_rows) if by_row else (columns, marked_columns)
+        sweeps.exact_lines(x, y, adjoint_left, marked, by_row, product)
         _count("exact_lines", marked.size)
     if zeros and reach:
-        scanned = sweeps.settle_zeros(product, x, y, adjoint_left, lines, adjoint_left, zero_rows)
+        scanned = sweeps.settle_zeros(product, x, y, adjoint_left, exact, by_row, zero_rows)
         _count("scanned_zeros", scanned)
     return product
 
@@ -165,9 +173,11 @@ def _count(name: str, amount: int) -> None:
 def slow_path_counts() -> dict[str, int]:
     """How often array products left their fast path, since fastad was imported.
 
-    - ``exact_lines``: rows or columns of a product recomputed term by term,
-      where a non-finite value met a zero or an unreached adjoint (or the
-      product overflowed). Finite data takes it only where a product overflows.
+    - ``exact_lines``: rows or columns of a product recomputed term by term
+      because they hold a non-finite element: where an infinity or nan met
+      a zero or an unreached adjoint, but also where one met an ordinary
+      number, or a product of finite data overflowed. Finite data takes it
+      only where a product overflows.
     - ``scanned_zeros``: zero elements of a product whose reach needed a scan
       of their terms, because neither factor's row or column showed at once
       that nothing reached them (a cancellation, or the sparsity patterns of

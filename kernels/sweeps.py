@@ -3451,19 +3451,20 @@ def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
 
 @kernel
 def nonfinite_lines(
-    out: FloatArray, lines: BoolArray, by_row: bool, zero_rows: IdArray
+    out: FloatArray, rows: BoolArray, columns: BoolArray, zero_rows: IdArray
 ) -> tuple[int, int]:
-    """Mark in ``lines`` each row (``by_row``) or column of ``out`` holding a non-finite value.
+    """Mark in ``rows`` and ``columns`` each row and column of ``out`` holding a non-finite value.
 
     The first read of a BLAS product of adjoints (or tangents) with values
     (``fastad/reach.py``). A term the scalar rule never sends (an unreached
     ``-0.0`` adjoint times an ``inf`` value, an ``inf`` or ``nan`` adjoint
-    times a zero value) is a ``nan`` in BLAS's sum, so every element such a
-    term touches is non-finite: the marked lines are the only ones that need
-    the term-by-term product (``exact_rows`` / ``exact_columns``). Counts
-    each row's exact zeros into ``zero_rows`` (their value is right, but
-    whether any term reached them is still to be settled: ``settle_zeros``).
-    Returns how many elements are zero and how many non-finite.
+    times a zero value) is a ``nan`` in BLAS's sum (BLAS multiplies every
+    term, zero factors included), so every element such a term touches is
+    non-finite: the marked rows, or the marked columns, are all that may
+    need the term-by-term product (``exact_lines``). Counts each row's
+    exact zeros into ``zero_rows`` (their value is right, but whether any
+    term reached them is still to be settled: ``settle_zeros``). Returns how
+    many elements are zero and how many non-finite.
 
     One branch-free read counts both (integer sums, which LLVM vectorises);
     only a product holding a non-finite element is read again to mark it.
@@ -3481,7 +3482,8 @@ def nonfinite_lines(
         for i in range(out.shape[0]):
             for k in range(out.shape[1]):
                 if not isfinite(out[i, k]):
-                    lines[i if by_row else k] = True
+                    rows[i] = True
+                    columns[k] = True
     return zeros, nonfinite
 
 
@@ -3512,36 +3514,41 @@ def settle_zeros(
     right: FloatArray,
     left_is_adjoint: bool,
     exact: BoolArray,
-    exact_rows: bool,
+    by_row: bool,
     zero_rows: IdArray,
 ) -> int:
     """Give each zero of the BLAS product ``out = left @ right`` its reach, in place.
 
     One factor holds adjoints (or tangents), the other values; ``zero_rows``
-    counts each row's zeros (``nonfinite_lines``). Outside the lines
-    ``exact`` marks (rows if ``exact_rows``, else columns: those were
-    recomputed term by term), ``out`` is finite, so every term BLAS summed
-    is finite and a zero element has the right value; it is +0.0 if some
-    term reached it (a reached adjoint times a non-zero value) and
-    ``UNREACHED`` if none did.
+    counts each row's zeros (``nonfinite_lines``). Outside the rows (if
+    ``by_row``) or columns that ``exact`` marks, which were recomputed term
+    by term, ``out`` is finite, so every term BLAS summed is finite and a
+    zero element has the right value; it is +0.0 if some term reached it (a
+    reached adjoint times a non-zero value) and ``UNREACHED`` if none did.
 
     A row of ``left`` that lets no term through (a zero input feature, a
     sample whose units are all dead) makes its whole row of ``out``
     ``UNREACHED``, exact lines included (no term reaches them either), at
     the cost of one read; a column of ``right`` likewise its column's zeros.
-    Only the remaining zeros scan their terms, stopping at the first one
-    sent. Each row's zeros are first gathered without a branch, so their
-    scattered positions cost no mispredicted jumps. Returns how many zeros
-    needed a scan.
+    The remaining zeros of a row scan only the terms its ``left`` row lets
+    through (gathered once per row), stopping at the first one sent. Each
+    row's zeros are gathered without a branch, so their scattered positions
+    cost no mispredicted jumps. Returns how many zeros needed a scan.
     """
     m, n = out.shape
+    inner = left.shape[1]
     right_columns = np.zeros(n, np.int8)
     positions = np.empty(n, np.int64)
+    through = np.empty(inner, np.int64)
     scanned = 0
     for i in range(m):
-        if zero_rows[i] == 0 or (exact_rows and exact[i]):
+        if zero_rows[i] == 0 or (by_row and exact[i]):
             continue
-        if _line_state(left[i, :], left_is_adjoint) == SENDS_NOTHING:
+        senders = 0
+        for k in range(inner):
+            through[senders] = k
+            senders += _sends(left[i, k], left_is_adjoint)
+        if senders == 0:
             out[i, :] = UNREACHED
             continue
         count = 0
@@ -3550,7 +3557,7 @@ def settle_zeros(
             count += out[i, j] == 0.0
         for c in range(count):
             j = positions[c]
-            if not exact_rows and exact[j]:
+            if not by_row and exact[j]:
                 continue
             if right_columns[j] == UNREAD:
                 right_columns[j] = _line_state(right[:, j], not left_is_adjoint)
@@ -3559,8 +3566,8 @@ def settle_zeros(
                 continue
             scanned += 1
             total = UNREACHED
-            for k in range(left.shape[1]):
-                if _sends(left[i, k], left_is_adjoint) and _sends(right[k, j], not left_is_adjoint):
+            for t in range(senders):
+                if _sends(right[through[t], j], not left_is_adjoint):
                     total = 0.0
                     break
             out[i, j] = total
@@ -3578,31 +3585,31 @@ def any_reached(x: FloatArray) -> bool:
 
 
 @kernel
-def exact_rows(adjoint: FloatArray, values: FloatArray, rows: IdArray, out: FloatArray) -> None:
-    """``out[i] = adjoint[i] @ values`` for each ``i`` in ``rows``, term by term.
-
-    Each term is ``contribution(values[j, k], adjoint[i, j])``: nothing from an
-    unreached adjoint or a zero value, so the row has exactly the reach and
-    the value of its scalar-node expansion.
-    """
-    for r in range(rows.size):
-        i = rows[r]
-        for k in range(values.shape[1]):
-            total = UNREACHED
-            for j in range(values.shape[0]):
-                total += contribution(values[j, k], adjoint[i, j])
-            out[i, k] = total
-
-
-@kernel
-def exact_columns(
-    values: FloatArray, adjoint: FloatArray, columns: IdArray, out: FloatArray
+def exact_lines(
+    left: FloatArray,
+    right: FloatArray,
+    left_is_adjoint: bool,
+    lines: IdArray,
+    by_row: bool,
+    out: FloatArray,
 ) -> None:
-    """``out[:, k] = values @ adjoint[:, k]`` for each ``k`` in ``columns``, term by term."""
-    for c in range(columns.size):
-        k = columns[c]
-        for i in range(values.shape[0]):
+    """Recompute the rows (``by_row``) or columns ``lines`` of ``out = left @ right`` term by term.
+
+    One factor holds adjoints (or tangents), the other values. Each term is
+    ``contribution(value, adjoint)``: nothing from an unreached adjoint or a
+    zero value, so each element gets exactly the reach and the value of its
+    scalar-node expansion, summed in the order of the inner index whichever
+    lines are recomputed.
+    """
+    m, n = out.shape
+    for line in range(lines.size):
+        first = lines[line]
+        for other in range(n if by_row else m):
+            i, j = (first, other) if by_row else (other, first)
             total = UNREACHED
-            for j in range(values.shape[1]):
-                total += contribution(values[i, j], adjoint[j, k])
-            out[i, k] = total
+            for k in range(left.shape[1]):
+                if left_is_adjoint:
+                    total += contribution(right[k, j], left[i, k])
+                else:
+                    total += contribution(left[i, k], right[k, j])
+            out[i, j] = total

@@ -10,6 +10,8 @@ op, eager and compiled; where an infinity meets a zero it runs and gives the
 scalar expansion's result.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -159,22 +161,60 @@ def test_finite_data_with_exact_zeros_never_takes_the_slow_path_compiled(name, d
     assert exact_lines() == before, f"{name}: the slow path ran on finite data"
 
 
-def test_the_mlp_step_on_zero_pixels_never_takes_the_slow_path(rng):
-    # The digits case: 64 pixels, many 0 in every image, some 0 in all of them.
-    X = np.floor(np.abs(rng.normal(size=(256, 64))) * 8.0) * (rng.random((256, 64)) < 0.5)
-    X[:, [0, 7, 56, 63]] = 0.0
-    y = rng.integers(0, 10, size=256)
+@pytest.fixture(scope="module")
+def digits():
+    """A batch of 256 of scikit-learn's digits, scaled to [0, 1]: 49% of the pixels are 0,
+    three pixels 0 in every image, many lit in only a few (the test extra installs it)."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    rows = np.random.default_rng(7).choice(len(data.target), 256, replace=False)
+    return data.data[rows] / 16.0, data.target[rows]
+
+
+def test_the_mlp_step_on_the_digits_takes_no_slow_path_and_settles_nothing(rng, digits):
+    X, y = digits
     W1, b1 = rng.normal(size=(64, 128)) * 0.2, rng.normal(size=128) * 0.1
     W2, b2 = rng.normal(size=(128, 10)) * 0.1, np.zeros(10)
-    before = exact_lines()
+    before = reach.slow_path_counts()
     with fa.Tape():
         params = [fa.var(p) for p in (W1, b1, W2, b2)]
         L = fa.cross_entropy(fa.linear(fa.linear_relu(X, params[0], params[1]), *params[2:]), y)
         L.backward()
-    assert exact_lines() == before
-    # The zero pixels' weights get exact zero gradients (reach settled, not recomputed).
-    assert np.all(params[0].grad[[0, 7, 56, 63]] == 0.0)
-    assert not np.any(np.signbit(params[0].grad[[0, 7, 56, 63]]))
+    # The zero pixels' rows of dW1 are the only zeros, and W1 is a leaf: nothing to settle.
+    assert reach.slow_path_counts() == before
+    blank = np.flatnonzero((X == 0.0).all(axis=0))
+    assert blank.size >= 3 and np.all(params[0].grad[blank] == 0.0)
+    assert np.all(params[0].grad[(X != 0.0).any(axis=0)].any(axis=1))
+
+
+def test_the_digits_product_settles_the_reach_of_every_zero(rng, digits):
+    # dW1 of the digits MLP where W1 is no leaf (its adjoint goes on): every zero's
+    # reach settled, against an exact integer count of the terms each element receives.
+    X, _ = digits
+    dZ = rng.normal(size=(256, 128))
+    dZ[rng.random(dZ.shape) < 0.5] = -0.0  # dead units
+    dZ[:, 5] = -0.0  # a unit dead for the whole batch
+    before = reach.slow_path_counts()
+    got = reach.reach_matmul(X.T, dZ, False)
+    counts = reach.slow_path_counts()
+    terms = (X.T != 0.0).astype(np.int64) @ reach.reached_elements(dZ).astype(np.int64)
+    np.testing.assert_array_equal(reach.reached_elements(got), terms > 0)
+    np.testing.assert_allclose(got, X.T @ dZ, rtol=1e-12, atol=1e-300)
+    assert (got == 0.0).sum() > 1000 and counts["exact_lines"] == before["exact_lines"]
+    # Most zeros are settled by their pixel's row or their unit's column at once.
+    scanned = counts["scanned_zeros"] - before["scanned_zeros"]
+    assert 0 < scanned < (got == 0.0).sum() / 2
+
+
+def test_blas_sums_every_term_so_an_unsent_term_shows_as_nan():
+    # The fast path's premise: BLAS multiplies zero factors too (a BLAS that skipped
+    # them would hide 0 * inf), at matrix-matrix and matrix-vector shapes alike.
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.array([[0.0, 1.0]]) @ np.array([[np.inf], [1.0]]))
+        assert np.isnan(np.array([[0.0, 1.0], [2.0, 3.0]]) @ np.array([np.inf, 1.0]))[0]
+        assert np.isnan(np.ones((3, 2)) @ np.array([[np.nan, 1.0], [0.0, 1.0]]))[:, 0].all()
+        assert np.isnan(np.zeros((4, 5)) @ np.full((5, 6), np.inf)).all()
 
 
 # -- where an infinity meets a zero, the slow path runs and the result is the scalar one ------
@@ -268,6 +308,71 @@ def test_reach_matmul_gives_every_element_the_value_and_reach_of_its_terms(
         np.testing.assert_array_equal(reach.reached_elements(got), reached)
         if not infinite:
             assert exact_lines() == before
+
+
+SHAPES = {
+    "vector @ matrix": ((5,), (5, 3)),
+    "matrix @ vector": ((4, 5), (5,)),
+    "vector @ vector": ((5,), (5,)),
+    "empty inner axis": ((3, 0), (0, 4)),
+    "stack @ matrix": ((2, 3, 4), (4, 5)),
+    "matrix @ stack": ((3, 4), (2, 4, 5)),
+    "stack @ stack, broadcast": ((2, 1, 3, 4), (3, 4, 2)),
+    "empty stack inner axis": ((2, 3, 0), (0, 4)),
+}
+
+
+@pytest.mark.parametrize("infinite", [False, True], ids=["finite", "non-finite"])
+@pytest.mark.parametrize("adjoint_left", [True, False], ids=["adjoint left", "adjoint right"])
+@pytest.mark.parametrize("shapes", list(SHAPES))
+def test_reach_matmul_of_any_shape_and_layout_matches_its_terms(
+    rng, shapes, adjoint_left, infinite
+):
+    x_shape, y_shape = SHAPES[shapes]
+
+    def factor(shape, adjoint):
+        if 0 in shape or len(shape) < 2:
+            x = rng.normal(size=shape)
+            x[rng.random(shape) < 0.4] = -0.0 if adjoint else 0.0
+            return x
+        # a transposed view, as a rule's W.T or X.T
+        flat = random_factor(rng, (shape[-1], shape[-2]), adjoint, infinite)
+        return (
+            np.stack([flat.T] * math.prod(shape[:-2])).reshape(shape) if len(shape) > 2 else flat.T
+        )
+
+    x, y = factor(x_shape, adjoint_left), factor(y_shape, not adjoint_left)
+    with np.errstate(invalid="ignore"):
+        got = reach.reach_matmul(x, y, adjoint_left)
+        expected = np.matmul(x, y)  # the shape, and the values where no term is unsent
+        assert got.shape == expected.shape
+        x2 = x[np.newaxis] if x.ndim == 1 else x
+        y2 = y[:, np.newaxis] if y.ndim == 1 else y
+        batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+        count = math.prod(batch)
+        xs = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(count, *x2.shape[-2:])
+        ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(count, *y2.shape[-2:])
+        flat = np.reshape(got, (count, x2.shape[-2], y2.shape[-1]))
+        for i in range(len(xs)):
+            value, reached = term_by_term(xs[i], ys[i], adjoint_left)
+            np.testing.assert_allclose(flat[i], value, rtol=1e-12, atol=1e-300)
+            np.testing.assert_array_equal(reach.reached_elements(flat[i]), reached)
+
+
+def test_one_infinite_value_recomputes_one_line_not_the_product(rng):
+    # An inf in one column of the values makes that column of the product non-finite
+    # in every row: the column is the one line to recompute.
+    adjoint = rng.normal(size=(30, 8))
+    values = rng.normal(size=(8, 20))
+    values[3, 7] = np.inf
+    values[4, 7] = 0.0
+    before = exact_lines()
+    with np.errstate(invalid="ignore"):
+        got = reach.reach_matmul(adjoint, values, True)
+    assert exact_lines() - before == 1
+    value, reached = term_by_term(adjoint, values, True)
+    np.testing.assert_allclose(got, value, rtol=1e-12)
+    np.testing.assert_array_equal(reach.reached_elements(got), reached)
 
 
 def test_a_stack_of_products_settles_each_matrix(rng):
