@@ -102,17 +102,22 @@ def reach_matmul(
     if product.ndim == 2:
         product_reach(product, x2, y2, adjoint_left, reach)
     elif product.size:
-        # A stack: one scan finds the matrices holding a suspect element.
+        # A stack: one scan finds the matrices that need work (a non-finite
+        # element; a zero, where its reach is wanted).
         m, n = product.shape[-2:]
         stacked = product.reshape(-1, n)
-        rows = np.zeros(stacked.shape[0], np.bool_)
-        if sweeps.rows_to_recheck(stacked, rows):
+        nonfinite_rows = np.zeros(stacked.shape[0], np.bool_)
+        zero_rows = np.empty(stacked.shape[0], np.int64)
+        columns = np.zeros(n, np.bool_)
+        zeros, nonfinite = sweeps.nonfinite_lines(stacked, nonfinite_rows, columns, zero_rows)
+        if nonfinite or (zeros and reach):
             batch = product.shape[:-2]
             count = math.prod(batch)  # not -1 in the reshapes: a factor may be empty (k = 0)
             xs = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(count, *x2.shape[-2:])
             ys = np.broadcast_to(y2, batch + y2.shape[-2:]).reshape(count, *y2.shape[-2:])
             matrices = product.reshape(count, m, n)
-            for i in np.unique(np.flatnonzero(rows) // m):
+            suspects = nonfinite_rows | (zero_rows > 0) if reach else nonfinite_rows
+            for i in np.unique(np.flatnonzero(suspects) // m):
                 product_reach(matrices[i], xs[i], ys[i], adjoint_left, reach)
     # 1-D operands lose the axis they were promoted with, as in np.matmul.
     if x.ndim == 1:
@@ -131,7 +136,7 @@ def product_reach(
     and non-finite elements; finite data with no zero in the product costs
     only that read. Where a non-finite value meets a zero or an unreached
     adjoint, BLAS's sum holds a ``nan``. So the rows or the columns holding
-    a non-finite element (whichever are fewer) are recomputed term by term,
+    a non-finite element (whichever hold fewer terms) are recomputed term by term,
     the slow path (``slow_path_counts``): a legitimate ``inf`` (an ``inf``
     adjoint times a non-zero value) sends its line there too. The other
     zeros have the right value and get their reach from
@@ -149,18 +154,21 @@ def product_reach(
     by_row, exact = adjoint_left, rows if adjoint_left else columns
     if nonfinite:
         marked_rows, marked_columns = np.flatnonzero(rows), np.flatnonzero(columns)
-        if marked_rows.size != marked_columns.size:
-            by_row = marked_rows.size < marked_columns.size
+        # The fewer terms: a row costs n * k of them, a column m * k.
+        row_terms, column_terms = marked_rows.size * n, marked_columns.size * m
+        if row_terms != column_terms:
+            by_row = row_terms < column_terms
         exact, marked = (rows, marked_rows) if by_row else (columns, marked_columns)
         sweeps.exact_lines(x, y, adjoint_left, marked, by_row, product)
         _count("exact_lines", marked.size)
     if zeros and reach:
         scanned = sweeps.settle_zeros(product, x, y, adjoint_left, exact, by_row, zero_rows)
+        _count("settled_zeros", zeros)
         _count("scanned_zeros", scanned)
     return product
 
 
-_counts = {"exact_lines": 0, "scanned_zeros": 0}
+_counts = {"exact_lines": 0, "settled_zeros": 0, "scanned_zeros": 0}
 _counts_lock = threading.Lock()
 
 
@@ -178,7 +186,9 @@ def slow_path_counts() -> dict[str, int]:
       a zero or an unreached adjoint, but also where one met an ordinary
       number, or a product of finite data overflowed. Finite data takes it
       only where a product overflows.
-    - ``scanned_zeros``: zero elements of a product whose reach needed a scan
+    - ``settled_zeros``: zero elements of products whose reach was settled
+      (none for a leaf's adjoint, ``Need.VALUES``).
+    - ``scanned_zeros``: those of them whose reach needed a scan
       of their terms, because neither factor's row or column showed at once
       that nothing reached them (a cancellation, or the sparsity patterns of
       an adjoint and a value that miss each other).

@@ -92,7 +92,10 @@ class BlockTable:
     ops (nodes computed by a registry rule, ``fastad/registry.py``) are
     listed in id order with their operand ids (any number: ``in0``/``in1``
     of the tape hold the first two) and their parameters (an axis, a key).
-    ``adjoints`` holds the block adjoints of the last backward sweep.
+    ``adjoints`` holds the block adjoints of the last backward sweep. A leaf's
+    zeros there may carry either sign (its reach is never settled: see
+    ``reach.Need.VALUES``), so read them with 0.0 added, as every public
+    accessor does, never as strong zeros.
     """
 
     def __init__(self) -> None:

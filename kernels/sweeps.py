@@ -3428,28 +3428,6 @@ def tangent_sweep(
 
 
 @kernel
-def rows_to_recheck(out: FloatArray, rows: BoolArray) -> int:
-    """Mark in ``rows`` each row of the 2-D ``out`` holding a zero or a non-finite value.
-
-    A BLAS product of adjoints (or tangents) with values is exact except in
-    two places: a zero may be an unreached (strong) zero, and a nan may come
-    from a term the scalar rule never sends (an unreached ``-0.0`` times
-    ``inf``, or an ``inf`` adjoint times a zero value). A stack of products
-    (``fastad/reach.py``) is read once, as rows, to find the matrices that
-    hold such an element. Returns how many rows it marked.
-    """
-    count = 0
-    for i in range(out.shape[0]):
-        for k in range(out.shape[1]):
-            value = out[i, k]
-            if value == 0.0 or not isfinite(value):
-                rows[i] = True
-                count += 1
-                break
-    return count
-
-
-@kernel
 def nonfinite_lines(
     out: FloatArray, rows: BoolArray, columns: BoolArray, zero_rows: IdArray
 ) -> tuple[int, int]:

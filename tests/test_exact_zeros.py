@@ -181,7 +181,7 @@ def test_the_mlp_step_on_the_digits_takes_no_slow_path_and_settles_nothing(rng, 
         params = [fa.var(p) for p in (W1, b1, W2, b2)]
         L = fa.cross_entropy(fa.linear(fa.linear_relu(X, params[0], params[1]), *params[2:]), y)
         L.backward()
-    # The zero pixels' rows of dW1 are the only zeros, and W1 is a leaf: nothing to settle.
+    # dW1's zeros (the blank pixels' rows, and more) go to a leaf: nothing to settle.
     assert reach.slow_path_counts() == before
     blank = np.flatnonzero((X == 0.0).all(axis=0))
     assert blank.size >= 3 and np.all(params[0].grad[blank] == 0.0)
@@ -412,8 +412,9 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
         )
 
 
+@pytest.mark.parametrize("infinite", [False, True], ids=["finite", "an inf adjoint"])
 @pytest.mark.parametrize("fused", ["linear_relu", "matmul"])
-def test_values_only_gives_a_leaf_the_same_gradient_bit_for_bit(rng, fused):
+def test_values_only_settles_nothing_and_keeps_every_value(rng, fused, infinite):
     from fastad import registry
 
     X = sparse(rng, (16, 9), zero_columns=(0, 5))
@@ -425,11 +426,20 @@ def test_values_only_gives_a_leaf_the_same_gradient_bit_for_bit(rng, fused):
     rule = registry.RULES[code]
     values = (X, W, b) if fused == "linear_relu" else (X, W)
     out = rule.forward(values, None)
+    if infinite:  # at a live unit: it meets X's zeros in dW, W's entries in dX
+        G[tuple(np.argwhere(out > 0.0)[0])] = np.inf
     Need = reach.Need
-    full = rule.vjp(values, out, G, None, (Need.ALL,) * len(values))
-    leaves = rule.vjp(values, out, G, None, (Need.VALUES,) * len(values))
-    for exact, quick in zip(full[:2], leaves[:2], strict=True):
-        assert np.any(np.signbit(exact[exact == 0.0]))  # zeros the full rule settled
-        np.testing.assert_array_equal(exact, quick)
-        # what the front end hands out: + 0.0, so the sign of a zero never shows
-        assert not np.any(np.signbit(exact + 0.0) != np.signbit(quick + 0.0))
+    counts = [reach.slow_path_counts()]
+    with np.errstate(invalid="ignore"):
+        full = rule.vjp(values, out, G, None, (Need.ALL,) * len(values))
+        counts.append(reach.slow_path_counts())
+        leaves = rule.vjp(values, out, G, None, (Need.VALUES,) * len(values))
+    counts.append(reach.slow_path_counts())
+    settled, exact = ([c[key] for c in counts] for key in ("settled_zeros", "exact_lines"))
+    assert settled[1] > settled[0] and settled[2] == settled[1]  # only the full rule settles
+    if infinite:  # both recompute the non-finite lines, the same ones
+        assert exact[1] > exact[0] and exact[2] - exact[1] == exact[1] - exact[0]
+    for settled, quick in zip(full[:2], leaves[:2], strict=True):
+        assert np.any(np.signbit(settled[settled == 0.0]))  # the full rule's strong zeros
+        np.testing.assert_array_equal(settled, quick)  # every value, nan where nan
+        np.testing.assert_array_equal(np.isnan(settled), np.isnan(quick))
