@@ -58,16 +58,20 @@ def make_data(rng, samples=1797, classes=CLASSES):
     """Synthetic 8x8 images shaped like the digits: (X in [0, 1], integer labels).
 
     Each class is a stroke pattern on the 6x6 interior (the edge pixels stay
-    0, as the digits' mostly are); an image is its class's pattern at a
-    random intensity with noise on the strokes, rounded to the 17 grey
-    levels of the digits and clipped at 0, so most pixels are exactly 0.
+    0, as the digits' mostly are): one shared pattern with a few strokes of
+    its own, so that classes look alike, as 3, 8 and 9 do. An image is its
+    class's pattern at a random intensity, each stroke missing at random,
+    with noise on the strokes, rounded to the 17 grey levels of the digits
+    and clipped at 0, so most pixels are exactly 0.
     """
+    shared = rng.random((6, 6)) < 0.4
+    own = rng.random((classes, 6, 6)) < 0.15
     patterns = np.zeros((classes, 8, 8))
-    patterns[:, 1:7, 1:7] = (rng.random((classes, 6, 6)) < 0.5) * 12.0
+    patterns[:, 1:7, 1:7] = (shared ^ own) * 12.0
     labels = rng.integers(0, classes, size=samples)
-    strokes = patterns[labels]
+    strokes = patterns[labels] * (rng.random((samples, 8, 8)) < 0.8)
     images = strokes * rng.uniform(0.5, 1.0, size=(samples, 1, 1))
-    images += 3.0 * rng.normal(size=images.shape) * (strokes > 0)
+    images += 4.0 * rng.normal(size=images.shape) * (strokes > 0)
     return np.clip(np.rint(images), 0.0, 16.0).reshape(samples, 64) / 16.0, labels
 
 
