@@ -12,7 +12,7 @@ constants). The last node is the root, and every node is an ancestor of it,
 so a backward sweep from the root has to visit the whole graph in every
 engine.
 
-Shape of the graph, as the benchmark issue asks ("mostly-local operands with
+Shape of the graph ("mostly-local operands with
 some fan-out"): an operand is drawn from the previous ``window`` nodes most of
 the time and from anywhere earlier with probability ``far``, so nodes are
 used several times and gradients meet on many paths.

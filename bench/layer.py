@@ -5,7 +5,7 @@ and the same layer trained in a long-lived-tape loop (``long_lived``).
 ``(H, dX, dW, db)``:
 
 - ``numpy``: the fastest honest NumPy composition we found (forward plus
-  hand-written backward, in-place where NumPy allows it), the SPEC's
+  hand-written backward, in-place where NumPy allows it), the
   reference;
 - ``kernels``: fastad's fused layer rule called directly (its forward and
   VJP from ``fastad.registry``: the products and the compiled passes around

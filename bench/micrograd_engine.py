@@ -23,7 +23,7 @@ crippled:
 
 Otherwise the engine is kept as micrograd writes it (no ``__slots__``, a
 ``set`` of children, a closure per node), since that is the engine the
-SPEC's reference figure (8.8 us/node) describes.
+reference figure of the targets (8.8 us/node) describes.
 """
 
 import math

@@ -1,4 +1,4 @@
-"""The performance report: every SPEC target beside its reference, in one run.
+"""The performance report: every performance target beside its reference, in one run.
 
 Usage (from a clone, after the README's test set-up)::
 
@@ -7,8 +7,8 @@ Usage (from a clone, after the README's test set-up)::
 Runs the pytest-benchmark suite in ``bench/`` (a quick subset by default,
 about a minute on 2 cores; ``--full`` for every size), printing one
 progress line per case, writes pytest-benchmark's JSON, then prints a table
-of each target of ``SPEC.md``: what fastad measured, the reference measured
-in the same run (or quoted from SPEC.md where the reference is not
+of each performance target: what fastad measured, the reference measured
+in the same run (or the figure measured on the reference machine where it is not
 installed, and then marked so), the ratio, the goal and pass/short. With
 matplotlib installed it also draws scalar-node vs blocks vs fused
 throughput against layer size (log-log).
@@ -51,7 +51,7 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-CASADI_QUOTED_NS_PER_NODE = 14.7  # SPEC.md, measured on its reference machine
+CASADI_QUOTED_NS_PER_NODE = 14.7  # CasADi's SX VM, measured on the reference machine on 2026-11-30
 CASADI_QUOTED_LATENCY_US = 17.8
 MICROGRAD_QUOTED_NS_PER_NODE = 8800.0
 LAYER_ROW_NAMES = {
@@ -124,7 +124,7 @@ def find(table, prefix, **wanted):
 
 
 def rows(table):
-    """(target, fastad, reference, ratio, goal, passed) per SPEC target."""
+    """(target, fastad, reference, ratio, goal, passed) per performance target."""
     out = []
 
     def add(target, fastad, reference, ratio, goal, passed):
@@ -483,7 +483,7 @@ def _exact_zero_layer_rows(table, add):
 
 def _exact_zero_model_rows(table, add):
     """The models on data with exact zeros: each against NumPy on the same data over
-    its dense ratio, and the issue's peers on the same data."""
+    its dense ratio, and the peers on the same data."""
     for test, way in (("test_mlp", "eager"), ("test_mlp", "compiled"), ("test_logreg", "compiled")):
         for data in ("zeros", "digits"):
             _zero_data_row(

@@ -16,7 +16,7 @@ Batch benchmarks store ``ns_per_point`` (best round) in ``extra_info``,
 latency benchmarks ``us_per_call``. Every benchmark checks its result once
 (fastad against NumPy; two threads bitwise against one), so a broken path
 fails instead of producing a fast wrong number. ``bench/report.py``
-prints the same figures side by side with the SPEC's targets.
+prints the same figures side by side with the performance targets.
 """
 
 import os
@@ -40,7 +40,7 @@ BATCH_SIZES = (
     (10**6,) if os.environ.get("FASTAD_BENCH_QUICK") == "1" else (10**3, 10**4, 10**5, 10**6)
 )
 SEED = 0
-# The SPEC's one-point example (fastad/demo.py).
+# The one-point example (fastad/demo.py).
 ONE_POINT = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 # fastad and NumPy round differently (fastad's sigmoid is e/(1 + e) for
 # z < 0; the products are grouped differently), and d = s - y cancels where

@@ -3,7 +3,7 @@
 Group ``second`` (every row one thread, both replay tiers, one run):
 
 - ``value_and_grad`` and ``hvp`` of example 2 and of the 10-input
-  Rosenbrock function at 10^5 points: the SPEC's "HVP <= 3x value+grad of
+  Rosenbrock function at 10^5 points: the target "HVP <= 3x value+grad of
   the same function" compares the two rows of one tier;
 - ``hessian`` of example 2 (k = 6) at 10^6 points, against the batch
   group's ``value_and_grad`` at 10^6 points (target: <= 2.5 k x);

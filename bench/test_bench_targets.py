@@ -1,4 +1,4 @@
-"""Benchmarks for the SPEC targets the other files do not cover, and CasADi peers.
+"""Benchmarks for the performance targets the other files do not cover, and CasADi peers.
 
 - ``replay``: ``fa.compile`` of the random DAG (10^4 to 10^6 nodes; 10^5 in a
   quick run), one point, value and gradient, beside CasADi's SX virtual

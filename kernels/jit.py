@@ -5,7 +5,7 @@ The options and why:
 
 - ``error_model="numpy"``: division by zero and domain errors give IEEE
   values (``1/0 = inf``, ``log(0) = -inf``, ``sqrt(-1) = nan``) instead of
-  raising, as SPEC requires; it also removes the zero-division checks from
+  raising, as IEEE and NumPy do; it also removes the zero-division checks from
   the hot loops.
 - ``boundscheck=False``: kernels trust their input. The front end validates
   every tape (operand index < node id, opcodes, lengths, dtypes) before a

@@ -158,7 +158,7 @@ def relu(a: float) -> float:
 
 @kernel
 def relu_partial(a: float) -> float:
-    # relu'(0) = 0 by convention (SPEC); nan in, nan out.
+    # relu'(0) = 0 by convention (the minimum-norm subgradient); nan in, nan out.
     return 1.0 if a > 0.0 else (0.0 if a <= 0.0 else a)
 
 

@@ -229,7 +229,7 @@ def test_check_passes_finite_results_and_skips_non_finite_inputs():
 
 
 def test_check_reads_values_whatever_the_direction():
-    # Regression (review): a nan cotangent hid a nan value made from finite inputs.
+    # Regression: a nan cotangent hid a nan value made from finite inputs.
     f = fa.compile(with_sqrt, example=[2.0, 1.0])
     points = np.array([[2.0, 1.0], [0.5, 1.0]])
     with pytest.raises(fa.NonFiniteError) as caught:

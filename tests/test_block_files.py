@@ -154,7 +154,7 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
 
 
 def test_crafted_shapes_and_params_are_refused_before_anything_is_allocated(arrays):
-    # Regressions (review): a 3 kB pickle claiming (10^6, 0) @ (0, 10^6) asked
+    # Regressions: a 3 kB pickle claiming (10^6, 0) @ (0, 10^6) asked
     # for 7 TiB; a reshape to a string failed inside NumPy.
     f = fa.compile(lambda A, B: (A @ B).sum(), example=(np.ones((2, 3)), np.ones((3, 2))))
 

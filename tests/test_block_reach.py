@@ -142,7 +142,7 @@ def test_block_rules_keep_reach_like_scalar_nodes(name, fused):
 
 
 def test_dead_units_give_zero_gradients_not_nan():
-    # The reviewer's case: the old value-based rule gave 0 here, and so must this one.
+    # The old value-based rule gave 0 here, and so must this one.
     build, values = CASES["linear_relu, dead units"]
     reverse, forward = gradient_and_jvps(build, values)
     assert reverse.tolist() == [[0.0, 0.0]] and forward.tolist() == [[0.0, 0.0]]

@@ -1,6 +1,6 @@
-"""``fastad demo``: every worked example printed with the SPEC's numbers, every check able to fail.
+"""``fastad demo``: each worked example printed with the articles' figures, every check can fail.
 
-The expected numbers below are the SPEC's (taken from the articles), never
+The expected numbers below are the articles', never
 output of the demo; the planted models are the articles' classic bugs, each
 of which must turn at least one independent check (central differences,
 NumPy by hand, the other ways of recording a layer) into a failure.

@@ -1,4 +1,4 @@
-"""The articles' worked examples 1 and 2, with their exact figures (SPEC)."""
+"""The articles' worked examples 1 and 2, with their exact figures."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Models with arrays (issue 12): the softmax family, reductions and shape ops,
+"""Models with arrays: the softmax family, reductions and shape ops,
 ``where``/``clip``/``stop_gradient`` on arrays, and the NumPy protocol.
 
 References are independent: the same computation recorded unfused (blocks)

@@ -95,7 +95,7 @@ def run_case(backend, case, layer, before="batch"):
         ("codegen", None, "batch"),
         ("interpret", "workqueue", "batch"),
         ("codegen", "workqueue", "batch"),
-        # Regressions (review): Numba's pool started by a one-thread call, or
+        # Regressions: Numba's pool started by a one-thread call, or
         # by the user's own parallel code, kills the children just the same.
         ("interpret", None, "pool started"),
         ("codegen", None, "user"),

@@ -1,4 +1,4 @@
-"""Regressions found in review: each test pins one bug that once existed."""
+"""Regressions: each test pins one bug that once existed."""
 
 import ast
 import math
@@ -106,7 +106,7 @@ def test_vjp_accepts_a_one_element_cotangent_for_a_scalar_output():
     assert math.isfinite(value)
 
 
-# -- issue 10: wrong or inconsistent answers ------------------------------------------------
+# -- wrong or inconsistent answers ------------------------------------------------
 def test_pow_exponent_derivative_at_zero_base_and_zero_exponent_is_zero():
     # d(a**b)/db = a**b * log(a) is 1 * -inf at a = b = 0; PyTorch, JAX and
     # autograd give 0 (0**b is 0 for b > 0 and 1 at b = 0).
@@ -185,7 +185,7 @@ def test_nodes_nothing_reached_report_plus_zero():
         assert X.grad.tolist() == [1.0, 0.0, 0.0]
 
 
-# -- issue 11: the layered front end ------------------------------------------------------------
+# -- the layered front end ------------------------------------------------------------
 def test_stale_block_handles_raise_in_every_block_method():
     tape = fa.Tape()
     with tape:
@@ -330,7 +330,7 @@ def test_the_old_blocks_helpers_still_import():
     assert np.signbit(reach_sum(np.array([-0.0, -0.0])))
 
 
-# -- issue 12: bugs a user hit ------------------------------------------------------------------
+# -- bugs a user hit ------------------------------------------------------------------
 def test_jvp_with_a_single_block_as_wrt_takes_its_array_as_the_direction():
     for shape in ((1, 2), (3, 2)):
         X0 = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
@@ -453,7 +453,7 @@ def test_node_table_columns_widen_for_long_op_names_and_shapes():
     assert len(starts) == 2
 
 
-# -- issue 12: found in review -------------------------------------------------------------
+# -- more bugs that once existed -------------------------------------------------------------
 def test_prod_sends_nothing_past_a_zero_even_beside_an_inf():
     # The product of the others was inf * 0 = nan. The rule: an element's
     # derivative is exactly 0 when another element of its slice is 0, whatever
@@ -561,7 +561,7 @@ def test_joins_and_where_read_nested_lists_as_numpy_does():
         np.testing.assert_array_equal(fa.grad(picked.sum(), X), [[2.0, 0.0, 2.0]])
 
 
-def test_second_review_of_issue_12():
+def test_more_bugs_that_once_existed():
     # A where condition larger than one side: checked mode crashed.
     with fa.Tape() as tape:
         C, x = fa.var(np.ones((3, 4))), fa.var(np.ones(4))

@@ -241,7 +241,7 @@ def test_reset_loop_reuses_memory():
 
 
 def test_gradient_descent_step_example_5():
-    # SPEC example 5: L(w) = (w - 3)^2, w0 = 0, eta = 0.1 gives w1 = 0.6.
+    # The articles' example 5: L(w) = (w - 3)^2, w0 = 0, eta = 0.1 gives w1 = 0.6.
     with fa.Tape():
         w = fa.var(0.0)
         ((w - 3.0) ** 2).backward()

@@ -193,7 +193,7 @@ def test_nonfinite_leaf_is_its_own_origin():
             y.backward(check=True)
 
 
-# -- issue 10: ids, files, traces and everyday conversions ------------------------------------
+# -- ids, files, traces and everyday conversions ------------------------------------
 def test_node_ids_are_validated_everywhere_a_user_passes_one():
     with fa.Tape() as tape:
         x = fa.var(2.0)
