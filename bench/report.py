@@ -358,17 +358,14 @@ def _model_rows(table, add):
     """The small-model targets (bench/test_bench_models.py), each against the same run."""
     numpy_step = find(table, "test_mlp", way="numpy", data="dense")
     for way, goal in (("eager", 1.0), ("compiled", 1.0)):
-        step = find(table, "test_mlp", way=way, data="dense")
-        if step and numpy_step:
-            ratio = step["seconds"] / numpy_step["seconds"]
-            add(
-                f"MLP 64-128-10 step, B=256, fastad {way} / NumPy",
-                _layer_time(step["seconds"]),
-                f"{_layer_time(numpy_step['seconds'])} (NumPy)",
-                ratio,
-                f"<= {goal}",
-                ratio <= goal,
-            )
+        _ratio_row(
+            add,
+            f"MLP 64-128-10 step, B=256, fastad {way} / NumPy",
+            find(table, "test_mlp", way=way, data="dense"),
+            numpy_step,
+            "NumPy",
+            goal,
+        )
     eager = find(table, "test_mlp", way="eager", data="dense")
     torch_step = find(table, "test_mlp", way="torch", data="dense")
     if eager and torch_step:
@@ -443,22 +440,34 @@ def _zero_data_row(add, what, data, fastad, reference, fastad_dense, reference_d
     )
 
 
+def _ratio_row(add, target, mine, theirs, reference, goal):
+    """One row: ``mine``'s time over ``theirs`` (results of :func:`find`, None: no row),
+    ``reference`` naming the second, against the goal ``ratio <= goal``."""
+    if not (mine and theirs):
+        return
+    ratio = mine["seconds"] / theirs["seconds"]
+    add(
+        target,
+        _layer_time(mine["seconds"]),
+        f"{_layer_time(theirs['seconds'])} ({reference})",
+        ratio,
+        f"<= {goal}",
+        ratio <= goal,
+    )
+
+
 def _layer_row(table, add, way, size, goal, data):
     """linear+ReLU fwd+bwd, one way against the NumPy composition on the same data."""
     B, n, h = size
-    fastad_layer = find(table, "test_fused", way=way, data=data, B=B, n=n, h=h)
-    numpy_layer = find(table, "test_fused", way="numpy", data=data, B=B, n=n, h=h)
-    if fastad_layer and numpy_layer:
-        ratio = fastad_layer["seconds"] / numpy_layer["seconds"]
-        on = "" if data == "dense" else ", half-zero inputs"
-        add(
-            f"{LAYER_ROW_NAMES[way]} {B}x{n}x{h}{on}",
-            _layer_time(fastad_layer["seconds"]),
-            f"{_layer_time(numpy_layer['seconds'])} (NumPy{'' if not on else ', same data'})",
-            ratio,
-            f"<= {goal}",
-            ratio <= goal,
-        )
+    on = "" if data == "dense" else ", half-zero inputs"
+    _ratio_row(
+        add,
+        f"{LAYER_ROW_NAMES[way]} {B}x{n}x{h}{on}",
+        find(table, "test_fused", way=way, data=data, B=B, n=n, h=h),
+        find(table, "test_fused", way="numpy", data=data, B=B, n=n, h=h),
+        "NumPy" if data == "dense" else "NumPy, same data",
+        goal,
+    )
 
 
 def _exact_zero_layer_rows(table, add):
@@ -499,31 +508,23 @@ def _exact_zero_model_rows(table, add):
         {(i["B"], i["c"]) for n, i in table.items() if n.startswith("test_cross_entropy")}
     )
     for B, c in sizes:  # no NumPy way in this group: against its own dense time
-        dense = find(table, "test_cross_entropy", way="fused", data="dense", B=B, c=c)
-        zeros = find(table, "test_cross_entropy", way="fused", data="zeros", B=B, c=c)
-        if dense and zeros:
-            ratio = zeros["seconds"] / dense["seconds"]
-            add(
-                f"  ... cross_entropy fused {B}x{c}, half-zero / dense logits",
-                _layer_time(zeros["seconds"]),
-                f"{_layer_time(dense['seconds'])} (dense)",
-                ratio,
-                "<= 1.1",
-                ratio <= 1.1,
-            )
+        _ratio_row(
+            add,
+            f"  ... cross_entropy fused {B}x{c}, half-zero / dense logits",
+            find(table, "test_cross_entropy", way="fused", data="zeros", B=B, c=c),
+            find(table, "test_cross_entropy", way="fused", data="dense", B=B, c=c),
+            "dense",
+            1.1,
+        )
     for data, peer, goal in (("zeros", "torch", 1.0), ("digits", "numpy", 1.2)):
-        eager = find(table, "test_mlp", way="eager", data=data)
-        reference = find(table, "test_mlp", way=peer, data=data)
-        if eager and reference:
-            ratio = eager["seconds"] / reference["seconds"]
-            add(
-                f"MLP step on {data} data, fastad eager / {peer}",
-                _layer_time(eager["seconds"]),
-                f"{_layer_time(reference['seconds'])} ({peer}, same data)",
-                ratio,
-                f"<= {goal}",
-                ratio <= goal,
-            )
+        _ratio_row(
+            add,
+            f"MLP step on {data} data, fastad eager / {peer}",
+            find(table, "test_mlp", way="eager", data=data),
+            find(table, "test_mlp", way=peer, data=data),
+            f"{peer}, same data",
+            goal,
+        )
 
 
 def _layer_time(seconds):
