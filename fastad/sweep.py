@@ -268,7 +268,9 @@ def operand_needs(
     needs = []
     for j in operands:
         code = opcode[j]
-        if not needed[j] if needed is not None else (code == CONST and j in block_values):
+        data = code == CONST and j in block_values
+        wanted = bool(needed[j]) if needed is not None else not data
+        if not wanted:
             needs.append(Need.NOTHING)
         elif code == INPUT:
             needs.append(Need.VALUES)
