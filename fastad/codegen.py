@@ -189,6 +189,53 @@ _typeof: Callable[[object], Any] = numba.typeof  # Numba's types, for compile()
 _KERNEL_NAMES = {"batch": "batch", "parallel": "threaded", "point": "one point"}
 
 
+def compile_kernels(
+    kernels: list[tuple[Any, tuple[Any, ...]]],
+    what: Callable[[str], str],
+    expected: float,
+    report: bool,
+) -> None:
+    """Compile each dispatcher for its arguments' types, without calling it.
+
+    One compile at a time in the process (``_COMPILING``: a fork waits for
+    it); a kernel another thread compiled meanwhile is skipped. ``what``
+    turns the names of the kernels to compile into the progress message,
+    shown on stderr with ``report`` when the compile takes over a second.
+    """
+    with _COMPILING:
+        missing = [(kernel, args) for kernel, args in kernels if uncompiled(kernel)]
+        if not missing:
+            return
+        names = ", ".join(_KERNEL_NAMES.get(kernel.__name__, kernel.__name__) for kernel, _ in missing)
+        with progress(what(names), expected=expected) if report else _quiet():
+            for kernel, arguments in missing:
+                kernel.compile(tuple(_typeof(argument) for argument in arguments))
+
+
+def is_compiled(text: str, name: str) -> bool:
+    """Whether module ``name`` holds exactly ``text`` in the cache and its kernels compiled
+    there before (:func:`mark_compiled`): a later process only loads them."""
+    root = cache_directory()
+    if root is None:
+        return False
+    folder = root / "generated"
+    try:
+        return (folder / f"{name}.compiled").is_file() and (folder / f"{name}.py").read_text(
+            "utf-8"
+        ) == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def mark_compiled(name: str) -> None:
+    """Note beside module ``name``'s file that its kernels compiled (a hint, never trusted)."""
+    root = cache_directory()
+    if root is not None:
+        marker = root / "generated" / f"{name}.compiled"
+        with contextlib.suppress(OSError):
+            marker.touch()
+
+
 def uncompiled(kernel: Any) -> bool:
     """A dispatcher that has no compiled signature yet (False under NUMBA_DISABLE_JIT)."""
     return hasattr(kernel, "signatures") and not kernel.signatures
@@ -246,17 +293,7 @@ class GeneratedCode:
         True when the module's file holds exactly the text generated now and
         the marker written after its kernels first compiled is beside it.
         """
-        root = cache_directory()
-        if root is None:
-            return False
-        text, name = self._source(mode)
-        folder = root / "generated"
-        try:
-            return (folder / f"{name}.compiled").is_file() and (folder / f"{name}.py").read_text(
-                "utf-8"
-            ) == text
-        except (OSError, UnicodeDecodeError):
-            return False
+        return is_compiled(*self._source(mode))
 
     def prepare(self, mode: str, parallel: bool, report: bool = True) -> None:
         """Compile (or load from the cache) every kernel of ``mode`` that calls will use.
@@ -291,28 +328,22 @@ class GeneratedCode:
             vectors = [np.zeros(k) for _ in generator.POINT_PARAMETERS[mode].split(", ")[:-1]]
             kernels.append((point, (*vectors, self.constants)))
         if any(uncompiled(kernel) for kernel, _ in kernels):
-            with _COMPILING:  # one compile at a time; the others find it done
-                missing = [(kernel, args) for kernel, args in kernels if uncompiled(kernel)]
-                names = ", ".join(_KERNEL_NAMES[kernel.__name__] for kernel, _ in missing)
-                size = rows(program, mode)
-                what = (
+            size = rows(program, mode)
+            compile_kernels(
+                kernels,
+                lambda names: (
                     f"compiling generated code for {self._title} ({mode}, {size:,} rows: {names})"
-                )
-                with (
-                    progress(what, expected=expected_compile_seconds(size)) if report else _quiet()
-                ):
-                    for kernel, arguments in missing:
-                        kernel.compile(tuple(_typeof(argument) for argument in arguments))
+                ),
+                expected_compile_seconds(size),
+                report,
+            )
             if parallel or configured_threads() == 1:  # all a later process needs
-                self._mark_compiled(mode)
+                mark_compiled(self._source(mode)[1])
         self._prepared.add((mode, parallel))
 
-    def _mark_compiled(self, mode: str) -> None:
-        root = cache_directory()
-        if root is not None:
-            marker = root / "generated" / f"{self._source(mode)[1]}.compiled"
-            with contextlib.suppress(OSError):  # only a hint for the next process
-                marker.touch()
+    def rows(self, mode: str) -> int:
+        """The size of ``mode``'s code: nodes times passes."""
+        return rows(self._program, mode)
 
     def run(
         self,

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import blockfile, npz
+from fastad import blockcode, blockfile, npz
 from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
 from fastad.errors import BranchError, NonFiniteError
 from fastad.kernels import optable, sweeps
@@ -49,7 +49,7 @@ from fastad.replay import (
 )
 from fastad.storage import as_stored
 from fastad.tape import Tape
-from fastad.tiers import BACKENDS, Tier
+from fastad.tiers import BACKENDS, Tier, Tiers
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
@@ -163,7 +163,9 @@ def compile(  # noqa: A001
         earlier process cached it), never for code of more than
         ``fastad.codegen.BUDGET_ROWS`` rows (nodes times passes).
         ``f.tier("grad")`` tells which tier runs and why. A function of
-        arrays replays its tape (``"codegen"`` is refused).
+        arrays has the same three (see :class:`BlockFunction`): its
+        generated code is one kernel per kind of call, with NumPy's BLAS
+        for the products.
     debug : bool
         Trace on a debug tape (``fa.Tape(debug=True)``): every node keeps the
         file and line of your function that recorded it, so a checked call
@@ -190,12 +192,7 @@ def compile(  # noqa: A001
         )
     _check_backend(backend)
     if _has_arrays(example):
-        if backend == "codegen":
-            raise ValueError(
-                'backend="codegen" generates code for functions of scalars; a function of '
-                'arrays replays its tape (use backend="auto" or "interpret")'
-            )
-        return BlockFunction(function, example, wrt, debug)
+        return BlockFunction(function, example, wrt, debug, backend)
     if wrt is not None:
         raise TypeError(
             "wrt= chooses arguments of a function of arrays (example=(X, W, ...)); a "
@@ -1002,11 +999,34 @@ class BlockFunction:
     Calls take one value per argument, shaped like the example's:
     ``f((X, W, b))`` gives the output (a float, or an array for an array
     output); ``f.value_and_grad((X, W, b))`` gives the scalar output and a
-    list of gradients shaped like the arguments. A replay re-runs the traced
-    tape's forward and backward sweeps (compiled scalar runs, block rules
-    between) at the new values, with the guards of any traced branches
-    re-checked; there is no batching over points and calls on one function
-    are serialised by a lock. It pickles and saves (:meth:`save`,
+    list of gradients shaped like the arguments. An argument of another
+    shape, rank or a non-real dtype raises an error naming the argument and
+    both shapes (the function is not traced again: trace one per shape).
+    Calls on one function are serialised by a lock.
+
+    Two tiers run a call, as for functions of scalars (``backend``):
+
+    - the interpreter replays the traced tape: its forward and backward
+      sweeps, the registry's block rules with the exact rules for strong
+      zeros; the tape then holds that call's values and gradients;
+    - generated code (``fastad.kernels.blockgen``) runs the whole program
+      as one compiled kernel: loops for the elementwise ops, NumPy's own
+      BLAS for the products, row loops for the softmax family, buffers
+      allocated once. Its gradients are computed plainly; a call whose
+      gradients hold a nan is computed again by the interpreter, so both
+      tiers give the exact rules' results. Values and gradients equal the
+      interpreter's bit for bit except in the softmax family and the
+      cross-entropy (NumPy's vectorised ``exp`` against libm's: within
+      1e-13 of the gradient's largest element) and in operands broadcast
+      along a last axis; a call with ``check=True`` always runs the
+      interpreter. ``f.tier("grad")`` says which tier runs and why; a
+      program with an op generated code has no rule for stays interpreted,
+      and the reason says which op.
+
+    ``backend="auto"`` interprets first and builds the generated kernel in
+    a background thread once the calls have done
+    ``fastad.tiers.HOT_NODE_POINTS`` element operations (at once when an
+    earlier process cached it). It pickles and saves (:meth:`save`,
     :func:`fastad.load`) like a function of scalars; it is not optimised.
     """
 
@@ -1016,6 +1036,7 @@ class BlockFunction:
         example: Sequence[ArrayLike],
         wrt: int | Sequence[int] | None = None,
         debug: bool = False,
+        backend: str = "auto",
     ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
@@ -1042,16 +1063,91 @@ class BlockFunction:
         self._tape = tape
         self._shapes = [np.shape(v) for v in values]
         self.optimization: OptimizationReport | None = None  # BlockFunction does not optimise
+        integers = [np.asarray(v).dtype.kind in "iu" and np.ndim(v) > 0 for v in example]
+        self._install_code(backend, integers)
+
+    def _install_code(self, backend: str, integers: list[bool]) -> None:
+        """The generated tier: its code (None where it cannot run) and the tier choice."""
+        self._backend = backend
+        self._integers = integers
+        tape = self._tape
+        self._work = sum(
+            1 if tape.block_value(i) is None else int(tape.block_value(i).size)
+            for i in range(len(tape))
+        )  # element operations per call: the tiers' measure of work
+        self._code: blockcode.BlockCode | None = None
+        self._tiers: Tiers | None = None
+        self._no_code = ""
+        if backend == "interpret":
+            self._no_code = 'backend="interpret"'
+            return
+        positions = self._wrt[0] if self._wrt is not None else range(len(self._inputs))
+        try:
+            program = blockcode.program_of(
+                tape, [node.id for node in self._inputs], self._output.id, positions, self._guards
+            )
+            code = blockcode.BlockCode(
+                program, tape.val.copy(), integers, f"the function of arrays {self._name!r}"
+            )
+        except blockcode.Unsupported as error:
+            if backend == "codegen":
+                raise NotImplementedError(
+                    f'backend="codegen": {error}; use backend="auto" or "interpret", which '
+                    "replay the tape"
+                ) from None
+            self._no_code = f'backend="auto": {error}; interpreted'
+            return
+        for i, node in enumerate(program.nodes):
+            if node.op == "array":
+                code.set_array(i, cast("FloatArray", tape.block_value(i)))
+        self._code = code
+        self._tiers = Tiers(backend, code)
 
     @property
     def tape(self) -> Tape:
-        """The traced tape; after a call it holds that call's values and gradients."""
+        """The traced tape; after an interpreted call it holds that call's values and gradients."""
         return self._tape
 
     @property
     def wrt(self) -> tuple[int, ...] | None:
         """The argument positions gradients are computed for (None: every argument)."""
         return None if self._wrt is None else tuple(self._wrt[0])
+
+    @property
+    def backend(self) -> str:
+        """``"auto"``, ``"interpret"`` or ``"codegen"``, as compiled."""
+        return self._backend
+
+    @property
+    def num_inputs(self) -> int:
+        """The number of arguments a call takes."""
+        return len(self._inputs)
+
+    def tier(self, call: str = "grad") -> Tier:
+        """Which tier runs ``call`` now, and why: ``"grad"`` (:meth:`value_and_grad`,
+        :meth:`grad`) or ``"values"`` (:meth:`__call__`). A question: it starts nothing."""
+        if call not in ("grad", "values"):
+            raise ValueError(f'call must be "grad" or "values", got {call!r}')
+        if self._code is None or self._tiers is None:
+            return Tier("interpret", self._no_code)
+        if call not in self._code.modes:
+            return Tier("interpret", "the output is an array: it has no gradient")
+        return self._tiers.tier(call)
+
+    def generated_source(self, call: str = "grad") -> str:
+        """The text of the generated module for ``call`` (``"grad"`` or ``"values"``)."""
+        if self._code is None or call not in self._code.modes:
+            raise ValueError(f"no generated code for {call!r}: {self.tier(call).reason}")
+        return self._code.source(call)
+
+    def blas_calls(self, call: str = "grad") -> list[str]:
+        """The BLAS calls of the generated kernel for ``call``, one line each, in order:
+        ``gemm(trans_a, trans_b, A, B, C)`` is ``cblas_dgemm`` (``C = op(A) @ op(B)``),
+        ``gemv(trans, A, x, y)`` is ``cblas_dgemv``; operands are node values (``v<id>``),
+        adjoints (``d<id>``) and scratch buffers (``s_...``)."""
+        if self._code is None or call not in self._code.modes:
+            raise ValueError(f"no generated code for {call!r}: {self.tier(call).reason}")
+        return self._code.products(call)
 
     def __repr__(self) -> str:
         return (
@@ -1067,36 +1163,114 @@ class BlockFunction:
         (op, label, and its line with ``debug=True``) that turned finite
         arguments into ``nan``/``inf``.
         """
+        checked = self._checked(arguments)
         with self._lock:
-            self._replay(arguments, check)
+            if not check and self._generated("values"):
+                result = cast("blockcode.BlockCode", self._code).run("values", checked)
+                if result.status == blockcode.OK:
+                    return cast("float | FloatArray", result.value)
+            self._replay(checked, check)  # raises what the generated call refused
             return self._output_value()
 
     def value_and_grad(
-        self, arguments: Iterable[ArrayLike], *, check: bool = False
+        self,
+        arguments: Iterable[ArrayLike],
+        *,
+        check: bool = False,
+        out: Sequence[NDArray[np.float64] | None] | NDArray[np.float64] | None = None,
     ) -> tuple[float, Any]:
         """``(value, gradients)``; needs a scalar output.
 
         The gradients are a list with one per argument, or per position of
         ``wrt`` (a single one for an int ``wrt``), shaped like the arguments.
-        Without ``wrt`` the tape's ``.grad`` holds this call's adjoints too;
-        with it only the chosen gradients are computed. ``check=True``: as
-        for :meth:`__call__`, and for the gradients the node whose local
-        derivative (or block rule) made a finite adjoint non-finite.
+        ``out`` gives arrays to write them into, in that form (a list with
+        None where a fresh array will do; a single array for an int
+        ``wrt``): float64, C-contiguous, writable, of the argument's shape;
+        the results are those arrays. After an interpreted call without
+        ``wrt`` the tape's ``.grad`` holds this call's adjoints too.
+        ``check=True``: as for :meth:`__call__`, and for the gradients the
+        node whose local derivative (or block rule) made a finite adjoint
+        non-finite.
         """
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
+        checked = self._checked(arguments)
+        targets = self._out_arrays(out)
+        positions, single = self._wrt or (list(range(len(self._inputs))), False)
         with self._lock:
-            self._replay(arguments, check)
-            value = cast(float, self._output_value())  # a scalar output: a float
-            if self._wrt is None:
-                self._tape.backward(self._output, check=check)
-                return value, [node.grad for node in self._inputs]
-            positions, single = self._wrt
-            ids = [self._inputs[i].id for i in positions]
-            gradients = self._tape.gradient(self._output, ids)
-            if check and not all(np.isfinite(g).all() for g in gradients):
-                self._tape.backward(self._output, check=True)  # raises, naming the edge
+            if not check and self._generated("grad"):
+                result = cast("blockcode.BlockCode", self._code).run("grad", checked, targets)
+                if result.status == blockcode.OK:
+                    return cast(float, result.value), _by_argument(
+                        cast("list[Any]", result.gradients), single
+                    )
+            value, gradients = self._interpreted_gradients(checked, check)
+            if targets is not None:
+                gradients = [
+                    g if target is None else _copied_into(target, g)
+                    for g, target in zip(gradients, targets, strict=True)
+                ]
             return value, _by_argument(gradients, single)
+
+    def _interpreted_gradients(self, checked: list[Any], check: bool) -> tuple[float, list[Any]]:
+        self._replay(checked, check)
+        value = cast(float, self._output_value())  # a scalar output: a float
+        if self._wrt is None:
+            self._tape.backward(self._output, check=check)
+            return value, [node.grad for node in self._inputs]
+        ids = [self._inputs[i].id for i in self._wrt[0]]
+        gradients = self._tape.gradient(self._output, ids)
+        if check and not all(np.isfinite(g).all() for g in gradients):
+            self._tape.backward(self._output, check=True)  # raises, naming the edge
+        return value, list(gradients)
+
+    def _generated(self, mode: str) -> bool:
+        """Whether generated code runs this call (counting the work while it does not)."""
+        code, tiers = self._code, self._tiers
+        if code is None or tiers is None or mode not in code.modes:
+            return False
+        return tiers.ready(mode, self._work)
+
+    def _out_arrays(self, out: Any) -> list[NDArray[np.float64] | None] | None:
+        """``out`` checked: one writable float64 C-contiguous array (or None) per gradient."""
+        if out is None:
+            return None
+        positions, single = self._wrt or (list(range(len(self._inputs))), False)
+        listed = [out] if single else out
+        if not isinstance(listed, (list, tuple)) or len(listed) != len(positions):
+            form = "one array" if single else f"a list of {len(positions)} (arrays or None)"
+            raise TypeError(f"out must be {form}, one per gradient, got {type(out).__name__}")
+        checked: list[NDArray[np.float64] | None] = []
+        for position, array in zip(positions, listed, strict=True):
+            shape = self._shapes[position]
+            if array is None:
+                checked.append(None)
+                continue
+            if not shape:
+                raise ValueError(
+                    f"out for argument {position}: a scalar argument's gradient is a float; "
+                    "give None there"
+                )
+            if (
+                not isinstance(array, np.ndarray)
+                or array.dtype != np.float64
+                or array.shape != shape
+                or not array.flags.c_contiguous
+                or not array.flags.writeable
+            ):
+                described = (
+                    f"{array.dtype} array of shape {array.shape}"
+                    + ("" if array.flags.c_contiguous else ", not C-contiguous")
+                    + ("" if array.flags.writeable else ", read-only")
+                    if isinstance(array, np.ndarray)
+                    else type(array).__name__
+                )
+                raise ValueError(
+                    f"out for argument {position} must be a writable C-contiguous float64 array "
+                    f"of shape {shape}, got {described}"
+                )
+            checked.append(array)
+        return checked
 
     def grad(self, arguments: Iterable[ArrayLike], *, check: bool = False) -> Any:
         """The gradients of :meth:`value_and_grad`; needs a scalar output."""
@@ -1110,8 +1284,9 @@ class BlockFunction:
         ``directions`` holds one array per argument of :meth:`value_and_grad`'s
         gradients (a single one for an int ``wrt``), shaped like it; the
         result has the gradients' form. Forward-over-reverse through the
-        block rules (:func:`fastad.hvp`); a block op without a second-order
-        rule raises ``NotImplementedError`` naming it. Needs a scalar output.
+        block rules (:func:`fastad.hvp`), on the interpreter; a block op
+        without a second-order rule raises ``NotImplementedError`` naming
+        it. Needs a scalar output.
         """
         if isinstance(self._output, Block):
             raise ValueError("hvp needs a scalar output; this function returns an array")
@@ -1136,8 +1311,9 @@ class BlockFunction:
                     f"the direction for argument {position} has shape {np.shape(direction)}, "
                     f"the argument has {self._shapes[position]}"
                 )
+        checked = self._checked(arguments)
         with self._lock:
-            self._replay(arguments)
+            self._replay(checked)
             ids = [self._inputs[i].id for i in positions]
             products = self._tape.hvp(self._output, ids, along)
             return _by_argument(products, single)
@@ -1147,15 +1323,14 @@ class BlockFunction:
         block = self._tape.block_value(node)
         return block.copy() if block is not None else float(self._tape.value(node))
 
-    def _replay(self, arguments: Iterable[ArrayLike], check: bool = False) -> None:
-        arguments = list(arguments)
-        if len(arguments) != len(self._inputs):
-            raise ValueError(f"expected {len(self._inputs)} arguments, got {len(arguments)}")
-        tape = self._tape
-        for position, (node, shape, value) in enumerate(
-            zip(self._inputs, self._shapes, arguments, strict=True)
-        ):
-            array = np.asarray(value)
+    def _checked(self, arguments: Iterable[ArrayLike]) -> list[Any]:
+        """The arguments as arrays, each of the traced shape and a real dtype (else raises)."""
+        listed = list(arguments)
+        if len(listed) != len(self._inputs):
+            raise ValueError(f"expected {len(self._inputs)} arguments, got {len(listed)}")
+        checked = []
+        for position, (shape, value) in enumerate(zip(self._shapes, listed, strict=True)):
+            array = value if type(value) is np.ndarray else np.asarray(value)
             if array.dtype.kind not in "biuf":
                 raise TypeError(
                     f"argument {position} must hold real numbers, got dtype {array.dtype}"
@@ -1163,8 +1338,15 @@ class BlockFunction:
             if array.shape != shape:
                 raise ValueError(
                     f"argument {position} has shape {array.shape}, the traced function "
-                    f"expects {shape}"
+                    f"expects {shape} (a function of arrays is traced for one shape of each "
+                    "argument: compile one per shape)"
                 )
+            checked.append(array)
+        return checked
+
+    def _replay(self, checked: list[Any], check: bool = False) -> None:
+        tape = self._tape
+        for node, shape, array in zip(self._inputs, self._shapes, checked, strict=True):
             if shape:  # a private float64 copy, the one copy made
                 tape.set_leaf_value(node.id, as_stored(np.array(array, dtype=np.float64)))
             else:
@@ -1201,6 +1383,8 @@ class BlockFunction:
                     "params": params,
                     "wrt": positions,
                     "wrt_single": self._wrt is not None and self._wrt[1],
+                    "backend": self._backend,
+                    "integers": self._integers,
                 }
             ),
         }
@@ -1224,6 +1408,11 @@ class BlockFunction:
             data = _npz_bytes(self._state())
         with open(path, "wb") as file:
             file.write(data)
+
+
+def _copied_into(target: NDArray[np.float64], gradient: Any) -> NDArray[np.float64]:
+    np.copyto(target, gradient)
+    return target
 
 
 def _by_argument(results: Iterable[Any], single: bool) -> Any:
@@ -1327,6 +1516,17 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     function._tape = tape
     function._shapes = [np.shape(tape.value(node.id)) for node in function._inputs]
     function.optimization = None
+    backend = meta.get("backend", "auto")
+    integers = meta.get("integers", [False] * inputs.size)
+    if backend not in BACKENDS:
+        raise ValueError(f"{source}: metadata backend must be one of {BACKENDS}, got {backend!r}")
+    if (
+        not isinstance(integers, list)
+        or len(integers) != inputs.size
+        or not all(isinstance(flag, bool) for flag in integers)
+    ):
+        raise ValueError(f"{source}: metadata integers must be a list of {inputs.size} bools")
+    function._install_code(backend, integers)
     return function
 
 

@@ -683,28 +683,38 @@ def _compiled_problem(function: CompiledFunction, x: object) -> _Problem:
 
 
 def _block_problem(function: BlockFunction, x: object) -> _Problem:
-    if function.wrt is not None:
-        raise ValueError(
-            f"this function of arrays computes gradients for the arguments wrt={function.wrt} "
-            "only, and gradcheck checks every argument: check the same function compiled "
-            "without wrt="
-        )
     if not isinstance(x, (tuple, list)):
         raise TypeError(
             "a compiled function of arrays is checked at its arguments, a tuple like its "
             f"example: gradcheck(f, (X, W, b)); got {type(x).__name__}"
             + (f" of shape {np.shape(x)}" if isinstance(x, np.ndarray) else "")
         )
+    given = list(x)
+    if len(given) != function.num_inputs:
+        raise ValueError(
+            f"expected {function.num_inputs} arguments, like the function's example, got "
+            f"{len(given)}"
+        )
+    # The arguments the function differentiates (wrt=) vary; the others are data, passed
+    # as given (integer labels stay integers).
+    positions = list(range(len(given))) if function.wrt is None else list(function.wrt)
     # One empty argument is fine (it has no elements to check); all empty is not.
-    arguments = [_as_point(value, f"argument {i}", allow_empty=True) for i, value in enumerate(x)]
+    arguments = [_as_point(given[p], f"argument {p}", allow_empty=True) for p in positions]
     shapes = [a.shape for a in arguments]
-    layout = _Layout(shapes, (), arguments=True)
+    layout = _Layout(shapes, (), arguments=True, positions=positions)
     if layout.n == 0:
         raise ValueError(
             f"the arguments have shapes {shapes}: no elements, there is nothing to check"
         )
     point = np.concatenate([a.astype(np.float64).reshape(-1) for a in arguments])
-    first = function(layout.split(point))  # checks the count and the shapes
+
+    def call(z: FloatArray) -> list[Any]:
+        full = list(given)
+        for position, part in zip(positions, layout.split(z), strict=True):
+            full[position] = part
+        return full
+
+    first = function(call(point))  # checks the shapes
     if np.ndim(first) != 0:
         raise ValueError(
             f"gradcheck checks a function of arrays with a scalar output; this one returns an "
@@ -717,8 +727,10 @@ def _block_problem(function: BlockFunction, x: object) -> _Problem:
     n = layout.n
 
     def jacobian(z: FloatArray) -> FloatArray:
-        _, gradients = function.value_and_grad(layout.split(z))
-        for position, (gradient, shape) in enumerate(zip(gradients, shapes, strict=True)):
+        _, gradients = function.value_and_grad(call(z))
+        if not isinstance(gradients, list):  # an int wrt: one gradient
+            gradients = [gradients]
+        for position, gradient, shape in zip(positions, gradients, shapes, strict=True):
             if np.shape(gradient) != shape:
                 raise ValueError(
                     f"the gradient of argument {position} has shape {np.shape(gradient)}, "
@@ -730,7 +742,7 @@ def _block_problem(function: BlockFunction, x: object) -> _Problem:
         point,
         np.dtype(np.float64),  # a BlockFunction computes in float64
         layout,
-        value=lambda z: np.array([function(layout.split(z))], dtype=np.float64),
+        value=lambda z: np.array([function(call(z))], dtype=np.float64),
         jacobian=jacobian,
     )
 
@@ -765,8 +777,11 @@ class _Layout:
         input_shapes: Iterable[tuple[int, ...]],
         output_shape: tuple[int, ...],
         arguments: bool,
+        positions: list[int] | None = None,
     ) -> None:
         self.input_shapes = [tuple(shape) for shape in input_shapes]
+        # The arguments' positions in the user's call (a function of arrays with wrt=).
+        self.positions = positions if positions is not None else list(range(len(self.input_shapes)))
         self.output_shape = tuple(output_shape)
         self.arguments = arguments
         sizes = [math.prod(shape) for shape in self.input_shapes]
@@ -800,7 +815,7 @@ class _Layout:
         """Flat (output ``o``, input ``j``) as an index into the user's ``analytic``."""
         argument, element = self._input(j)
         if self.arguments:
-            return (argument, element)
+            return (self.positions[argument], element)
         output = tuple(int(i) for i in np.unravel_index(o, self.output_shape))
         return output + element
 
@@ -808,7 +823,8 @@ class _Layout:
         """Flat (output ``o``, input ``j``) in words: "input 0", "argument 1 element (0, 2)"."""
         argument, element = self._input(j)
         if self.arguments:
-            return f"argument {argument}" + (f" element {_position(element)}" if element else "")
+            name = f"argument {self.positions[argument]}"
+            return name + (f" element {_position(element)}" if element else "")
         name = f"input {_position(element)}" if element else "the input"
         if not self.scalar_output:
             output = tuple(int(i) for i in np.unravel_index(o, self.output_shape))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from fastad import codegen
 
@@ -41,6 +41,15 @@ def _threads_available() -> bool:
     return codegen.configured_threads() > 1
 
 
+class Code(Protocol):
+    """The generated code a :class:`Tiers` builds: :class:`fastad.codegen.GeneratedCode`
+    for functions of scalars, :class:`fastad.blockcode.BlockCode` for functions of arrays."""
+
+    def rows(self, mode: str) -> int: ...
+    def is_cached(self, mode: str) -> bool: ...
+    def prepare(self, mode: str, parallel: bool, report: bool = True) -> None: ...
+
+
 class Tier(NamedTuple):
     """Which replay tier runs a mode, and why."""
 
@@ -55,7 +64,7 @@ class Tiers:
     background thread only ever replaces a ``_BUILDING`` state.
     """
 
-    def __init__(self, backend: str, code: codegen.GeneratedCode) -> None:
+    def __init__(self, backend: str, code: Code) -> None:
         self.backend = backend
         self._code = code
         self._lock = threading.Lock()
@@ -74,7 +83,7 @@ class Tiers:
                 "thread at the first call"
             )
         if state == _COUNTING:  # the count moves on
-            size = codegen.rows(self._code.program, mode)
+            size = self._code.rows(mode)
             reason = self._counting_reason(mode, size)
         return Tier("codegen" if state == _READY else "interpret", reason)
 
@@ -92,7 +101,7 @@ class Tiers:
     def _first_state(self, mode: str) -> tuple[str, str]:
         if self.backend == "interpret":
             return _INTERPRET, 'backend="interpret"'
-        size = codegen.rows(self._code.program, mode)
+        size = self._code.rows(mode)
         if self.backend == "codegen":  # compiled by the first call that needs it
             return _READY, f'backend="codegen": generated code, {size:,} rows'
         if size > codegen.BUDGET_ROWS:
@@ -142,7 +151,7 @@ class Tiers:
 
     def _build(self, mode: str, how: str) -> None:
         """The background thread: compile or load ``mode``'s kernels, then switch to them."""
-        size = codegen.rows(self._code.program, mode)
+        size = self._code.rows(mode)
         failed: BaseException | None = None
         try:
             # Quiet: nobody waits for it.

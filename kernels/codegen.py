@@ -97,7 +97,9 @@ class Program(NamedTuple):
     guards: NDArray[np.int64]
 
 
-class _Rule(NamedTuple):
+class Rule(NamedTuple):
+    """One op's rule expressions as format templates with ``{a}``, ``{b}`` and ``{out}``."""
+
     value: str  # format template with {a}, {b}, {out}
     partials: tuple[str, ...]
     second: tuple[str, ...]  # d2/da2 (and d2/da db, d2/db2 for a binary op)
@@ -120,9 +122,9 @@ def _template(expression: str) -> str:
 
 
 @functools.cache
-def _rules() -> dict[int, _Rule]:
+def rule_templates() -> dict[int, Rule]:
     return {
-        op.code: _Rule(
+        op.code: Rule(
             _template(op.value),
             tuple(_template(p) for p in op.partials),
             tuple(_template(p) for p in op.second or ()),
@@ -173,7 +175,7 @@ class _Emitter:
         tangent needs (those that meet an operand depending on an input).
         """
         program = self.program
-        rules = _rules()
+        rules = rule_templates()
         position = {int(node): t for t, node in enumerate(program.inputs)}
         for i in range(self.n):
             if i in position:
@@ -206,7 +208,7 @@ class _Emitter:
             if with_second:
                 self.second_partials(i, rule, names)
 
-    def second_partials(self, i: int, rule: _Rule, names: dict[str, str]) -> None:
+    def second_partials(self, i: int, rule: Rule, names: dict[str, str]) -> None:
         """The second partials of node ``i`` that the tangents of its live edges read."""
         operands = self.operands(i)
         for which, expression in enumerate(rule.second):
@@ -466,7 +468,7 @@ def passes(program: Program, mode: str) -> int:
     return fixed.get(mode, {"jacobian_fwd": 1 + k, "hessian": 2 + 2 * k}.get(mode, 1 + m))
 
 
-def _helpers() -> Iterator[str]:
+def helper_sources() -> Iterator[str]:
     """The rule helpers and ``contribution``, as ``@kernel`` sources."""
     for helper in optable.HELPERS:
         yield "@kernel\n" + inspect.getsource(helper).rstrip()
@@ -561,7 +563,7 @@ def module_source(program: Program, mode: str) -> str:
         'it, character for character, before every use."""',
         "",
         "from math import (  # noqa: F401",
-        "    " + ", ".join(sorted(_MATH_NAMES)) + ",",
+        "    " + ", ".join(sorted(MATH_NAMES)) + ",",
         ")",
         "",
         "from numba import prange  # noqa: F401",
@@ -570,10 +572,10 @@ def module_source(program: Program, mode: str) -> str:
         "",
         "UNREACHED = -0.0",
     ]
-    return "\n\n\n".join(["\n".join(header), *_helpers(), *kernels]) + "\n"
+    return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels]) + "\n"
 
 
-_MATH_NAMES = (
+MATH_NAMES = (
     "atan atan2 copysign cos cosh erf exp expm1 fabs inf isfinite log log1p nan pow sin "
     "sinh sqrt tan tanh"
 ).split()

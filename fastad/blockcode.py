@@ -1,0 +1,318 @@
+"""Generated code for a compiled function of arrays: the program, its buffers, its calls.
+
+:mod:`fastad.kernels.blockgen` writes the source of one kernel per kind of
+call (``values``, ``grad``) from a :class:`~fastad.kernels.blockgen.BlockProgram`;
+this module builds that program from a traced tape, keeps the modules on
+disk and loads them (:mod:`fastad.codegen`'s cache, the same one functions
+of scalars use), allocates the kernel's buffers once, and calls it.
+
+A call is one kernel call. The buffers (intermediate values, adjoints,
+scratch rows) belong to the :class:`BlockCode` and are reused by every call
+(the caller serialises calls); gradients are fresh arrays, or the caller's
+own through ``out=``; arguments are passed as they are when they are
+C-contiguous float64 (class labels also as integers), else converted once.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from fastad import codegen
+from fastad.kernels import blas, blockgen, optable
+from fastad.registry import Reduction
+
+if TYPE_CHECKING:
+    from fastad._typing import FloatArray
+    from fastad.storage import TapeStorage
+
+Unsupported = blockgen.Unsupported
+OK, BAD_LABEL = blockgen.OK, blockgen.BAD_LABEL
+MODES = blockgen.MODES
+
+_FLOAT64 = np.dtype(np.float64)
+_INT64 = np.dtype(np.int64)
+
+_counts_lock = threading.Lock()
+_counts = {"rechecked": 0}
+
+
+def recheck_count() -> int:
+    """How many generated calls, in this process, had a nan in their gradients and were
+    computed again by the exact rules (the interpreter)."""
+    with _counts_lock:
+        return _counts["rechecked"]
+
+
+def count_recheck() -> None:
+    with _counts_lock:
+        _counts["rechecked"] += 1
+
+
+def program_of(
+    tape: TapeStorage,
+    inputs: Sequence[int],
+    output: int,
+    wrt: Sequence[int],
+    guards: Sequence[tuple[int, bool]],
+) -> blockgen.BlockProgram:
+    """The traced tape as the generator reads it; :class:`Unsupported` names an op it cannot run."""
+    opcode = tape.opcode
+    blocks = tape.blocks
+    position = {node: p for p, node in enumerate(inputs)}
+    nodes = []
+    for i in range(len(tape)):
+        code = int(opcode[i])
+        value = tape.block_value(i)
+        shape = tuple(value.shape) if value is not None else ()
+        operands = tape.operands(i)
+        params: tuple[object, ...] = ()
+        if code in (optable.INPUT, optable.CONST):
+            if i in position:
+                kind = "input"
+            else:  # a constant, or a leaf the function made for itself
+                kind = "array" if value is not None else "constant"
+        elif blocks.is_op(i):
+            kind = "elementwise" if code < optable.NUM_OPS else optable.ALL[code].name
+            found = blocks.params(i)
+            if isinstance(found, Reduction):
+                params = (found.axes, found.keepdims)
+            elif kind == "cross_entropy":
+                labels = tape.block_value(operands[1]) is None or (
+                    tape.block_value(operands[1]).shape != tape.block_value(operands[0]).shape
+                )
+                params = (labels, found == "mean")
+        else:
+            kind = "scalar"
+        if kind not in blockgen.SUPPORTED:
+            raise Unsupported(
+                f"generated code has no rule for the op {optable.ALL[code].name!r} (node {i})"
+            )
+        nodes.append(blockgen.Node(kind, code, operands, shape, params))
+    return blockgen.BlockProgram(
+        tuple(nodes),
+        tuple(int(i) for i in inputs),
+        int(output),
+        tuple(int(p) for p in wrt),
+        tuple((int(g), bool(t)) for g, t in guards),
+    )
+
+
+class Result(NamedTuple):
+    """One generated call: the value (a float, or the output array), the gradients
+    (arrays, floats for scalar arguments; None in ``values``), and the status:
+    ``OK``, a failed guard's index, ``BAD_LABEL``, or ``RECHECK`` for a nan gradient."""
+
+    value: Any
+    gradients: list[Any] | None
+    status: int
+
+
+RECHECK = -3
+
+
+class BlockCode:
+    """The generated kernels of one traced function of arrays, one module per mode.
+
+    Not safe to call from two threads at once (the buffers are shared): the
+    :class:`fastad.BlockFunction` that owns it holds a lock around calls.
+    """
+
+    def __init__(
+        self,
+        program: blockgen.BlockProgram,
+        constants: FloatArray,
+        integers: Sequence[bool],
+        title: str,
+    ) -> None:
+        reason = blas.unavailable()
+        if reason is not None:
+            raise Unsupported(reason)
+        self.program = program
+        self._constants = constants
+        self._integers = list(integers)  # per argument: traced as an integer array
+        self._title = title
+        self._arrays: dict[int, FloatArray] = {}  # array constants, by node
+        self._sources: dict[str, tuple[str, str]] = {}
+        self._parameters: dict[str, list[blockgen.Parameter]] = {}
+        self._buffers: dict[str, dict[str, FloatArray]] = {}
+        self._modules: dict[str, types.ModuleType] = {}
+        self._prepared: set[str] = set()
+        self._lock = threading.Lock()
+        scalar_output = not program.nodes[program.output].shape
+        self.modes = MODES if scalar_output else ("values",)
+        for mode in self.modes:
+            self._source(mode)  # raises Unsupported now, not at the first call
+
+    def set_array(self, node: int, value: FloatArray) -> None:
+        """The value of array constant ``node`` (read-only; passed to every call)."""
+        self._arrays[node] = value
+
+    def rows(self, mode: str) -> int:
+        """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit)."""
+        return len(self.program.nodes) * (2 if mode == "grad" else 1)
+
+    def _source(self, mode: str) -> tuple[str, str]:
+        found = self._sources.get(mode)
+        if found is None:
+            text = blockgen.module_source(self.program, mode)
+            self._parameters[mode] = blockgen.parameters(self.program, mode)
+            found = self._sources[mode] = (text, f"fastad_{codegen.module_key(text)}")
+        return found
+
+    def source(self, mode: str) -> str:
+        """The text of ``mode``'s generated module."""
+        return self._source(mode)[0]
+
+    def products(self, mode: str) -> list[str]:
+        """The BLAS calls of ``mode``'s kernel, one line each (``gemm``: cblas_dgemm, ``gemv``:
+        cblas_dgemv; the flags say which operand is read transposed)."""
+        return blockgen.describe_products(self.program, mode)
+
+    def module(self, mode: str) -> types.ModuleType:
+        module = self._modules.get(mode)
+        if module is None:
+            with self._lock:
+                module = self._modules.get(mode)
+                if module is None:
+                    module = self._modules[mode] = codegen.load_module(*self._source(mode))
+        return module
+
+    def is_cached(self, mode: str) -> bool:
+        """Whether ``mode``'s kernel compiled into the cache before (a load, not a compile)."""
+        return codegen.is_compiled(*self._source(mode))
+
+    def _buffer_set(self, mode: str) -> dict[str, FloatArray]:
+        found = self._buffers.get(mode)
+        if found is None:
+            found = {}
+            for parameter in self._parameters[mode]:
+                if parameter.role in ("scratch", "adjoint") or (
+                    parameter.role == "value" and parameter.node != self.program.output
+                ):
+                    found[parameter.name] = np.empty(parameter.shape)
+            self._buffers[mode] = found
+        return found
+
+    def _arguments(
+        self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The kernel's arguments in order, and the fresh outputs by parameter name."""
+        self._source(mode)
+        buffers = self._buffer_set(mode)
+        fresh: dict[str, Any] = {}
+        passed: list[Any] = []
+        wrt = self.program.wrt
+        for parameter in self._parameters[mode]:
+            role = parameter.role
+            if role == "argument":
+                passed.append(kernel_argument(arguments[parameter.position]))
+            elif role == "constants":
+                passed.append(self._constants)
+            elif role == "array":
+                passed.append(self._arrays[parameter.node])
+            elif role == "value":
+                if parameter.node == self.program.output:  # the result: a fresh array
+                    fresh[parameter.name] = np.empty(parameter.shape)
+                    passed.append(fresh[parameter.name])
+                else:
+                    passed.append(buffers[parameter.name])
+            elif role == "gradient":
+                slot = wrt.index(parameter.position)
+                given = None if out is None else out[slot]
+                array = np.empty(parameter.shape) if given is None else given
+                fresh[parameter.name] = array
+                passed.append(array)
+            elif role == "scalar_gradients":
+                fresh[parameter.name] = np.empty(len(wrt))
+                passed.append(fresh[parameter.name])
+            else:
+                passed.append(buffers[parameter.name])
+        return passed, fresh
+
+    def prepare(self, mode: str, parallel: bool = False, report: bool = True) -> None:
+        """Compile (or load from the cache) ``mode``'s kernel for float64 arguments.
+
+        ``parallel`` is accepted for :class:`fastad.tiers.Tiers` and ignored:
+        a function of arrays runs on the calling thread (its BLAS may use
+        threads of its own).
+        """
+        if mode in self._prepared:
+            return
+        module = self.module(mode)
+        kernel = getattr(module, mode)
+        examples = []
+        for parameter in self._parameters[mode]:
+            if parameter.role == "argument" and not parameter.shape:
+                examples.append(0.0)
+            elif parameter.role == "argument" and self._integers[parameter.position]:
+                examples.append(np.empty((0,) * len(parameter.shape), _INT64))
+            elif parameter.role == "constants":
+                examples.append(self._constants)
+            elif parameter.role == "array":
+                examples.append(self._arrays[parameter.node])
+            else:
+                examples.append(np.empty((0,) * max(1, len(parameter.shape))))
+        if codegen.uncompiled(kernel):
+            rows = self.rows(mode)
+            codegen.compile_kernels(
+                [(kernel, tuple(examples))],
+                lambda names: f"compiling generated code for {self._title} ({mode}, {rows} rows)",
+                codegen.expected_compile_seconds(rows),
+                report,
+            )
+            codegen.mark_compiled(self._source(mode)[1])
+        self._prepared.add(mode)
+
+    def run(
+        self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None = None
+    ) -> Result:
+        """One call of ``mode``'s kernel at ``arguments`` (validated by the caller).
+
+        ``out``: per ``wrt`` position, None or a float64 C-contiguous writable
+        array of the argument's shape (validated by the caller) that receives
+        that gradient.
+        """
+        self.prepare(mode)
+        kernel = getattr(self.module(mode), mode)
+        passed, fresh = self._arguments(mode, arguments, out)
+        value, status, flagged = kernel(*passed)
+        if status != OK:
+            return Result(None, None, int(status))
+        if mode == "values":
+            output = self.program.output
+            if self.program.nodes[output].shape:
+                return Result(fresh[f"v{output}"], None, OK)
+            return Result(float(value), None, OK)
+        if flagged:
+            count_recheck()
+            return Result(None, None, RECHECK)
+        gradients: list[Any] = []
+        scalars = fresh.get("scalar_gradients")
+        for slot, position in enumerate(self.program.wrt):
+            node = self.program.inputs[position]
+            if self.program.nodes[node].shape:
+                gradients.append(fresh[f"d{node}"])
+            else:
+                gradients.append(float(scalars[slot]) if scalars is not None else 0.0)
+        return Result(float(value), gradients, OK)
+
+
+def kernel_argument(value: Any) -> Any:
+    """An argument as a kernel takes it: a float, or a C-contiguous float64 array (int64
+    for integer arrays, the class labels the kernels check); no copy when it is one already."""
+    if type(value) is np.ndarray:
+        if value.ndim == 0:
+            return float(value)
+        if value.dtype is _FLOAT64 or value.dtype == _FLOAT64:
+            return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+        if value.dtype.kind == "i" or (value.dtype.kind == "u" and value.dtype.itemsize < 8):
+            return np.ascontiguousarray(value, dtype=_INT64)
+        return np.ascontiguousarray(value, dtype=_FLOAT64)
+    if np.ndim(value) == 0:
+        return float(value)
+    return np.ascontiguousarray(value, dtype=_FLOAT64)

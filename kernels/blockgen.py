@@ -1,0 +1,942 @@
+"""Generated code for functions of arrays: one kernel per traced program and kind of call.
+
+A traced function of arrays (``fa.compile(fn, example=(X, W, b))``) is
+replayed by the interpreter op by op: a Python call, a registry rule and an
+allocation per block op, each way. This module writes instead the source of
+a module with one ``@kernel`` that runs the whole program: the forward pass,
+and for ``grad`` the backward pass, as loops and BLAS calls in one compiled
+function. Each elementwise op is one loop (its rule's expression from the op
+table, broadcasting by index), each product one call of NumPy's own
+``cblas_dgemm`` or ``cblas_dgemv`` (``kernels/blas.py``; transposes are BLAS
+arguments, never copies), the softmax family and the cross-entropy row loops,
+the reductions NumPy's own summation order. Every array the kernel writes is
+a buffer the caller passes (:func:`parameters` lists them), so a call
+allocates nothing.
+
+**Plain derivatives, exact results.** The backward pass is *plain*: an edge
+sends ``partial * incoming`` without the strong-zero tests of the exact
+rules, and every product multiplies every term. Where the plain gradients
+hold no nan they equal the exact ones up to the sign of a zero, by the
+scalar tier's induction (``kernels/codegen.py``): a term the exact rules drop
+is a signed zero or a nan in plain code, a nan reaches every gradient element
+downstream of it (every step multiplies, and BLAS multiplies zero factors
+too), and the ``+ 0.0`` on the way out makes every zero +0.0. So the kernel
+flags a call whose gradients hold a nan, and the caller computes that call
+again with the exact rules (the interpreter).
+
+**Bits.** Values and gradients are the interpreter's bit for bit where the
+same operations run in the same order: the products (the same BLAS routine
+with the same arguments), elementwise ops and their partials (the same
+expressions, the same libm), the sums (NumPy's pairwise summation, restated
+in :data:`PAIRWISE`; sums over the first of two axes row by row, as NumPy
+adds them), the fused layers' passes. They differ in the softmax family and
+the cross-entropy, whose interpreter takes NumPy's vectorised ``exp`` (not
+libm's, a last-bit difference per element) and reads the softmax as
+``exp(log_softmax)`` where generated code divides by the row's sum, and in
+broadcast operands reduced along a last axis (a row sum, added in order).
+The tests bound those differences at 1e-13 relative.
+
+Kernels trust their input: the front end (``fastad/blockcode.py``) passes
+C-contiguous float64 arrays of the traced shapes (class labels may be
+int64) and validates everything before the call. The text holds only the
+program's structure (ops, ranks, which axes broadcast): no names, no values,
+no sizes (the loops read them from the arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from . import blas, codegen
+
+MODES = ("values", "grad")
+"""``values``: the output (a scalar returned, an array written into its
+buffer). ``grad``: a scalar output and the gradients of the ``wrt`` inputs."""
+
+OK = -1
+"""Status: the call ran; a guard's index says that guard failed instead."""
+BAD_LABEL = -2
+"""Status: a cross-entropy label is not a class; the exact rules say which."""
+
+SUPPORTED = (
+    "input constant array scalar elementwise matmul sum mean linear linear_relu "
+    "cross_entropy log_softmax softmax logsumexp mse_loss"
+).split()
+"""The node kinds generated code has rules for; a program with another op
+(reshape, transpose, index, concatenate, max, min, prod, stacked products)
+stays on the interpreter."""
+
+
+class Node(NamedTuple):
+    """One node as the generator reads it.
+
+    ``op``: a kind of :data:`SUPPORTED` (``input``: an argument; ``constant``
+    and ``array``: a scalar or array constant; ``scalar``: a scalar op of the
+    op table on scalars; ``elementwise``: one on arrays; else the block op's
+    name). ``code``: the opcode. ``shape``: ``()`` for a scalar. ``params``:
+    ``(axes, keepdims)`` for reductions and the softmax family (axes None:
+    all), ``(labels, mean)`` for the cross-entropy, else ``()``.
+    """
+
+    op: str
+    code: int
+    operands: tuple[int, ...]
+    shape: tuple[int, ...]
+    params: tuple[object, ...]
+
+
+class BlockProgram(NamedTuple):
+    """A traced function of arrays: its nodes in id order, the argument nodes,
+    the output node, the argument positions to differentiate (``wrt``) and
+    the guards as ``(node, traced truth)``."""
+
+    nodes: tuple[Node, ...]
+    inputs: tuple[int, ...]
+    output: int
+    wrt: tuple[int, ...]
+    guards: tuple[tuple[int, bool], ...]
+
+
+class Parameter(NamedTuple):
+    """One parameter of a generated kernel, in order.
+
+    ``role``: ``argument`` (the caller's argument ``position``), ``constants``
+    (every node's traced value, float64), ``array`` (an array constant's
+    value), ``value`` (a buffer for a node's value; the output's is the
+    result), ``scratch`` (a buffer of ``shape``), ``adjoint`` (a buffer for a
+    node's adjoint), ``gradient`` (the gradient of argument ``position``, an
+    array of its shape) or ``scalar_gradients`` (one float per ``wrt``
+    position; the scalar arguments' gradients land there).
+    """
+
+    name: str
+    role: str
+    node: int
+    shape: tuple[int, ...]
+    position: int
+
+
+class Unsupported(NotImplementedError):
+    """The program holds an op (or a form of one) that generated code has no rule for."""
+
+
+def _indices(rank: int) -> list[str]:
+    return [f"i{t}" for t in range(rank)]
+
+
+class _Writer:
+    """Writes one kernel: its parameters and its lines."""
+
+    def __init__(self, program: BlockProgram, mode: str) -> None:
+        self.program = program
+        self.mode = mode
+        self.nodes = program.nodes
+        self.lines: list[str] = []
+        self.parameters: list[Parameter] = []
+        self._names: set[str] = set()
+        self.rules = codegen.rule_templates()
+        n = len(self.nodes)
+        # Live: what the output and the guards read.
+        live = [False] * n
+        live[program.output] = True
+        for node, _ in program.guards:
+            live[node] = True
+        for i in reversed(range(n)):
+            if live[i]:
+                for j in self.nodes[i].operands:
+                    live[j] = True
+        self.live = live
+        # Adjoints: nodes the output depends on that depend on a wrt input.
+        depends = [False] * n
+        for position in program.wrt:
+            depends[program.inputs[position]] = True
+        for i in range(n):
+            depends[i] = depends[i] or any(depends[j] for j in self.nodes[i].operands)
+        self.needs = [live[i] and depends[i] for i in range(n)]
+        self.written = [False] * n  # adjoints written so far (backward order)
+
+    # -- parameters and lines -----------------------------------------------------------
+    def parameter(self, name: str, role: str, node: int, shape: tuple[int, ...], position=-1):
+        if name not in self._names:
+            self._names.add(name)
+            self.parameters.append(Parameter(name, role, node, shape, position))
+        return name
+
+    def scratch(self, tag: str, shape: tuple[int, ...]) -> str:
+        return self.parameter(f"s_{tag}", "scratch", -1, shape)
+
+    def emit(self, line: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + line)
+
+    def loops(self, array: str, rank: int, depth: int = 1) -> int:
+        """Nested loops over ``array``'s elements (indices ``i0``, ``i1``...); the body's depth."""
+        for t, index in enumerate(_indices(rank)):
+            self.emit(f"for {index} in range({array}.shape[{t}]):", depth + t)
+        return depth + rank
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.nodes[i].shape
+
+    def value(self, i: int) -> str:
+        return f"v{i}"
+
+    def read(self, j: int, shape: tuple[int, ...]) -> str:
+        """Node ``j``'s element at the loop indices over ``shape``, broadcasting as NumPy."""
+        own = self.shape(j)
+        if not own:
+            return f"v{j}"
+        return f"v{j}[{', '.join(self.broadcast_index(own, shape))}]"
+
+    @staticmethod
+    def broadcast_index(own: tuple[int, ...], shape: tuple[int, ...]) -> list[str]:
+        names = _indices(len(shape))
+        offset = len(shape) - len(own)
+        return [
+            "0" if own[t] == 1 and shape[offset + t] != 1 else names[offset + t]
+            for t in range(len(own))
+        ]
+
+    # -- the kernel ------------------------------------------------------------------------
+    def write(self) -> str:
+        program = self.program
+        for i, node in enumerate(self.nodes):
+            if self.live[i]:
+                self.forward(i, node)
+        for index, (node, truth) in enumerate(program.guards):
+            test = "==" if truth else "!="
+            self.emit(f"if v{node} {test} 0.0:")  # the traced outcome no longer holds
+            self.emit(f"return {self.failure(index)}", 2)
+        output = program.output
+        if self.mode == "grad":
+            self.emit(f"g{output} = 1.0")
+            self.written[output] = True
+            for i in reversed(range(len(self.nodes))):
+                node = self.nodes[i]
+                if self.needs[i] and node.op not in ("input", "constant", "array"):
+                    self.backward(i, node)
+            self.finish_gradients()
+            returned = f"v{output}, {OK}, flagged"
+        else:
+            returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, False"
+        self.emit(f"return {returned}")
+        signature = ", ".join(p.name for p in self.parameters)
+        return (
+            f"@kernel\ndef {self.mode}({signature}):\n"
+            f'    """The program in mode {self.mode}: returns (value, status, flagged)."""\n'
+            + "\n".join(self.lines)
+        )
+
+    def failure(self, status: int) -> str:
+        return f"nan, {status}, False"
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, i: int, node: Node) -> None:
+        op, shape = node.op, node.shape
+        if op == "input":
+            position = self.program.inputs.index(i)
+            self.parameter(f"v{i}", "argument", i, shape, position)
+            return
+        if op == "constant":
+            self.parameter("constants", "constants", -1, ())
+            self.emit(f"v{i} = constants[{i}]")
+            return
+        if op == "array":
+            self.parameter(f"v{i}", "array", i, shape)
+            return
+        if op == "scalar":
+            self.emit(f"v{i} = {self.expression(node, 'value', self.scalar_names(i, node))}")
+            return
+        if shape:
+            self.parameter(f"v{i}", "value", i, shape)
+        getattr(self, f"forward_{op}")(i, node)
+
+    def scalar_names(self, i: int, node: Node) -> dict[str, str]:
+        a = node.operands[0]
+        b = node.operands[1] if len(node.operands) > 1 else a
+        return {"a": f"v{a}", "b": f"v{b}", "out": f"v{i}"}
+
+    def element_names(self, i: int, node: Node) -> dict[str, str]:
+        a = node.operands[0]
+        b = node.operands[1] if len(node.operands) > 1 else a
+        index = ", ".join(_indices(len(node.shape)))
+        return {
+            "a": self.read(a, node.shape),
+            "b": self.read(b, node.shape),
+            "out": f"v{i}[{index}]",
+        }
+
+    def expression(self, node: Node, part: str, names: dict[str, str], slot: int = 0) -> str:
+        rule = self.rules[node.code]
+        template = rule.value if part == "value" else rule.partials[slot]
+        return template.format(**names)
+
+    def forward_elementwise(self, i: int, node: Node) -> None:
+        depth = self.loops(f"v{i}", len(node.shape))
+        names = self.element_names(i, node)
+        self.emit(f"{names['out']} = {self.expression(node, 'value', names)}", depth)
+
+    def forward_matmul(self, i: int, node: Node) -> None:
+        a, b = node.operands
+        ranks = (len(self.shape(a)), len(self.shape(b)))
+        if ranks == (2, 2):
+            self.emit(f"gemm(False, False, v{a}, v{b}, v{i})")
+        elif ranks == (2, 1):
+            self.emit(f"gemv(False, v{a}, v{b}, v{i})")
+        elif ranks == (1, 2):
+            self.emit(f"gemv(True, v{b}, v{a}, v{i})")
+        elif ranks == (1, 1):
+            self.emit(f"v{i} = dot(v{a}, v{b})")
+        else:
+            raise Unsupported(
+                f"generated code has no rule for a product of operands of {ranks[0]} and "
+                f"{ranks[1]} axes (matrices and vectors only)"
+            )
+
+    def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
+        X, W, b = node.operands
+        self.emit(f"gemm(False, False, v{X}, v{W}, v{i})")
+        depth = self.loops(f"v{i}", 2)
+        self.emit(f"z = v{i}[i0, i1] + v{b}[i1]", depth)
+        # relu as the fused kernel's: nan propagates (nan <= 0 is False)
+        self.emit(f"v{i}[i0, i1] = (0.0 if z <= 0.0 else z)" if relu else f"v{i}[i0, i1] = z", depth)
+
+    def forward_linear_relu(self, i: int, node: Node) -> None:
+        self.forward_linear(i, node, relu=True)
+
+    def reduction(self, i: int, node: Node) -> tuple[str, int]:
+        """Which sum a reduction is (``all``, ``columns``, ``rows``) and how many it adds."""
+        axes, _ = node.params
+        (a,) = node.operands
+        own = self.shape(a)
+        every = tuple(range(len(own)))
+        if axes is None or tuple(axes) == every:
+            return "all", 0
+        if len(own) == 2 and tuple(axes) == (0,):
+            return "columns", 0
+        if len(own) == 2 and tuple(axes) == (1,):
+            return "rows", 0
+        raise Unsupported(
+            f"generated code reduces all axes, or one of two; not axes {axes} of a shape {own}"
+        )
+
+    def forward_sum(self, i: int, node: Node, mean: bool = False) -> None:
+        (a,) = node.operands
+        kind, _ = self.reduction(i, node)
+        own = self.shape(a)
+        count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
+        scale = f" / {count}" if mean else ""
+        if kind == "all":
+            total = f"(0.0 + pairwise(v{a}.reshape(v{a}.size), 0, v{a}.size))"
+            if node.shape:  # keepdims: an array of ones
+                self.emit(f"v{i}.reshape(v{i}.size)[0] = {total}{scale}")
+            else:
+                self.emit(f"v{i} = {total}{scale}")
+            return
+        out = f"v{i}.reshape(v{i}.size)"
+        self.emit(f"o{i} = {out}")
+        if kind == "columns":  # NumPy adds the rows in order
+            self.emit(f"o{i}[:] = 0.0")
+            depth = self.loops(f"v{a}", len(own))
+            self.emit(f"o{i}[i1] += v{a}[i0, i1]", depth)
+            if mean:
+                self.emit(f"for i1 in range(o{i}.size):")
+                self.emit(f"o{i}[i1] = o{i}[i1]{scale}", 2)
+        else:  # each row pairwise
+            self.emit(f"for i0 in range(v{a}.shape[0]):")
+            self.emit(f"o{i}[i0] = (0.0 + pairwise(v{a}[i0], 0, v{a}.shape[1])){scale}", 2)
+
+    def forward_mean(self, i: int, node: Node) -> None:
+        self.forward_sum(i, node, mean=True)
+
+    def forward_mse_loss(self, i: int, node: Node) -> None:
+        Y, T = node.operands
+        self.emit(f"y{i} = v{Y}.reshape(v{Y}.size)")
+        self.emit(f"t{i} = v{T}.reshape(v{T}.size)")
+        self.emit("total = 0.0")
+        self.emit(f"for i0 in range(y{i}.size):")
+        self.emit(f"d = y{i}[i0] - t{i}[i0]", 2)
+        self.emit("total += d * d", 2)
+        self.emit(f"v{i} = total / y{i}.size")
+
+    def rows(self, i: int, node: Node) -> int:
+        """The operand of a row op (the softmax family, the cross-entropy): a matrix."""
+        a = node.operands[0]
+        own = self.shape(a)
+        if len(own) != 2:
+            raise Unsupported(
+                f"generated code runs {node.op} over the rows of a matrix, not over an array "
+                f"of shape {own}"
+            )
+        if node.op != "cross_entropy" and tuple(node.params[0] or ()) != (1,):
+            raise Unsupported(
+                f"generated code runs {node.op} along the last of two axes, not axes "
+                f"{node.params[0]}"
+            )
+        return a
+
+    def log_softmax_rows(self, i: int, operand: int) -> None:
+        """Per row: ``m`` (the maximum), ``E = exp(x - m)``, ``total``, ``lt = log(total)``.
+
+        As the interpreter's ``log_softmax_rows``: a row whose maximum is not
+        finite keeps ``x - m`` (``lt = 0``). Leaves ``m``, ``total`` and
+        ``lt`` in scratch rows for the backward pass.
+        """
+        a, shape = f"v{operand}", self.shape(operand)
+        E = self.scratch(f"{i}_exp", shape)
+        M = self.scratch(f"{i}_max", shape[:1])
+        S = self.scratch(f"{i}_total", shape[:1])
+        L = self.scratch(f"{i}_log", shape[:1])
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        self.emit("m = -inf", 2)
+        self.emit(f"for i1 in range({a}.shape[1]):", 2)
+        self.emit(f"x = {a}[i0, i1]", 3)
+        self.emit("if x != x:", 3)
+        self.emit("m = x", 4)
+        self.emit("break", 4)
+        self.emit("if x > m:", 3)
+        self.emit("m = x", 4)
+        self.emit("total = 0.0", 2)
+        self.emit(f"for i1 in range({a}.shape[1]):", 2)
+        self.emit(f"e = exp({a}[i0, i1] - m)", 3)
+        self.emit(f"{E}[i0, i1] = e", 3)
+        self.emit("total += e", 3)
+        self.emit(f"{M}[i0] = m", 2)
+        self.emit(f"{S}[i0] = total", 2)
+        self.emit(f"{L}[i0] = log(total) if isfinite(m) else 0.0", 2)
+
+    def forward_log_softmax(self, i: int, node: Node) -> None:
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        depth = self.loops(a, 2)
+        if node.op == "log_softmax":
+            self.emit(f"v{i}[i0, i1] = ({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]", depth)
+        elif node.op == "softmax":
+            # exp(x - m) where the row's maximum is not finite, as exp(log_softmax)
+            self.emit(
+                f"v{i}[i0, i1] = s_{i}_exp[i0, i1] / s_{i}_total[i0] if isfinite(s_{i}_max[i0]) "
+                f"else s_{i}_exp[i0, i1]",
+                depth,
+            )
+
+    def forward_softmax(self, i: int, node: Node) -> None:
+        self.forward_log_softmax(i, node)
+
+    def forward_logsumexp(self, i: int, node: Node) -> None:
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        self.emit(f"o{i} = v{i}.reshape(v{i}.size)")
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        self.emit(f"o{i}[i0] = s_{i}_max[i0] + s_{i}_log[i0]", 2)
+
+    def forward_cross_entropy(self, i: int, node: Node) -> None:
+        X, T = node.operands
+        labels, mean = node.params
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        picked = self.scratch(f"{i}_picked", self.shape(X)[:1])
+        weight = f"(1.0 / {a}.shape[0])" if mean else "1.0"
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        if labels:
+            self.emit(f"label = v{T}[i0]", 2)
+            self.emit(f"if not (label >= 0 and label < {a}.shape[1] and label == np.floor(label)):", 2)
+            self.emit(f"return {self.failure(BAD_LABEL)}", 3)
+            self.emit("c = int(label)", 2)
+            self.emit(f"{picked}[i0] = ({a}[i0, c] - s_{i}_max[i0]) - s_{i}_log[i0]", 2)
+            total = f"(0.0 - (0.0 + pairwise({picked}, 0, {picked}.size)))"
+        else:
+            self.emit("row = 0.0", 2)
+            self.emit(f"for i1 in range({a}.shape[1]):", 2)
+            self.emit(f"t = v{T}[i0, i1]", 3)
+            self.emit("if t != 0.0:", 3)
+            self.emit(f"row -= t * (({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0])", 4)
+            self.emit(f"{picked}[i0] = row", 2)
+            total = f"(0.0 + pairwise({picked}, 0, {picked}.size))"
+        self.emit(f"v{i} = {total} * {weight}")
+
+    # -- backward --------------------------------------------------------------------------
+    def adjoint(self, j: int) -> str:
+        """The name of node ``j``'s adjoint (registering its buffer): ``g<j>`` or ``d<j>``."""
+        if not self.shape(j):
+            return f"g{j}"
+        node = self.nodes[j]
+        if node.op == "input":
+            position = self.program.inputs.index(j)
+            return self.parameter(f"d{j}", "gradient", j, node.shape, position)
+        return self.parameter(f"d{j}", "adjoint", j, node.shape)
+
+    def sink(self, j: int, tag: str) -> tuple[str, bool]:
+        """Where a contribution to array ``j`` goes: ``(buffer, add it to j's adjoint after)``.
+
+        The first contribution (in backward order) goes straight into the
+        adjoint; a later one into a scratch buffer that is then added, as
+        the interpreter adds a rule's fresh contribution to what arrived.
+        """
+        target = self.adjoint(j)
+        if not self.written[j]:
+            self.written[j] = True
+            return target, False
+        return self.scratch(tag, self.shape(j)), True
+
+    def add_into(self, j: int, source: str) -> None:
+        target = self.adjoint(j)
+        self.emit(f"a{j} = {target}.reshape({target}.size)")
+        self.emit(f"b{j} = {source}.reshape({source}.size)")
+        self.emit(f"for i0 in range(a{j}.size):")
+        self.emit(f"a{j}[i0] += b{j}[i0]", 2)
+
+    def add_scalar(self, j: int, value: str) -> None:
+        if self.written[j]:
+            self.emit(f"g{j} += {value}")
+        else:
+            self.written[j] = True
+            self.emit(f"g{j} = {value}")
+
+    def backward(self, i: int, node: Node) -> None:
+        if not self.written[i]:  # nothing the output reads came through this node
+            return
+        if node.op == "scalar":
+            names = self.scalar_names(i, node)
+            for slot, j in enumerate(node.operands):
+                if self.needs[j]:
+                    partial = self.expression(node, "partial", names, slot)
+                    self.add_scalar(j, f"({partial}) * g{i}")
+            return
+        getattr(self, f"backward_{node.op}")(i, node)
+
+    def backward_elementwise(self, i: int, node: Node) -> None:
+        shape = node.shape
+        names = self.element_names(i, node)
+        index = ", ".join(_indices(len(shape)))
+        before: list[str] = []
+        inside: list[str] = []
+        after: list[tuple[str, int]] = []
+        for slot, j in enumerate(node.operands):
+            if not self.needs[j]:
+                continue
+            partial = self.expression(node, "partial", names, slot)
+            term = f"({partial}) * d{i}[{index}]"
+            own = self.shape(j)
+            if own == shape:
+                target, added = self.sink(j, f"{i}_{slot}")
+                inside.append(f"{target}[{index}] = {term}")
+                if added:
+                    after.append((target, j))
+                continue
+            if not own or (len(shape) == 2 and own == (shape[0], 1)):  # sums of whole rows
+                full = self.scratch(f"{i}_{slot}_terms", shape)
+                inside.append(f"{full}[{index}] = {term}")
+                after.append((full, -1 - j))
+                continue
+            if len(shape) == 2 and own in ((shape[1],), (1, shape[1])):  # column sums
+                target, added = self.sink(j, f"{i}_{slot}")
+                flat = f"{target}.reshape({target}.size)"
+                before.append(f"{flat}[:] = 0.0")
+                inside.append(f"{flat}[i1] += {term}")
+                if added:
+                    after.append((target, j))
+                continue
+            raise Unsupported(
+                f"generated code has no rule for broadcasting shape {own} to {shape}"
+            )
+        for line in before:
+            self.emit(line)
+        depth = self.loops(f"v{i}", len(shape))
+        for line in inside:
+            self.emit(line, depth)
+        for source, j in after:
+            if j >= 0:
+                self.add_into(j, source)
+                continue
+            j = -1 - j
+            if not self.shape(j):
+                self.add_scalar(j, f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))")
+                continue
+            target, added = self.sink(j, f"{i}_rows")
+            self.emit(f"for i0 in range({source}.shape[0]):")
+            self.emit(f"{target}[i0, 0] = 0.0 + pairwise({source}[i0], 0, {source}.shape[1])", 2)
+            if added:
+                self.add_into(j, target)
+
+    def backward_matmul(self, i: int, node: Node) -> None:
+        a, b = node.operands
+        ranks = (len(self.shape(a)), len(self.shape(b)))
+        G = f"d{i}"
+        if self.needs[a]:
+            target, added = self.sink(a, f"{i}_a")
+            if ranks == (2, 2):
+                self.emit(f"gemm(False, True, {G}, v{b}, {target})")
+            elif ranks == (1, 1):  # one term per element
+                self.emit(f"for i0 in range({target}.size):")
+                self.emit(f"{target}[i0] = g{i} * v{b}[i0]", 2)
+            elif ranks == (2, 1):  # dA = outer(G, x): one term per element
+                self.emit(f"for i0 in range({target}.shape[0]):")
+                self.emit(f"for i1 in range({target}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = {G}[i0] * v{b}[i1]", 3)
+            else:  # x @ B: dx = B @ G
+                self.emit(f"gemv(False, v{b}, {G}, {target})")
+            if added:
+                self.add_into(a, target)
+        if self.needs[b]:
+            target, added = self.sink(b, f"{i}_b")
+            if ranks == (2, 2):
+                self.emit(f"gemm(True, False, v{a}, {G}, {target})")
+            elif ranks == (1, 1):
+                self.emit(f"for i0 in range({target}.size):")
+                self.emit(f"{target}[i0] = v{a}[i0] * g{i}", 2)
+            elif ranks == (2, 1):  # A @ x: dx = A^T G
+                self.emit(f"gemv(True, v{a}, {G}, {target})")
+            else:  # dB = outer(x, G)
+                self.emit(f"for i0 in range({target}.shape[0]):")
+                self.emit(f"for i1 in range({target}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = v{a}[i0] * {G}[i1]", 3)
+            if added:
+                self.add_into(b, target)
+
+    def backward_linear(self, i: int, node: Node, relu: bool = False) -> None:
+        X, W, b = node.operands
+        G = f"d{i}"
+        if relu:  # dZ = G relu'(Z), relu'(z) from the saved output as the fused kernel's
+            dZ = self.scratch(f"{i}_dz", node.shape)
+            depth = self.loops(G, 2)
+            self.emit(f"h = v{i}[i0, i1]", depth)
+            self.emit(
+                f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]",
+                depth,
+            )
+        else:
+            dZ = G
+        if self.needs[b]:
+            target, added = self.sink(b, f"{i}_db")
+            self.emit(f"{target}[:] = 0.0")
+            depth = self.loops(dZ, 2)
+            self.emit(f"{target}[i1] += {dZ}[i0, i1]", depth)
+            if added:
+                self.add_into(b, target)
+        if self.needs[X]:
+            target, added = self.sink(X, f"{i}_dx")
+            self.emit(f"gemm(False, True, {dZ}, v{W}, {target})")
+            if added:
+                self.add_into(X, target)
+        if self.needs[W]:
+            target, added = self.sink(W, f"{i}_dw")
+            self.emit(f"gemm(True, False, v{X}, {dZ}, {target})")
+            if added:
+                self.add_into(W, target)
+
+    def backward_linear_relu(self, i: int, node: Node) -> None:
+        self.backward_linear(i, node, relu=True)
+
+    def spread(self, i: int, node: Node, scale: str) -> None:
+        """Sum and mean: the adjoint ``g * scale`` repeated over the reduced axes."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        kind, _ = self.reduction(i, node)
+        own = self.shape(a)
+        target, added = self.sink(a, f"{i}_spread")
+        if kind == "all":
+            g = f"d{i}.reshape(d{i}.size)[0]" if node.shape else f"g{i}"
+            self.emit(f"spread = {g}{scale}")
+            self.emit(f"f{i} = {target}.reshape({target}.size)")
+            self.emit(f"for i0 in range(f{i}.size):")
+            self.emit(f"f{i}[i0] = spread", 2)
+        else:
+            g = f"d{i}.reshape(d{i}.size)"
+            index = "i1" if kind == "columns" else "i0"
+            depth = self.loops(f"v{a}", len(own))
+            self.emit(f"{target}[i0, i1] = {g}[{index}]{scale}", depth)
+        if added:
+            self.add_into(a, target)
+
+    def backward_sum(self, i: int, node: Node) -> None:
+        self.spread(i, node, "")
+
+    def backward_mean(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        kind, _ = self.reduction(i, node)
+        count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
+        self.spread(i, node, f" * (1.0 / {count})")
+
+    def backward_mse_loss(self, i: int, node: Node) -> None:
+        Y, T = node.operands
+        self.emit(f"scale = 2.0 * g{i} / y{i}.size")
+        sinks = []
+        for j, sign in ((Y, ""), (T, "-")):
+            if self.needs[j]:
+                target, added = self.sink(j, f"{i}_{j}")
+                self.emit(f"f{j}_{i} = {target}.reshape({target}.size)")
+                sinks.append((j, target, added, sign))
+        self.emit(f"for i0 in range(y{i}.size):")
+        self.emit(f"d = y{i}[i0] - t{i}[i0]", 2)
+        for j, _, _, sign in sinks:
+            self.emit(f"f{j}_{i}[i0] = {sign}(scale * d)", 2)
+        for j, target, added, _ in sinks:
+            if added:
+                self.add_into(j, target)
+
+    def softmax_of(self, i: int) -> str:
+        return f"(s_{i}_exp[i0, i1] / s_{i}_total[i0])"
+
+    def backward_log_softmax(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_dx")
+        G, P = f"d{i}", self.softmax_of(i)
+        self.emit(f"for i0 in range({G}.shape[0]):")
+        self.emit("s = 0.0", 2)
+        self.emit(f"for i1 in range({G}.shape[1]):", 2)
+        if node.op == "log_softmax":  # dX = G - P sum(G)
+            self.emit(f"s += {G}[i0, i1]", 3)
+            self.emit(f"for i1 in range({G}.shape[1]):", 2)
+            self.emit(f"{target}[i0, i1] = {G}[i0, i1] - {P} * s", 3)
+        else:  # softmax: dX = P (G - sum(G P))
+            self.emit(f"s += {G}[i0, i1] * {P}", 3)
+            self.emit(f"for i1 in range({G}.shape[1]):", 2)
+            self.emit(f"{target}[i0, i1] = {P} * ({G}[i0, i1] - s)", 3)
+        if added:
+            self.add_into(a, target)
+
+    def backward_softmax(self, i: int, node: Node) -> None:
+        self.backward_log_softmax(i, node)
+
+    def backward_logsumexp(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_dx")
+        g = f"d{i}.reshape(d{i}.size)[i0]" if node.shape else f"g{i}"
+        depth = self.loops(target, 2)
+        self.emit(f"{target}[i0, i1] = {g} * {self.softmax_of(i)}", depth)
+        if added:
+            self.add_into(a, target)
+
+    def backward_cross_entropy(self, i: int, node: Node) -> None:
+        X, T = node.operands
+        labels, mean = node.params
+        a = f"v{X}"
+        weight = f" * (1.0 / {a}.shape[0])" if mean else ""
+        self.emit(f"w = g{i}{weight}")
+        P = self.softmax_of(i)
+        if self.needs[X]:
+            target, added = self.sink(X, f"{i}_dx")
+            self.emit(f"for i0 in range({a}.shape[0]):")
+            if labels:  # dX = w (P - onehot)
+                self.emit(f"c = int(v{T}[i0])", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"p = {P}", 3)
+                self.emit(f"{target}[i0, i1] = w * (p - 1.0) if i1 == c else w * p", 3)
+            else:  # dX = w (P sum(T) - T)
+                self.emit("total = 0.0", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"total += v{T}[i0, i1]", 3)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = w * ({P} * total - v{T}[i0, i1])", 3)
+            if added:
+                self.add_into(X, target)
+        if not labels and self.needs[T]:  # dT = -w log_softmax(X)
+            target, added = self.sink(T, f"{i}_dt")
+            depth = self.loops(a, 2)
+            self.emit(
+                f"{target}[i0, i1] = -(({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]) * w", depth
+            )
+            if added:
+                self.add_into(T, target)
+
+    def finish_gradients(self) -> None:
+        """Zero gradients nothing reached, ``+ 0.0`` on the way out, and the nan flag."""
+        program = self.program
+        self.emit("flagged = False")
+        for slot, position in enumerate(program.wrt):
+            j = program.inputs[position]
+            if not self.shape(j):
+                self.parameter("scalar_gradients", "scalar_gradients", -1, (len(program.wrt),))
+                value = f"g{j} + 0.0" if self.written[j] else "0.0"
+                self.emit(f"scalar_gradients[{slot}] = {value}")
+                self.emit(f"flagged |= scalar_gradients[{slot}] != scalar_gradients[{slot}]")
+                continue
+            target = self.adjoint(j)
+            self.emit(f"f{j} = {target}.reshape({target}.size)")
+            if not self.written[j]:
+                self.emit(f"f{j}[:] = 0.0")
+                continue
+            self.emit(f"for i0 in range(f{j}.size):")
+            self.emit(f"x = f{j}[i0] + 0.0", 2)
+            self.emit(f"f{j}[i0] = x", 2)
+            self.emit("flagged |= x != x", 2)
+
+
+PAIRWISE = '''\
+@kernel
+def pairwise_block(a, start, n):
+    """NumPy's sum of ``a[start:start + n]`` for ``n <= 128``: in order below 8 terms,
+    else eight running sums, combined as a tree, then the rest in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(start, start + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
+    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        k = start + i
+        r0 += a[k]
+        r1 += a[k + 1]
+        r2 += a[k + 2]
+        r3 += a[k + 3]
+        r4 += a[k + 4]
+        r5 += a[k + 5]
+        r6 += a[k + 6]
+        r7 += a[k + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[start + i]
+        i += 1
+    return res
+
+
+@kernel
+def pairwise(a, start, n):
+    """NumPy's pairwise summation of ``a[start:start + n]``, in its order (NumPy adds the
+    result to 0.0): blocks of up to 128 (:func:`pairwise_block`), halves (rounded down to
+    a multiple of 8) above, added as NumPy's recursion adds them. Written with a stack,
+    not recursion: Numba cannot load a cached recursive function."""
+    if n <= 128:
+        return pairwise_block(a, start, n)
+    starts = np.empty(64, np.int64)  # frames: 64 halvings reach past any array's size
+    counts = np.empty(64, np.int64)
+    stages = np.empty(64, np.int64)
+    results = np.empty(64)
+    top, held = 0, 0
+    starts[0], counts[0], stages[0] = start, n, 0
+    while top >= 0:
+        first, count = starts[top], counts[top]
+        if count <= 128:
+            results[held] = pairwise_block(a, first, count)
+            held += 1
+            top -= 1
+            continue
+        half = count // 2
+        half -= half % 8
+        if stages[top] == 0:  # the left half first
+            stages[top] = 1
+            top += 1
+            starts[top], counts[top], stages[top] = first, half, 0
+        elif stages[top] == 1:  # then the right
+            stages[top] = 2
+            top += 1
+            starts[top], counts[top], stages[top] = first + half, count - half, 0
+        else:  # both done: left + right
+            held -= 1
+            results[held - 1] = results[held - 1] + results[held]
+            top -= 1
+    return results[0]'''
+
+PRODUCTS = f'''\
+@kernel
+def gemm(trans_a, trans_b, A, B, C):
+    """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked:
+    NumPy's cblas_dgemm with the arguments np.matmul passes it."""
+    m = A.shape[1] if trans_a else A.shape[0]
+    k = A.shape[0] if trans_a else A.shape[1]
+    n = B.shape[0] if trans_b else B.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        C[:, :] = 0.0
+        return
+    dgemm(
+        {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS},
+        {blas.TRANS} if trans_b else {blas.NO_TRANS}, m, n, k, 1.0, A.ctypes, A.shape[1],
+        B.ctypes, B.shape[1], 0.0, C.ctypes, n,
+    )
+
+
+@kernel
+def gemv(trans, A, x, y):
+    """``y = op(A) @ x`` for a C-contiguous matrix: NumPy's cblas_dgemv."""
+    rows, columns = A.shape
+    if y.size == 0:
+        return
+    if x.size == 0:
+        y[:] = 0.0
+        return
+    dgemv(
+        {blas.ROW_MAJOR}, {blas.TRANS} if trans else {blas.NO_TRANS}, rows, columns, 1.0,
+        A.ctypes, max(1, columns), x.ctypes, 1, 0.0, y.ctypes, 1,
+    )
+
+
+@kernel
+def dot(x, y):
+    """``x @ y`` for two vectors: NumPy's cblas_ddot."""
+    if x.size == 0:
+        return 0.0
+    return ddot(x.size, x.ctypes, 1, y.ctypes, 1)'''
+
+
+def kernel_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter]]:
+    """The kernel's source and its parameters, in order."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    for node in program.nodes:
+        if node.op not in SUPPORTED:
+            raise Unsupported(f"generated code has no rule for the op {node.op!r}")
+    writer = _Writer(program, mode)
+    return writer.write(), writer.parameters
+
+
+def parameters(program: BlockProgram, mode: str) -> list[Parameter]:
+    """The parameters of ``mode``'s kernel, in order: what the caller passes."""
+    return kernel_source(program, mode)[1]
+
+
+def _helpers() -> Iterator[str]:
+    yield from codegen.helper_sources()
+    yield PAIRWISE
+    yield PRODUCTS
+
+
+def module_source(program: BlockProgram, mode: str) -> str:
+    """The text of the generated module for ``program`` in ``mode``: one kernel named ``mode``."""
+    text, _ = kernel_source(program, mode)
+    header = [
+        f'"""Generated by fastad: a function of arrays of {len(program.nodes)} nodes, mode {mode}.',
+        "",
+        "Do not edit: fastad writes this file from the traced program and checks",
+        'it, character for character, before every use."""',
+        "",
+        "from math import (  # noqa: F401",
+        "    " + ", ".join(sorted(codegen.MATH_NAMES)) + ",",
+        ")",
+        "",
+        "import numpy as np  # noqa: F401",
+        "from numba import types",
+        "",
+        "import fastad.kernels.blas  # noqa: F401  (registers the BLAS routines)",
+        "from fastad.kernels.jit import kernel",
+        "",
+        "UNREACHED = -0.0",
+        "",
+        blas.DECLARATIONS,
+    ]
+    return "\n\n\n".join(["\n".join(header), *_helpers(), text]) + "\n"
+
+
+def describe_products(program: BlockProgram, mode: str) -> list[str]:
+    """Which BLAS routine each product of ``mode``'s kernel calls, one line per call."""
+    text, _ = kernel_source(program, mode)
+    found = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("gemm(", "gemv(")) or "dot(" in stripped:
+            found.append(stripped)
+    return found
+

@@ -1,0 +1,443 @@
+"""Generated code for functions of arrays against the interpreter, the exact rules' tier.
+
+Every program runs under ``backend="codegen"`` and ``backend="interpret"``
+at the same arguments, dense and with exact zeros (half the entries zero,
+whole columns zero, dead ReLU units): values and gradients are equal bit
+for bit where the two run the same operations in the same order, and
+within 1e-13 of the gradient's largest element where the kernel's ``exp``
+is libm's and the interpreter's NumPy's (the softmax family and the
+cross-entropy) or a row is summed in order. A nan or inf meeting a zero
+sends the call back to the interpreter, which is counted; finite data never
+goes back.
+"""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+import fastad as fa
+from fastad import blockcode
+from fastad.errors import BranchError
+from fastad.kernels import blockgen
+
+B, N, H, C = 12, 7, 5, 4
+
+
+def sparse(rng, shape, zeros):
+    x = rng.normal(size=shape)
+    if zeros:
+        x[rng.random(shape) < 0.5] = 0.0
+        if len(shape) == 2:
+            x[:, shape[1] // 2] = 0.0  # a whole column, like a pixel no image lights
+    return x
+
+
+def mlp(W1, b1, W2, b2, X, y):
+    return fa.cross_entropy(fa.linear(fa.linear_relu(X, W1, b1), W2, b2), y)
+
+
+def mlp_args(rng, zeros):
+    b1 = rng.normal(size=H)
+    b1[0] = -50.0  # a unit dead for every sample
+    return (
+        rng.normal(size=(N, H)),
+        b1,
+        rng.normal(size=(H, C)),
+        rng.normal(size=C),
+        sparse(rng, (B, N), zeros),
+        rng.integers(0, C, size=B),
+    )
+
+
+def logreg(w, b, X, y):
+    z = X @ w + b
+    return (fa.softplus(z) - y * z).mean()
+
+
+def logreg_args(rng, zeros):
+    return (
+        rng.normal(size=N),
+        0.3,
+        sparse(rng, (B, N), zeros),
+        (rng.random(B) < 0.5).astype(np.float64),
+    )
+
+
+def layer(X, W, b, G):
+    return (fa.linear_relu(X, W, b) * G).sum()
+
+
+def layer_args(rng, zeros):
+    return sparse(rng, (B, N), zeros), rng.normal(size=(N, H)), rng.normal(size=H), rng.normal(
+        size=(B, H)
+    )
+
+
+def unfused(X, W, b, G):
+    return (fa.relu(X @ W + b) * G).sum() / 3.0
+
+
+def products(A, M, v, u):
+    # matrix @ matrix, matrix @ vector, vector @ matrix; fan-out of A
+    return ((A @ M) * (A @ M)).sum() + (A @ v).sum() * 0.5 + (u @ A).sum()
+
+
+def products_args(rng, zeros):
+    return (
+        sparse(rng, (B, N), zeros),
+        rng.normal(size=(N, H)),
+        rng.normal(size=N),
+        sparse(rng, (B,), zeros),
+    )
+
+
+def reductions(A, s):
+    # sums and means over all, the first and the last axis, keepdims, a scalar argument
+    return (
+        A.sum(axis=0) @ A.mean(axis=0)
+        + (A.sum(axis=1, keepdims=True) * A).mean()
+        + A.mean() * s
+        + (A * s).sum(axis=(0, 1), keepdims=True).sum()
+    )
+
+
+def reductions_args(rng, zeros):
+    return sparse(rng, (B, N), zeros), 1.5
+
+
+def broadcasting(A, r, c, s):
+    # a row (N,), a (1, N) row, a column (B, 1), a scalar argument, and exp/log/tanh
+    return (fa.tanh(A * r + c) * fa.exp(A - s) + fa.log(A * A + 1.0) / (r + 3.0)).sum()
+
+
+def broadcasting_args(rng, zeros):
+    return (
+        sparse(rng, (B, N), zeros),
+        rng.normal(size=N),
+        rng.normal(size=(B, 1)),
+        0.25,
+    )
+
+
+def softmaxes(X, T):
+    return (
+        (fa.softmax(X, axis=-1) * T).sum()
+        + (fa.log_softmax(X, axis=1) * T).sum()
+        + fa.logsumexp(X, axis=1).sum()
+        + fa.cross_entropy(X, fa.softmax(T, axis=1))
+    )
+
+
+def softmaxes_args(rng, zeros):
+    return sparse(rng, (B, C), zeros) * 3.0, sparse(rng, (B, C), zeros)
+
+
+def mse(Y, T):
+    return fa.mse_loss(fa.tanh(Y), T) * 2.0
+
+
+def mse_args(rng, zeros):
+    return sparse(rng, (B, H), zeros), sparse(rng, (B, H), zeros)
+
+
+# name: (function, arguments, wrt, bit for bit)
+CASES = {
+    "mlp": (mlp, mlp_args, (0, 1, 2, 3), False),
+    "logreg": (logreg, logreg_args, (0, 1), True),
+    "layer": (layer, layer_args, None, True),
+    "unfused": (unfused, layer_args, (1, 2), True),
+    "products": (products, products_args, None, True),
+    "reductions": (reductions, reductions_args, None, False),
+    "broadcasting": (broadcasting, broadcasting_args, None, False),
+    "softmaxes": (softmaxes, softmaxes_args, None, False),
+    "mse": (mse, mse_args, None, True),
+}
+
+
+def compiled(name, args, backend):
+    function, _, wrt, _ = CASES[name]
+    return fa.compile(function, example=args, wrt=wrt, backend=backend)
+
+
+def assert_close(got, want, exact):
+    if exact:
+        np.testing.assert_array_equal(got, want)
+        return
+    scale = max(1.0, float(np.max(np.abs(want)))) if np.size(want) else 1.0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * scale)
+
+
+@pytest.mark.parametrize("zeros", [False, True], ids=["dense", "zeros"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_equals_interpreted(name, zeros, rng):
+    _, make, _, exact = CASES[name]
+    args = make(rng, zeros)
+    generated = compiled(name, args, "codegen")
+    interpreted = compiled(name, args, "interpret")
+    assert generated.tier("grad").name == "codegen"
+    assert interpreted.tier("grad").name == "interpret"
+    before = blockcode.recheck_count()
+    for _ in range(2):  # the second call reuses every buffer
+        value, gradients = generated.value_and_grad(args)
+        want_value, want_gradients = interpreted.value_and_grad(args)
+        assert_close(value, want_value, exact)
+        assert len(gradients) == len(want_gradients)
+        for got, want in zip(gradients, want_gradients, strict=True):
+            assert np.shape(got) == np.shape(want)
+            assert_close(got, want, exact)
+        assert_close(generated(args), interpreted(args), exact)
+    # finite data, exact zeros or not, never goes back to the exact rules
+    assert blockcode.recheck_count() == before
+
+
+@pytest.mark.parametrize("name", ["mlp", "logreg", "layer", "softmaxes"])
+def test_generated_gradients_match_central_differences(name, rng):
+    _, make, _, _ = CASES[name]
+    args = make(rng, True)
+    f = compiled(name, args, "codegen")
+    assert fa.gradcheck(f, args)
+
+
+def test_float_and_integer_labels_agree(rng):
+    args = mlp_args(rng, True)
+    as_floats = (*args[:5], args[5].astype(np.float64))
+    f = compiled("mlp", args, "codegen")
+    g = compiled("mlp", as_floats, "codegen")
+    for first, second in zip(f.grad(args), g.grad(as_floats), strict=True):
+        np.testing.assert_array_equal(first, second)
+    # the integer function takes float labels too, and the reverse
+    np.testing.assert_array_equal(f.grad(as_floats)[0], g.grad(args)[0])
+
+
+@pytest.mark.parametrize("label", [-1, C, 1.5, math.nan])
+def test_bad_label_raises_as_the_interpreter(label, rng):
+    args = mlp_args(rng, False)
+    labels = args[5].astype(np.float64)
+    labels[3] = label
+    f = compiled("mlp", (*args[:5], args[5].astype(np.float64)), "codegen")
+    with pytest.raises(ValueError, match="sample 3 is not a class"):
+        f.value_and_grad((*args[:5], labels))
+    with pytest.raises(ValueError, match="sample 3 is not a class"):
+        f((*args[:5], labels))
+
+
+def test_infinity_meeting_a_zero_goes_back_to_the_exact_rules(rng):
+    args = list(layer_args(rng, True))
+    X = args[0].copy()
+    X[0, 1] = math.inf  # row 0 meets zeros of W's column and dead units
+    args[0] = X
+    W = args[1].copy()
+    W[1, 0] = 0.0
+    args[1] = W
+    generated = compiled("layer", tuple(args), "codegen")
+    interpreted = compiled("layer", tuple(args), "interpret")
+    before = blockcode.recheck_count()
+    value, gradients = generated.value_and_grad(args)
+    assert blockcode.recheck_count() == before + 1
+    want_value, want_gradients = interpreted.value_and_grad(args)
+    np.testing.assert_array_equal(value, want_value)
+    for got, want in zip(gradients, want_gradients, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert np.isfinite(gradients[1]).sum() > 0  # exact rules keep what the inf does not reach
+
+
+def test_nan_data_gives_the_interpreters_nan(rng):
+    args = list(logreg_args(rng, False))
+    X = args[2].copy()
+    X[4, 2] = math.nan
+    args[2] = X
+    value, (dw, db) = compiled("logreg", tuple(args), "codegen").value_and_grad(args)
+    want, (want_dw, want_db) = compiled("logreg", tuple(args), "interpret").value_and_grad(args)
+    assert math.isnan(value) and math.isnan(want)
+    np.testing.assert_array_equal(np.isnan(dw), np.isnan(want_dw))
+    assert math.isnan(db) == math.isnan(want_db)
+
+
+def test_out_receives_the_gradients(rng):
+    args = mlp_args(rng, True)
+    f = compiled("mlp", args, "codegen")
+    want = f.grad(args)
+    out = [np.full(np.shape(g), 7.0) for g in want]
+    out[1] = None  # a fresh array for this one
+    value, gradients = f.value_and_grad(args, out=out)
+    assert gradients[0] is out[0] and gradients[2] is out[2] and gradients[3] is out[3]
+    for got, expected in zip(gradients, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    # the interpreter fills them too
+    g = compiled("mlp", args, "interpret")
+    want = g.grad(args)
+    out = [np.empty(np.shape(x)) for x in want]
+    _, gradients = g.value_and_grad(args, out=out)
+    assert all(a is b for a, b in zip(gradients, out, strict=True))
+    for got, expected in zip(gradients, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda g: [g[0].astype(np.float32), None, None, None], "float64"),
+        (lambda g: [np.empty((H, N)), None, None, None], r"shape \(7, 5\)"),
+        (lambda g: [np.empty((N, H), order="F")[:, :], None, None, None], "C-contiguous"),
+        (lambda g: [None, None, None], "a list of 4"),
+        (lambda g: g[0], "a list of 4"),
+    ],
+)
+def test_bad_out_is_refused(bad, message, rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    gradients = f.grad(args)
+    with pytest.raises((ValueError, TypeError), match=message):
+        f.value_and_grad(args, out=bad(gradients))
+
+
+def test_read_only_out_is_refused(rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    frozen = np.empty((N, H))
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        f.value_and_grad(args, out=[frozen, None, None, None])
+
+
+def test_scalar_argument_out_is_refused(rng):
+    args = logreg_args(rng, False)
+    f = compiled("logreg", args, "codegen")
+    with pytest.raises(ValueError, match="scalar argument"):
+        f.value_and_grad(args, out=[None, np.empty(())])
+
+
+def test_other_shape_or_dtype_names_the_argument(rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    with pytest.raises(ValueError, match=r"argument 4 has shape \(3, 7\).*expects \(12, 7\)"):
+        f.value_and_grad((*args[:4], args[4][:3], args[5][:3]))
+    with pytest.raises(TypeError, match="argument 0 must hold real numbers"):
+        f.value_and_grad((args[0].astype(complex), *args[1:]))
+    with pytest.raises(ValueError, match="expected 6 arguments"):
+        f.value_and_grad(args[:5])
+
+
+def test_data_arguments_are_not_copied(rng):
+    X = np.ascontiguousarray(rng.normal(size=(B, N)))
+    assert blockcode.kernel_argument(X) is X
+    labels = rng.integers(0, C, size=B)
+    assert blockcode.kernel_argument(labels) is labels  # int64: passed as it is
+    transposed = np.asfortranarray(X)
+    converted = blockcode.kernel_argument(transposed)
+    assert converted.flags.c_contiguous and np.array_equal(converted, X)
+    big = np.array([2**63], dtype=np.uint64)
+    assert blockcode.kernel_argument(big).dtype == np.float64  # never wraps around
+
+
+def test_guards_are_checked(rng):
+    def branchy(A, s):
+        total = (A * A).sum()
+        if total > s:
+            return total - s
+        return s - total
+
+    A = rng.normal(size=(B, N))
+    f = fa.compile(branchy, example=(A, 1.0), backend="codegen")
+    value, (dA, ds) = f.value_and_grad((A, 1.0))
+    np.testing.assert_allclose(value, (A * A).sum() - 1.0, rtol=1e-15)
+    np.testing.assert_array_equal(dA, 2.0 * A)
+    assert ds == -1.0
+    with pytest.raises(BranchError):
+        f.value_and_grad((A, 1e9))
+    with pytest.raises(BranchError):
+        f((A, 1e9))
+
+
+def test_array_outputs_are_fresh(rng):
+    def affine(X, W):
+        return fa.tanh(X @ W)
+
+    X, W = rng.normal(size=(B, N)), rng.normal(size=(N, H))
+    f = fa.compile(affine, example=(X, W), backend="codegen")
+    assert f.tier("values").name == "codegen"
+    first = f((X, W))
+    second = f((X, 2.0 * W))
+    assert first is not second
+    libm_tanh = np.vectorize(math.tanh)  # the op table's tanh (NumPy's differs in last bits)
+    np.testing.assert_array_equal(first, libm_tanh(X @ W))
+    np.testing.assert_array_equal(second, libm_tanh(X @ (2.0 * W)))
+    assert f.tier("grad").name == "interpret"  # an array output has no gradient
+
+
+def test_unsupported_op_stays_interpreted_with_the_reason(rng):
+    def reshaped(A):
+        return A.reshape(-1).sum()
+
+    A = rng.normal(size=(B, N))
+    f = fa.compile(reshaped, example=(A,))
+    tier = f.tier("grad")
+    assert tier.name == "interpret" and "reshape" in tier.reason
+    np.testing.assert_array_equal(f.grad((A,))[0], np.ones((B, N)))
+    with pytest.raises(NotImplementedError, match="reshape"):
+        fa.compile(reshaped, example=(A,), backend="codegen")
+
+
+def test_blas_calls_name_the_routines(rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    calls = f.blas_calls("grad")
+    assert calls[0].startswith("gemm(False, False")  # X @ W1
+    assert any(call.startswith("gemm(True, False") for call in calls)  # X^T @ dZ, transposed by BLAS
+    assert any(call.startswith("gemm(False, True") for call in calls)  # dlogits @ W2^T
+    assert len(calls) == 5  # no dX: X is data
+    assert all(call.startswith("gemv") for call in compiled("logreg", logreg_args(rng, 0), "codegen").blas_calls())
+
+
+def test_the_text_holds_no_values(rng):
+    args = mlp_args(rng, False)
+    text = compiled("mlp", args, "codegen").generated_source()
+    other = compiled("mlp", mlp_args(np.random.default_rng(99), True), "codegen")
+    assert other.generated_source() == text  # other values and data: one module
+    assert "mlp" not in text.split('"""', 2)[2]  # nor names
+
+
+def test_pickle_keeps_the_backend(rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    loaded = pickle.loads(pickle.dumps(f))
+    assert loaded.backend == "codegen" and loaded.tier().name == "codegen"
+    for a, b in zip(loaded.grad(args), f.grad(args), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_check_runs_the_interpreter(rng):
+    args = list(logreg_args(rng, False))
+    X = args[2].copy()
+    X[1, 1] = math.inf
+    args[2] = X
+    f = compiled("logreg", tuple(logreg_args(rng, False)), "codegen")
+    with pytest.raises(fa.NonFiniteError):
+        f.value_and_grad(args, check=True)
+
+
+def test_auto_interprets_then_switches(rng, monkeypatch):
+    from fastad import tiers
+
+    monkeypatch.setattr(tiers, "HOT_NODE_POINTS", 1)
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "auto")
+    assert f.tier().name == "interpret" or "cache" in f.tier().reason
+    want = compiled("mlp", args, "interpret").grad(args)
+    for _ in range(2000):
+        got = f.grad(args)
+        for a, b in zip(got, want, strict=True):
+            assert_close(a, b, exact=False)
+        if f.tier().name == "codegen":
+            break
+    assert f.tier().name == "codegen", f.tier().reason
+
+
+def test_unknown_mode_is_refused(rng):
+    f = compiled("mlp", mlp_args(rng, False), "codegen")
+    with pytest.raises(ValueError, match="call must be"):
+        f.tier("jvp")
+    with pytest.raises(ValueError, match="unknown mode"):
+        blockgen.kernel_source(f._code.program, "hessian")
