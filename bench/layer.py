@@ -16,6 +16,10 @@ and the same layer trained in a long-lived-tape loop (``long_lived``).
   respect to ``H`` is ``G``), ``backward()``, then reading ``.grad``;
 - ``blocks``: the same through the tape, unfused: ``fa.relu(X @ W + b)``
   recorded as three block nodes;
+- ``compiled``: ``fa.compile`` of the loss ``(linear_relu(X, W, b) * G).sum()``
+  with ``wrt=(0, 1, 2)`` (``G`` is data), ``value_and_grad`` per call, once
+  its generated kernel runs: the whole layer in one compiled call. It
+  returns the loss in the place of ``H``, which it does not hand out;
 - ``scalars``: every multiply and add recorded as a scalar node
   (``fa.scalar_nodes``), the articles' "a matmul as 10^9 scalar nodes",
   only at sizes where that tape stays small (``SCALAR_NODE_LIMIT``).
@@ -35,6 +39,7 @@ import time
 
 import numpy as np
 from data import with_exact_zeros
+from models import generated
 
 import fastad as fa
 from fastad import registry
@@ -144,11 +149,32 @@ def scalars_layer(X, W, b, G):
         return (values, *(np.vectorize(lambda node: node.grad)(n) for n in nodes))
 
 
+def layer_loss(X, W, b, G):
+    """The layer as a function of arrays with a scalar loss: ``G`` is d loss / d H."""
+    return (fa.linear_relu(X, W, b) * G).sum()
+
+
+_COMPILED = {}  # one compiled layer per shape, made by the first (untimed) call
+
+
+def compiled_layer(X, W, b, G):
+    """The layer compiled: ``(loss, dX, dW, db)`` from one generated call."""
+    key = (X.shape, W.shape)
+    f = _COMPILED.get(key)
+    if f is None:
+        arguments = (X, W, b, G)
+        f = generated(fa.compile(layer_loss, example=arguments, wrt=(0, 1, 2)), arguments)
+        _COMPILED[key] = f
+    loss, (dX, dW, db) = f.value_and_grad((X, W, b, G))
+    return loss, dX, dW, db
+
+
 WAYS = {
     "numpy": numpy_layer,
     "kernels": kernels_layer,
     "fused": fused_layer,
     "blocks": blocks_layer,
+    "compiled": compiled_layer,
     "scalars": scalars_layer,
 }
 

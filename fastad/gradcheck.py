@@ -691,10 +691,7 @@ def _block_problem(function: BlockFunction, x: object) -> _Problem:
         )
     given = list(x)
     if len(given) != function.num_inputs:
-        raise ValueError(
-            f"expected {function.num_inputs} arguments, like the function's example, got "
-            f"{len(given)}"
-        )
+        raise ValueError(f"expected {function.num_inputs} arguments, got {len(given)}")
     # The arguments the function differentiates (wrt=) vary; the others are data, passed
     # as given (integer labels stay integers).
     positions = list(range(len(given))) if function.wrt is None else list(function.wrt)

@@ -599,23 +599,22 @@ class _Writer:
     def backward_linear(self, i: int, node: Node, relu: bool = False) -> None:
         X, W, b = node.operands
         G = f"d{i}"
-        if relu:  # dZ = G relu'(Z), relu'(z) from the saved output as the fused kernel's
-            dZ = self.scratch(f"{i}_dz", node.shape)
+        dZ = self.scratch(f"{i}_dz", node.shape) if relu else G
+        bias = self.sink(b, f"{i}_db") if self.needs[b] else None
+        if bias is not None:
+            self.emit(f"{bias[0]}[:] = 0.0")
+        if relu or bias is not None:  # one pass: the ReLU mask and the bias sum
             depth = self.loops(G, 2)
-            self.emit(f"h = v{i}[i0, i1]", depth)
-            self.emit(
-                f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]",
-                depth,
-            )
-        else:
-            dZ = G
-        if self.needs[b]:
-            target, added = self.sink(b, f"{i}_db")
-            self.emit(f"{target}[:] = 0.0")
-            depth = self.loops(dZ, 2)
-            self.emit(f"{target}[i1] += {dZ}[i0, i1]", depth)
-            if added:
-                self.add_into(b, target)
+            if relu:  # dZ = G relu'(Z), relu'(z) from the saved output as the fused kernel's
+                self.emit(f"h = v{i}[i0, i1]", depth)
+                self.emit(
+                    f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]",
+                    depth,
+                )
+            if bias is not None:  # the rows in order, as the fused kernel adds them
+                self.emit(f"{bias[0]}[i1] += {dZ}[i0, i1]", depth)
+        if bias is not None and bias[1]:
+            self.add_into(b, bias[0])
         if self.needs[X]:
             target, added = self.sink(X, f"{i}_dx")
             self.emit(f"gemm(False, True, {dZ}, v{W}, {target})")

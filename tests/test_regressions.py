@@ -492,13 +492,21 @@ def test_checked_backward_ignores_what_an_array_where_drops():
             L.backward(check=True)
 
 
-def test_gradcheck_refuses_a_function_compiled_with_wrt():
-    example = (np.ones(2), np.ones((3, 2)))
-    f = fa.compile(lambda b, A: (A @ b).sum(), example=example, wrt=0)
-    assert f.wrt == (0,)
-    with pytest.raises(ValueError, match="without wrt="):
-        fa.gradcheck(f, example)
-    assert fa.gradcheck(fa.compile(lambda b, A: (A @ b).sum(), example=example), example)
+def test_gradcheck_checks_a_function_compiled_with_wrt():
+    # The wrt arguments vary, the others stay data; messages name the caller's positions.
+    example = (np.ones(2), np.arange(6.0).reshape(3, 2))
+    f = fa.compile(lambda b, A: (A @ b).sum() + (A * A).sum(), example=example, wrt=1)
+    assert f.wrt == (1,)
+    assert fa.gradcheck(f, example)
+    labels = (np.arange(6.0).reshape(3, 2), np.array([0, 1, 1]))
+    g = fa.compile(lambda X, y: fa.cross_entropy(X, y), example=labels, wrt=[0])
+    assert fa.gradcheck(g, labels)  # integer labels pass through as data
+    wrong = fa.compile(
+        lambda b, A: (fa.stop_gradient(A) @ b).sum() + (A * A).sum(), example=example, wrt=1
+    )
+    result = fa.gradcheck(wrong, example, raise_exception=False)
+    assert not result.passed
+    assert "argument 1 element" in result.message
 
 
 def test_empty_batched_products_and_scalar_logsumexp():
