@@ -142,6 +142,7 @@ class BlockCode:
         self._buffers: dict[str, dict[str, FloatArray]] = {}
         self._modules: dict[str, types.ModuleType] = {}
         self._prepared: set[str] = set()
+        self._plans: dict[str, _Plan] = {}
         self._lock = threading.Lock()
         scalar_output = not program.nodes[program.output].shape
         self.modes = MODES if scalar_output else ("values",)
@@ -198,41 +199,52 @@ class BlockCode:
             self._buffers[mode] = found
         return found
 
-    def _arguments(
-        self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None
-    ) -> tuple[list[Any], dict[str, Any]]:
-        """The kernel's arguments in order, and the fresh outputs by parameter name."""
+    def _plan(self, mode: str) -> _Plan:
+        """What a call of ``mode`` passes: the fixed objects in place, the rest by slot."""
+        plan = self._plans.get(mode)
+        if plan is not None:
+            return plan
         self._source(mode)
         buffers = self._buffer_set(mode)
-        fresh: dict[str, Any] = {}
-        passed: list[Any] = []
+        template: list[Any] = []
+        arguments, gradients = [], []
+        output = scalars = -1
         wrt = self.program.wrt
-        for parameter in self._parameters[mode]:
+        for index, parameter in enumerate(self._parameters[mode]):
             role = parameter.role
+            fixed: Any = None
             if role == "argument":
-                passed.append(kernel_argument(arguments[parameter.position]))
+                arguments.append((index, parameter.position))
             elif role == "constants":
-                passed.append(self._constants)
+                fixed = self._constants
             elif role == "array":
-                passed.append(self._arrays[parameter.node])
-            elif role == "value":
-                if parameter.node == self.program.output:  # the result: a fresh array
-                    fresh[parameter.name] = np.empty(parameter.shape)
-                    passed.append(fresh[parameter.name])
-                else:
-                    passed.append(buffers[parameter.name])
+                fixed = self._arrays[parameter.node]
+            elif role == "value" and parameter.node == self.program.output:
+                output = index  # the result: a fresh array
             elif role == "gradient":
-                slot = wrt.index(parameter.position)
-                given = None if out is None else out[slot]
-                array = np.empty(parameter.shape) if given is None else given
-                fresh[parameter.name] = array
-                passed.append(array)
+                gradients.append((index, wrt.index(parameter.position), parameter.shape))
             elif role == "scalar_gradients":
-                fresh[parameter.name] = np.empty(len(wrt))
-                passed.append(fresh[parameter.name])
+                scalars = index
             else:
-                passed.append(buffers[parameter.name])
-        return passed, fresh
+                fixed = buffers[parameter.name]
+            template.append(fixed)
+        # Per wrt position, where its gradient comes from: a kernel argument (an array)
+        # or a slot of the scalar gradients.
+        by_slot = {slot: index for index, slot, _ in gradients}
+        returned = [(by_slot.get(slot, -1), slot) for slot in range(len(wrt))]
+        output_shape = self.program.nodes[self.program.output].shape
+        plan = self._plans[mode] = _Plan(
+            getattr(self.module(mode), mode),
+            template,
+            arguments,
+            output,
+            output_shape,
+            gradients,
+            scalars,
+            len(wrt),
+            returned,
+        )
+        return plan
 
     def prepare(self, mode: str, parallel: bool = False, report: bool = True) -> None:
         """Compile (or load from the cache) ``mode``'s kernel for float64 arguments.
@@ -277,29 +289,56 @@ class BlockCode:
         array of the argument's shape (validated by the caller) that receives
         that gradient.
         """
-        self.prepare(mode)
-        kernel = getattr(self.module(mode), mode)
-        passed, fresh = self._arguments(mode, arguments, out)
-        value, status, flagged = kernel(*passed)
+        if mode not in self._prepared:
+            self.prepare(mode)
+        plan = self._plans.get(mode) or self._plan(mode)
+        passed = plan.template.copy()
+        for index, position in plan.arguments:
+            value = arguments[position]
+            if not (type(value) is np.ndarray and value.dtype is _FLOAT64):
+                value = kernel_argument(value)
+            elif not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            passed[index] = value
+        if plan.output >= 0:
+            passed[plan.output] = np.empty(plan.output_shape)
+        for index, slot, shape in plan.gradients:
+            given = None if out is None else out[slot]
+            passed[index] = np.empty(shape) if given is None else given
+        if plan.scalars >= 0:
+            passed[plan.scalars] = np.empty(plan.wrt)
+        value, status, flagged = plan.kernel(*passed)
         if status != OK:
             return Result(None, None, int(status))
         if mode == "values":
-            output = self.program.output
-            if self.program.nodes[output].shape:
-                return Result(fresh[f"v{output}"], None, OK)
-            return Result(float(value), None, OK)
+            return Result(passed[plan.output] if plan.output >= 0 else float(value), None, OK)
         if flagged:
             count_recheck()
             return Result(None, None, RECHECK)
-        gradients: list[Any] = []
-        scalars = fresh.get("scalar_gradients")
-        for slot, position in enumerate(self.program.wrt):
-            node = self.program.inputs[position]
-            if self.program.nodes[node].shape:
-                gradients.append(fresh[f"d{node}"])
-            else:
-                gradients.append(float(scalars[slot]) if scalars is not None else 0.0)
-        return Result(float(value), gradients, OK)
+        if plan.scalars < 0:  # arrays only
+            gradients = [passed[index] for index, _ in plan.returned]
+        else:
+            gradients = [
+                passed[index] if index >= 0 else float(passed[plan.scalars][slot])
+                for index, slot in plan.returned
+            ]
+        return Result(value, gradients, OK)
+
+
+class _Plan(NamedTuple):
+    """One mode's call, laid out once: ``template`` holds the kernel's arguments with the
+    buffers in place; the caller's arguments, the output and the gradients go into the
+    slots listed (``-1``: none)."""
+
+    kernel: Any
+    template: list[Any]
+    arguments: list[tuple[int, int]]  # (parameter index, argument position)
+    output: int
+    output_shape: tuple[int, ...]
+    gradients: list[tuple[int, int, tuple[int, ...]]]  # (parameter index, wrt slot, shape)
+    scalars: int
+    wrt: int
+    returned: list[tuple[int, int]]  # per wrt slot: (parameter index or -1, slot)
 
 
 def kernel_argument(value: Any) -> Any:

@@ -1195,15 +1195,14 @@ class BlockFunction:
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
         checked = self._checked(arguments)
-        targets = self._out_arrays(out)
-        positions, single = self._wrt or (list(range(len(self._inputs))), False)
+        targets = None if out is None else self._out_arrays(out)
+        single = self._wrt is not None and self._wrt[1]
         with self._lock:
             if not check and self._generated("grad"):
                 result = cast("blockcode.BlockCode", self._code).run("grad", checked, targets)
-                if result.status == blockcode.OK:
-                    return cast(float, result.value), _by_argument(
-                        cast("list[Any]", result.gradients), single
-                    )
+                if result.status == blockcode.OK:  # arrays, and floats for scalars
+                    gradients = cast("list[Any]", result.gradients)
+                    return cast(float, result.value), gradients[0] if single else gradients
             value, gradients = self._interpreted_gradients(checked, check)
             if targets is not None:
                 gradients = [
@@ -1330,7 +1329,10 @@ class BlockFunction:
             raise ValueError(f"expected {len(self._inputs)} arguments, got {len(listed)}")
         checked = []
         for position, (shape, value) in enumerate(zip(self._shapes, listed, strict=True)):
-            array = value if type(value) is np.ndarray else np.asarray(value)
+            if type(value) is np.ndarray and value.dtype is _FLOAT64 and value.shape == shape:
+                checked.append(value)  # the common case, checked at once
+                continue
+            array = np.asarray(value)
             if array.dtype.kind not in "biuf":
                 raise TypeError(
                     f"argument {position} must hold real numbers, got dtype {array.dtype}"
