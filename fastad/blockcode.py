@@ -102,17 +102,8 @@ def program_of(
     )
 
 
-class Result(NamedTuple):
-    """One generated call: the value (a float, or the output array), the gradients
-    (arrays, floats for scalar arguments; None in ``values``), and the status:
-    ``OK``, a failed guard's index, ``BAD_LABEL``, or ``RECHECK`` for a nan gradient."""
-
-    value: Any
-    gradients: list[Any] | None
-    status: int
-
-
 RECHECK = -3
+"""Status: a gradient held a nan; the exact rules compute the call again."""
 
 
 class BlockCode:
@@ -282,8 +273,11 @@ class BlockCode:
 
     def run(
         self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None = None
-    ) -> Result:
-        """One call of ``mode``'s kernel at ``arguments`` (validated by the caller).
+    ) -> tuple[int, Any, list[Any] | None]:
+        """One call of ``mode``'s kernel at ``arguments`` (validated by the caller):
+        ``(status, value, gradients)``. The status is ``OK``, a failed guard's index,
+        ``BAD_LABEL`` or ``RECHECK`` (a nan gradient); the value a float, or the output
+        array; the gradients arrays, floats for scalar arguments (None in ``values``).
 
         ``out``: per ``wrt`` position, None or a float64 C-contiguous writable
         array of the argument's shape (validated by the caller) that receives
@@ -309,20 +303,19 @@ class BlockCode:
             passed[plan.scalars] = np.empty(plan.wrt)
         value, status, flagged = plan.kernel(*passed)
         if status != OK:
-            return Result(None, None, int(status))
+            return int(status), None, None
         if mode == "values":
-            return Result(passed[plan.output] if plan.output >= 0 else float(value), None, OK)
+            return OK, passed[plan.output] if plan.output >= 0 else float(value), None
         if flagged:
             count_recheck()
-            return Result(None, None, RECHECK)
+            return RECHECK, None, None
         if plan.scalars < 0:  # arrays only
-            gradients = [passed[index] for index, _ in plan.returned]
-        else:
-            gradients = [
-                passed[index] if index >= 0 else float(passed[plan.scalars][slot])
-                for index, slot in plan.returned
-            ]
-        return Result(value, gradients, OK)
+            return OK, value, [passed[index] for index, _ in plan.returned]
+        gradients = [
+            passed[index] if index >= 0 else float(passed[plan.scalars][slot])
+            for index, slot in plan.returned
+        ]
+        return OK, value, gradients
 
 
 class _Plan(NamedTuple):

@@ -49,7 +49,7 @@ from fastad.replay import (
 )
 from fastad.storage import as_stored
 from fastad.tape import Tape
-from fastad.tiers import BACKENDS, Tier, Tiers
+from fastad.tiers import BACKENDS, HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
 
 if TYPE_CHECKING:
     from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
@@ -1025,7 +1025,8 @@ class BlockFunction:
 
     ``backend="auto"`` interprets first and builds the generated kernel in
     a background thread once the calls have done
-    ``fastad.tiers.HOT_NODE_POINTS`` element operations (at once when an
+    ``fastad.tiers.HOT_NODE_POINTS`` element operations, or after
+    ``fastad.tiers.HOT_CALLS`` calls of a small function (at once when an
     earlier process cached it). It pickles and saves (:meth:`save`,
     :func:`fastad.load`) like a function of scalars; it is not optimised.
     """
@@ -1071,10 +1072,11 @@ class BlockFunction:
         self._backend = backend
         self._integers = integers
         tape = self._tape
-        self._work = sum(
+        elements = sum(
             1 if tape.block_value(i) is None else int(tape.block_value(i).size)
             for i in range(len(tape))
         )  # element operations per call: the tiers' measure of work
+        self._work = max(elements, HOT_NODE_POINTS // HOT_CALLS)
         self._code: blockcode.BlockCode | None = None
         self._tiers: Tiers | None = None
         self._no_code = ""
@@ -1166,9 +1168,9 @@ class BlockFunction:
         checked = self._checked(arguments)
         with self._lock:
             if not check and self._generated("values"):
-                result = cast("blockcode.BlockCode", self._code).run("values", checked)
-                if result.status == blockcode.OK:
-                    return cast("float | FloatArray", result.value)
+                status, value, _ = cast("blockcode.BlockCode", self._code).run("values", checked)
+                if status == blockcode.OK:
+                    return cast("float | FloatArray", value)
             self._replay(checked, check)  # raises what the generated call refused
             return self._output_value()
 
@@ -1199,10 +1201,12 @@ class BlockFunction:
         single = self._wrt is not None and self._wrt[1]
         with self._lock:
             if not check and self._generated("grad"):
-                result = cast("blockcode.BlockCode", self._code).run("grad", checked, targets)
-                if result.status == blockcode.OK:  # arrays, and floats for scalars
-                    gradients = cast("list[Any]", result.gradients)
-                    return cast(float, result.value), gradients[0] if single else gradients
+                status, value, found = cast("blockcode.BlockCode", self._code).run(
+                    "grad", checked, targets
+                )
+                if status == blockcode.OK:  # arrays, and floats for scalars
+                    gradients = cast("list[Any]", found)
+                    return value, gradients[0] if single else gradients
             value, gradients = self._interpreted_gradients(checked, check)
             if targets is not None:
                 gradients = [

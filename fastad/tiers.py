@@ -37,6 +37,13 @@ about a quarter of a second of interpreter time, so a function used once
 never waits for Numba and one used in earnest soon runs generated code."""
 
 
+HOT_CALLS = 64
+"""``backend="auto"``, functions of arrays: a call counts at least
+``HOT_NODE_POINTS / HOT_CALLS`` element operations, so a function of small
+arrays used in a training loop builds its kernel by its 64th call (a large
+one sooner, by its work), and one called a few times never does."""
+
+
 def _threads_available() -> bool:
     return codegen.configured_threads() > 1
 

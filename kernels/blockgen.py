@@ -22,7 +22,11 @@ is a signed zero or a nan in plain code, a nan reaches every gradient element
 downstream of it (every step multiplies, and BLAS multiplies zero factors
 too), and the ``+ 0.0`` on the way out makes every zero +0.0. So the kernel
 flags a call whose gradients hold a nan, and the caller computes that call
-again with the exact rules (the interpreter).
+again with the exact rules (the interpreter). A gradient that one BLAS
+product makes by itself is not read again where its factors are smaller:
+they are read instead (:func:`bounded` in the text, integer passes), and finite
+factors whose products cannot overflow give no nan; such a product has no
+-0.0 either (BLAS sums start at +0.0: a test checks it).
 
 **Bits.** Values and gradients are the interpreter's bit for bit where the
 same operations run in the same order: the products (the same BLAS routine
@@ -45,6 +49,7 @@ no sizes (the loops read them from the arrays).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -125,6 +130,67 @@ def _indices(rank: int) -> list[str]:
     return [f"i{t}" for t in range(rank)]
 
 
+_ACCESS = re.compile(r"\b([A-Za-z_]\w*)\[([^\[\]]*)\]")
+_NAME = re.compile(r"\b([A-Za-z_]\w*)\b")
+
+
+class _Loop:
+    """A loop nest over the elements of one shape, kept open so the next one can join it.
+
+    Two consecutive loop nests over arrays of one traced shape run as one when
+    that changes no value: each array the first writes, the second reads or
+    writes only at the loop's own element (so it reads what the first wrote
+    there), never one the first sums into (a partial sum); the second writes
+    nothing the first reads or writes; the second's ``before`` statements touch
+    nothing the first does. Per element, the statements then run in the same
+    order as before, and every sum adds its terms in the same order.
+    """
+
+    def __init__(self, array: str, shape: tuple[int, ...], before: list[str], body: list[str]):
+        self.array, self.shape, self.before, self.body = array, shape, before, body
+        self.full = ", ".join(_indices(len(shape)))
+        self.reads: dict[str, set[str]] = {}
+        self.writes: dict[str, set[str]] = {}
+        self.sums: set[str] = set()  # written with +=: partial until the loop ends
+        self._scan(body)
+
+    def _scan(self, body: list[str]) -> None:
+        for line in body:
+            target, _, rest = line.partition("=")
+            adding = target.endswith("+")
+            for name, index in _ACCESS.findall(target):
+                self.writes.setdefault(name, set()).add(index.strip())
+                if adding or index.strip() != self.full:
+                    self.sums.add(name)
+            for name, index in _ACCESS.findall(rest if _ACCESS.search(target) else line):
+                self.reads.setdefault(name, set()).add(index.strip())
+
+    def _touches(self) -> set[str]:
+        return set(self.reads) | set(self.writes)
+
+    def absorb(self, other: _Loop) -> bool:
+        """Join ``other`` to this loop nest if that changes no value; whether it did."""
+        if other.shape != self.shape:
+            return False
+        mine = self._touches()
+        for name in self.writes:
+            if name in self.sums and name in other._touches():
+                return False
+            if any(index != self.full for index in other.reads.get(name, ())):
+                return False
+            if any(index != self.full for index in other.writes.get(name, ())):
+                return False
+        if any(name in mine for name in other.writes):
+            return False
+        before_names = {name for line in other.before for name in _NAME.findall(line)}
+        if before_names & mine:
+            return False
+        self.before += other.before
+        self.body += other.body
+        self._scan(other.body)
+        return True
+
+
 class _Writer:
     """Writes one kernel: its parameters and its lines."""
 
@@ -155,6 +221,10 @@ class _Writer:
             depends[i] = depends[i] or any(depends[j] for j in self.nodes[i].operands)
         self.needs = [live[i] and depends[i] for i in range(n)]
         self.written = [False] * n  # adjoints written so far (backward order)
+        self.pending: _Loop | None = None  # the last loop nest, still open to merging
+        self.spans: list[tuple[int, int, _Loop]] = []  # lines of each loop nest written
+        # Gradients made by one BLAS product alone, straight into them: (factor, factor).
+        self.products: dict[int, tuple[str, str]] = {}
 
     # -- parameters and lines -----------------------------------------------------------
     def parameter(self, name: str, role: str, node: int, shape: tuple[int, ...], position=-1):
@@ -167,6 +237,7 @@ class _Writer:
         return self.parameter(f"s_{tag}", "scratch", -1, shape)
 
     def emit(self, line: str, depth: int = 1) -> None:
+        self.flush()
         self.lines.append("    " * depth + line)
 
     def loops(self, array: str, rank: int, depth: int = 1) -> int:
@@ -174,6 +245,33 @@ class _Writer:
         for t, index in enumerate(_indices(rank)):
             self.emit(f"for {index} in range({array}.shape[{t}]):", depth + t)
         return depth + rank
+
+    def loop(
+        self, array: str, shape: tuple[int, ...], body: list[str], before: list[str] = ()
+    ) -> None:
+        """A loop nest over the elements of ``array`` (of the traced ``shape``) running
+        ``body`` per element, after the statements ``before``; merged into the loop
+        before it where that changes no value (:class:`_Loop`)."""
+        loop = _Loop(array, shape, list(before), list(body))
+        if self.pending is not None and self.pending.absorb(loop):
+            return
+        self.flush()
+        self.pending = loop
+
+    def flush(self) -> None:
+        """Write out the loop waiting to be merged."""
+        loop, self.pending = self.pending, None
+        if loop is None:
+            return
+        start = len(self.lines) + len(loop.before)
+        self.spans.append((start, start + len(loop.shape) + len(loop.body), loop))
+        for line in loop.before:
+            self.lines.append("    " + line)
+        rank = len(loop.shape)
+        for t, index in enumerate(_indices(rank)):
+            self.lines.append("    " * (1 + t) + f"for {index} in range({loop.array}.shape[{t}]):")
+        for line in loop.body:
+            self.lines.append("    " * (1 + rank) + line)
 
     def shape(self, i: int) -> tuple[int, ...]:
         return self.nodes[i].shape
@@ -220,12 +318,37 @@ class _Writer:
         else:
             returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, False"
         self.emit(f"return {returned}")
+        self.flush()
+        self.locals_for_buffers()
         signature = ", ".join(p.name for p in self.parameters)
         return (
             f"@kernel\ndef {self.mode}({signature}):\n"
             f'    """The program in mode {self.mode}: returns (value, status, flagged)."""\n'
             + "\n".join(self.lines)
         )
+
+    def locals_for_buffers(self) -> None:
+        """A buffer that only one loop nest reads and writes, element by element, becomes a
+        local of that loop (no store, no parameter): the adjoints a merged chain of
+        elementwise ops hands from one op to the next."""
+        removed = set()
+        for start, end, loop in self.spans:
+            for name in loop.writes:
+                parameter = next((p for p in self.parameters if p.name == name), None)
+                if parameter is None or parameter.role not in ("adjoint", "scratch"):
+                    continue
+                pattern = re.compile(rf"\b{name}\b")
+                if any(pattern.search(line) for line in self.lines[:start] + self.lines[end:]):
+                    continue
+                element = f"{name}[{loop.full}]"
+                inside = self.lines[start:end]
+                if sum(len(pattern.findall(line)) for line in inside) != sum(
+                    line.count(element) for line in inside
+                ):
+                    continue  # read at another element, or the loop's own range
+                self.lines[start:end] = [line.replace(element, f"e_{name}") for line in inside]
+                removed.add(name)
+        self.parameters = [p for p in self.parameters if p.name not in removed]
 
     def failure(self, status: int) -> str:
         return f"nan, {status}, False"
@@ -272,9 +395,8 @@ class _Writer:
         return template.format(**names)
 
     def forward_elementwise(self, i: int, node: Node) -> None:
-        depth = self.loops(f"v{i}", len(node.shape))
         names = self.element_names(i, node)
-        self.emit(f"{names['out']} = {self.expression(node, 'value', names)}", depth)
+        self.loop(f"v{i}", node.shape, [f"{names['out']} = {self.expression(node, 'value', names)}"])
 
     def forward_matmul(self, i: int, node: Node) -> None:
         a, b = node.operands
@@ -296,10 +418,9 @@ class _Writer:
     def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
         X, W, b = node.operands
         self.emit(f"gemm(False, False, v{X}, v{W}, v{i})")
-        depth = self.loops(f"v{i}", 2)
-        self.emit(f"z = v{i}[i0, i1] + v{b}[i1]", depth)
         # relu as the fused kernel's: nan propagates (nan <= 0 is False)
-        self.emit(f"v{i}[i0, i1] = (0.0 if z <= 0.0 else z)" if relu else f"v{i}[i0, i1] = z", depth)
+        finish = f"v{i}[i0, i1] = (0.0 if z <= 0.0 else z)" if relu else f"v{i}[i0, i1] = z"
+        self.loop(f"v{i}", node.shape, [f"z = v{i}[i0, i1] + v{b}[i1]", finish])
 
     def forward_linear_relu(self, i: int, node: Node) -> None:
         self.forward_linear(i, node, relu=True)
@@ -334,15 +455,15 @@ class _Writer:
                 self.emit(f"v{i} = {total}{scale}")
             return
         out = f"v{i}.reshape(v{i}.size)"
-        self.emit(f"o{i} = {out}")
-        if kind == "columns":  # NumPy adds the rows in order
-            self.emit(f"o{i}[:] = 0.0")
-            depth = self.loops(f"v{a}", len(own))
-            self.emit(f"o{i}[i1] += v{a}[i0, i1]", depth)
+        if kind == "columns":  # NumPy adds the rows in order: in the loop making them
+            self.loop(
+                f"v{a}", own, [f"o{i}[i1] += v{a}[i0, i1]"], [f"o{i} = {out}", f"o{i}[:] = 0.0"]
+            )
             if mean:
                 self.emit(f"for i1 in range(o{i}.size):")
                 self.emit(f"o{i}[i1] = o{i}[i1]{scale}", 2)
         else:  # each row pairwise
+            self.emit(f"o{i} = {out}")
             self.emit(f"for i0 in range(v{a}.shape[0]):")
             self.emit(f"o{i}[i0] = (0.0 + pairwise(v{a}[i0], 0, v{a}.shape[1])){scale}", 2)
 
@@ -476,10 +597,17 @@ class _Writer:
         the interpreter adds a rule's fresh contribution to what arrived.
         """
         target = self.adjoint(j)
+        self.products.pop(j, None)  # a second contribution: the sum is scanned
         if not self.written[j]:
             self.written[j] = True
             return target, False
         return self.scratch(tag, self.shape(j)), True
+
+    def product(self, call: str, target: str, j: int, factors: tuple[str, str]) -> None:
+        """Emit a BLAS ``call`` whose result goes straight into ``j``'s adjoint ``target``."""
+        self.emit(call)
+        if target == self.adjoint(j):
+            self.products[j] = factors
 
     def add_into(self, j: int, source: str) -> None:
         target = self.adjoint(j)
@@ -542,11 +670,7 @@ class _Writer:
             raise Unsupported(
                 f"generated code has no rule for broadcasting shape {own} to {shape}"
             )
-        for line in before:
-            self.emit(line)
-        depth = self.loops(f"v{i}", len(shape))
-        for line in inside:
-            self.emit(line, depth)
+        self.loop(f"v{i}", shape, inside, before)
         for source, j in after:
             if j >= 0:
                 self.add_into(j, source)
@@ -568,7 +692,7 @@ class _Writer:
         if self.needs[a]:
             target, added = self.sink(a, f"{i}_a")
             if ranks == (2, 2):
-                self.emit(f"gemm(False, True, {G}, v{b}, {target})")
+                self.product(f"gemm(False, True, {G}, v{b}, {target})", target, a, (G, f"v{b}"))
             elif ranks == (1, 1):  # one term per element
                 self.emit(f"for i0 in range({target}.size):")
                 self.emit(f"{target}[i0] = g{i} * v{b}[i0]", 2)
@@ -577,18 +701,18 @@ class _Writer:
                 self.emit(f"for i1 in range({target}.shape[1]):", 2)
                 self.emit(f"{target}[i0, i1] = {G}[i0] * v{b}[i1]", 3)
             else:  # x @ B: dx = B @ G
-                self.emit(f"gemv(False, v{b}, {G}, {target})")
+                self.product(f"gemv(False, v{b}, {G}, {target})", target, a, (f"v{b}", G))
             if added:
                 self.add_into(a, target)
         if self.needs[b]:
             target, added = self.sink(b, f"{i}_b")
             if ranks == (2, 2):
-                self.emit(f"gemm(True, False, v{a}, {G}, {target})")
+                self.product(f"gemm(True, False, v{a}, {G}, {target})", target, b, (f"v{a}", G))
             elif ranks == (1, 1):
                 self.emit(f"for i0 in range({target}.size):")
                 self.emit(f"{target}[i0] = v{a}[i0] * g{i}", 2)
             elif ranks == (2, 1):  # A @ x: dx = A^T G
-                self.emit(f"gemv(True, v{a}, {G}, {target})")
+                self.product(f"gemv(True, v{a}, {G}, {target})", target, b, (f"v{a}", G))
             else:  # dB = outer(x, G)
                 self.emit(f"for i0 in range({target}.shape[0]):")
                 self.emit(f"for i1 in range({target}.shape[1]):", 2)
@@ -601,28 +725,26 @@ class _Writer:
         G = f"d{i}"
         dZ = self.scratch(f"{i}_dz", node.shape) if relu else G
         bias = self.sink(b, f"{i}_db") if self.needs[b] else None
-        if bias is not None:
-            self.emit(f"{bias[0]}[:] = 0.0")
         if relu or bias is not None:  # one pass: the ReLU mask and the bias sum
-            depth = self.loops(G, 2)
+            body = []
             if relu:  # dZ = G relu'(Z), relu'(z) from the saved output as the fused kernel's
-                self.emit(f"h = v{i}[i0, i1]", depth)
-                self.emit(
-                    f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]",
-                    depth,
+                body.append(f"h = v{i}[i0, i1]")
+                body.append(
+                    f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]"
                 )
             if bias is not None:  # the rows in order, as the fused kernel adds them
-                self.emit(f"{bias[0]}[i1] += {dZ}[i0, i1]", depth)
+                body.append(f"{bias[0]}[i1] += {dZ}[i0, i1]")
+            self.loop(G, node.shape, body, [f"{bias[0]}[:] = 0.0"] if bias is not None else [])
         if bias is not None and bias[1]:
             self.add_into(b, bias[0])
         if self.needs[X]:
             target, added = self.sink(X, f"{i}_dx")
-            self.emit(f"gemm(False, True, {dZ}, v{W}, {target})")
+            self.product(f"gemm(False, True, {dZ}, v{W}, {target})", target, X, (dZ, f"v{W}"))
             if added:
                 self.add_into(X, target)
         if self.needs[W]:
             target, added = self.sink(W, f"{i}_dw")
-            self.emit(f"gemm(True, False, v{X}, {dZ}, {target})")
+            self.product(f"gemm(True, False, v{X}, {dZ}, {target})", target, W, (f"v{X}", dZ))
             if added:
                 self.add_into(W, target)
 
@@ -637,17 +759,14 @@ class _Writer:
         kind, _ = self.reduction(i, node)
         own = self.shape(a)
         target, added = self.sink(a, f"{i}_spread")
+        index = ", ".join(_indices(len(own)))
         if kind == "all":
             g = f"d{i}.reshape(d{i}.size)[0]" if node.shape else f"g{i}"
-            self.emit(f"spread = {g}{scale}")
-            self.emit(f"f{i} = {target}.reshape({target}.size)")
-            self.emit(f"for i0 in range(f{i}.size):")
-            self.emit(f"f{i}[i0] = spread", 2)
+            self.loop(f"v{a}", own, [f"{target}[{index}] = spread{i}"], [f"spread{i} = {g}{scale}"])
         else:
             g = f"d{i}.reshape(d{i}.size)"
-            index = "i1" if kind == "columns" else "i0"
-            depth = self.loops(f"v{a}", len(own))
-            self.emit(f"{target}[i0, i1] = {g}[{index}]{scale}", depth)
+            along = "i1" if kind == "columns" else "i0"
+            self.loop(f"v{a}", own, [f"{target}[i0, i1] = {g}[{along}]{scale}"], [f"r{i} = {g}"])
         if added:
             self.add_into(a, target)
 
@@ -763,10 +882,18 @@ class _Writer:
             if not self.written[j]:
                 self.emit(f"f{j}[:] = 0.0")
                 continue
-            self.emit(f"for i0 in range(f{j}.size):")
-            self.emit(f"x = f{j}[i0] + 0.0", 2)
-            self.emit(f"f{j}[i0] = x", 2)
-            self.emit("flagged |= x != x", 2)
+            depth = 1
+            factors = self.products.get(j)
+            if factors is not None:  # one product: its factors bound it, no pass over it
+                self.emit(
+                    f"if {factors[0]}.size + {factors[1]}.size >= f{j}.size or not "
+                    f"bounded({factors[0]}, {factors[1]}):"
+                )
+                depth = 2
+            self.emit(f"for i0 in range(f{j}.size):", depth)
+            self.emit(f"x = f{j}[i0] + 0.0", depth + 1)
+            self.emit(f"f{j}[i0] = x", depth + 1)
+            self.emit("flagged |= x != x", depth + 1)
 
 
 PAIRWISE = '''\
@@ -871,6 +998,31 @@ def gemv(trans, A, x, y):
         {blas.ROW_MAJOR}, {blas.TRANS} if trans else {blas.NO_TRANS}, rows, columns, 1.0,
         A.ctypes, max(1, columns), x.ctypes, 1, 0.0, y.ctypes, 1,
     )
+
+
+@kernel
+def magnitude(a):
+    """The bits of the largest ``|element|`` of ``a`` (an int64, ordered as the magnitudes
+    are): at least those of inf where ``a`` holds an inf or a nan. One integer pass."""
+    bits = a.reshape(a.size).view(np.int64)
+    top = 0
+    for i in range(bits.size):
+        top = max(top, bits[i] & 0x7FFFFFFFFFFFFFFF)
+    return top
+
+
+@kernel
+def bounded(P, Q):
+    """Whether every sum of products of an element of ``P`` and one of ``Q`` (at most
+    ``P.size + Q.size`` terms) stays far below overflow, so the product BLAS makes of
+    them holds no nan and no inf: both finite, and the count times the two largest
+    magnitudes under 2^1000 (rounding can at most double a sum's bound)."""
+    found = np.empty(2, np.int64)
+    found[0], found[1] = magnitude(P), magnitude(Q)
+    if found[0] >= 0x7FF0000000000000 or found[1] >= 0x7FF0000000000000:
+        return False
+    largest = found.view(np.float64)
+    return (P.size + Q.size) * largest[0] * largest[1] < 2.0**1000
 
 
 @kernel
