@@ -34,6 +34,16 @@ Unsupported = blockgen.Unsupported
 OK, BAD_LABEL = blockgen.OK, blockgen.BAD_LABEL
 MODES = blockgen.MODES
 
+# The cold compile time of a generated kernel for a function of arrays, measured
+# on the 2-core machine (`python bench/blockcode_curve.py`, the README's table):
+# about COMPILE_SECONDS_PER_ROW per row (a node in one pass), 3.3 s for the
+# 9-node MLP's gradient (18 rows) to 35 s at 204 rows, type inference and LLVM
+# about half each. `auto` builds code up to BUDGET_ROWS rows (about ten seconds
+# in a background thread, once per machine thanks to the cache).
+COMPILE_SECONDS_FIXED = 0.5
+COMPILE_SECONDS_PER_ROW = 0.165
+BUDGET_ROWS = 60
+
 _FLOAT64 = np.dtype(np.float64)
 _INT64 = np.dtype(np.int64)
 
@@ -144,9 +154,15 @@ class BlockCode:
         """The value of array constant ``node`` (read-only; passed to every call)."""
         self._arrays[node] = value
 
+    budget_rows = BUDGET_ROWS
+
     def rows(self, mode: str) -> int:
         """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit)."""
         return len(self.program.nodes) * (2 if mode == "grad" else 1)
+
+    def expected_seconds(self, size: int) -> float:
+        """The cold compile time the measured curve predicts for ``size`` rows."""
+        return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_ROW * size
 
     def _source(self, mode: str) -> tuple[str, str]:
         found = self._sources.get(mode)
@@ -265,7 +281,7 @@ class BlockCode:
             codegen.compile_kernels(
                 [(kernel, tuple(examples))],
                 lambda names: f"compiling generated code for {self._title} ({mode}, {rows} rows)",
-                codegen.expected_compile_seconds(rows),
+                self.expected_seconds(rows),
                 report,
             )
             codegen.mark_compiled(self._source(mode)[1])

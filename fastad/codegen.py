@@ -341,9 +341,15 @@ class GeneratedCode:
                 mark_compiled(self._source(mode)[1])
         self._prepared.add((mode, parallel))
 
+    budget_rows = BUDGET_ROWS
+
     def rows(self, mode: str) -> int:
         """The size of ``mode``'s code: nodes times passes."""
         return rows(self._program, mode)
+
+    def expected_seconds(self, size: int) -> float:
+        """The cold compile time of ``size`` rows."""
+        return expected_compile_seconds(size)
 
     def run(
         self,

@@ -10,7 +10,8 @@ and generated code, following ``backend``:
   and counts its work; past ``HOT_NODE_POINTS`` node-points its generated
   code compiles in a background thread and takes over when ready (a module
   an earlier process cached loads the same way, at the first call). Code of
-  more than ``codegen.BUDGET_ROWS`` rows stays interpreted for good. One-off
+  more than its budget (``codegen.BUDGET_ROWS`` rows for functions of scalars,
+  ``blockcode.BUDGET_ROWS`` for functions of arrays) stays interpreted for good. One-off
   uses never wait for a compile.
 
 Per mode the state is one of ``_INTERPRET`` (for good), ``_COUNTING``
@@ -52,7 +53,10 @@ class Code(Protocol):
     """The generated code a :class:`Tiers` builds: :class:`fastad.codegen.GeneratedCode`
     for functions of scalars, :class:`fastad.blockcode.BlockCode` for functions of arrays."""
 
+    budget_rows: int  # ``auto`` builds no code of more rows
+
     def rows(self, mode: str) -> int: ...
+    def expected_seconds(self, rows: int) -> float: ...
     def is_cached(self, mode: str) -> bool: ...
     def prepare(self, mode: str, parallel: bool, report: bool = True) -> None: ...
 
@@ -111,11 +115,11 @@ class Tiers:
         size = self._code.rows(mode)
         if self.backend == "codegen":  # compiled by the first call that needs it
             return _READY, f'backend="codegen": generated code, {size:,} rows'
-        if size > codegen.BUDGET_ROWS:
-            seconds = codegen.expected_compile_seconds(size)
+        if size > self._code.budget_rows:
+            seconds = self._code.expected_seconds(size)
             return _INTERPRET, (
                 f'backend="auto": {size:,} rows of code would take about {seconds:.0f} s to '
-                f"compile, above the budget of {codegen.BUDGET_ROWS:,} rows; "
+                f"compile, above the budget of {self._code.budget_rows:,} rows; "
                 'backend="codegen" compiles them anyway'
             )
         if self._code.is_cached(mode):  # a load, not a compile: in the background now
@@ -129,7 +133,7 @@ class Tiers:
         return (
             f'backend="auto": interpreted until these calls have done {HOT_NODE_POINTS:,} '
             f"node-points of work ({self._work.get(mode, 0):,} so far); then its generated "
-            f"code ({size:,} rows, about {codegen.expected_compile_seconds(size):.0f} s) "
+            f"code ({size:,} rows, about {self._code.expected_seconds(size):.0f} s) "
             "compiles in a background thread and takes over"
         )
 

@@ -142,6 +142,17 @@ def mse_args(rng, zeros):
     return sparse(rng, (B, H), zeros), sparse(rng, (B, H), zeros)
 
 
+def centered(A, r):
+    # a column mean read back by the loop after the one summing it (no merging there),
+    # a chain of elementwise ops merged into one loop, a power
+    M = A - A.mean(axis=0)
+    return (M**2).sum() + (fa.tanh(M * r) * fa.exp(-(A * A)) + A.sum(axis=0) * M).mean()
+
+
+def centered_args(rng, zeros):
+    return sparse(rng, (B, N), zeros), rng.normal(size=N)
+
+
 # name: (function, arguments, wrt, bit for bit)
 CASES = {
     "mlp": (mlp, mlp_args, (0, 1, 2, 3), False),
@@ -153,6 +164,7 @@ CASES = {
     "broadcasting": (broadcasting, broadcasting_args, None, False),
     "softmaxes": (softmaxes, softmaxes_args, None, False),
     "mse": (mse, mse_args, None, True),
+    "centered": (centered, centered_args, None, True),
 }
 
 
@@ -441,3 +453,28 @@ def test_unknown_mode_is_refused(rng):
         f.tier("jvp")
     with pytest.raises(ValueError, match="unknown mode"):
         blockgen.kernel_source(f._code.program, "hessian")
+
+
+def test_auto_keeps_long_programs_on_the_interpreter(rng):
+    def chain(A):
+        for _ in range(20):
+            A = fa.tanh(A) + 0.5
+        return A.sum()
+
+    f = fa.compile(chain, example=(rng.normal(size=(B, N)),))
+    tier = f.tier("grad")
+    assert tier.name == "interpret" and "budget" in tier.reason, tier.reason
+    assert fa.compile(chain, example=(rng.normal(size=(B, N)),), backend="codegen").tier(
+        "grad"
+    ).name == "codegen"  # compiled anyway where asked
+
+
+def test_blas_keeps_zero_signs_and_multiplies_zero_factors():
+    # The premises of skipping the pass over a product's gradient: BLAS sums start at
+    # +0.0 (no -0.0 from a sum of -0.0 terms), and 0 * inf is a term (a nan).
+    X = np.full((5, 3), -0.0)
+    G = np.abs(np.random.default_rng(1).normal(size=(5, 4))) + 1.0
+    assert not np.signbit(X.T @ G).any() and not np.signbit(G.T @ X).any()
+    assert not np.signbit(X.T @ G[:, 0]).any()
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.zeros((2, 3)) @ np.full((3, 2), np.inf)).all()
