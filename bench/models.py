@@ -254,7 +254,9 @@ def logreg_loss(w, b, X, y):
 
 def compile_logreg(w, b, X, y):
     arguments = (w, b, X, y)
-    return generated(fa.compile(logreg_loss, example=arguments, wrt=LOGREG_WRT), arguments), arguments
+    return generated(
+        fa.compile(logreg_loss, example=arguments, wrt=LOGREG_WRT), arguments
+    ), arguments
 
 
 def compiled_logreg(f, arguments):

@@ -471,7 +471,8 @@ def _layer_row(table, add, way, size, goal, data):
         f"{LAYER_ROW_NAMES[way]} {B}x{n}x{h}{on}",
         find(table, "test_fused", way=way, data=data, B=B, n=n, h=h),
         find(table, "test_fused", way=reference, data=data, B=B, n=n, h=h),
-        ("NumPy" if data == "dense" else "NumPy, same data") + (", with the loss" if way == "compiled" else ""),
+        ("NumPy" if data == "dense" else "NumPy, same data")
+        + (", with the loss" if way == "compiled" else ""),
         goal,
     )
 

@@ -92,9 +92,8 @@ def program_of(
             if isinstance(found, Reduction):
                 params = (found.axes, found.keepdims)
             elif kind == "cross_entropy":
-                labels = tape.block_value(operands[1]) is None or (
-                    tape.block_value(operands[1]).shape != tape.block_value(operands[0]).shape
-                )
+                targets = tape.block_value(operands[1])
+                labels = targets is None or targets.shape != shape_of(tape, operands[0])
                 params = (labels, found == "mean")
         else:
             kind = "scalar"
@@ -114,6 +113,12 @@ def program_of(
 
 RECHECK = -3
 """Status: a gradient held a nan; the exact rules compute the call again."""
+
+
+def shape_of(tape: TapeStorage, node: int) -> tuple[int, ...]:
+    """A node's shape: its array's, or () for a scalar."""
+    value = tape.block_value(node)
+    return () if value is None else tuple(value.shape)
 
 
 class BlockCode:
@@ -264,7 +269,7 @@ class BlockCode:
             return
         module = self.module(mode)
         kernel = getattr(module, mode)
-        examples = []
+        examples: list[Any] = []
         for parameter in self._parameters[mode]:
             if parameter.role == "argument" and not parameter.shape:
                 examples.append(0.0)

@@ -206,7 +206,9 @@ def compile_kernels(
         missing = [(kernel, args) for kernel, args in kernels if uncompiled(kernel)]
         if not missing:
             return
-        names = ", ".join(_KERNEL_NAMES.get(kernel.__name__, kernel.__name__) for kernel, _ in missing)
+        names = ", ".join(
+            _KERNEL_NAMES.get(kernel.__name__, kernel.__name__) for kernel, _ in missing
+        )
         with progress(what(names), expected=expected) if report else _quiet():
             for kernel, arguments in missing:
                 kernel.compile(tuple(_typeof(argument) for argument in arguments))

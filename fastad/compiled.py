@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeGuard, cast, overload
@@ -1073,9 +1074,8 @@ class BlockFunction:
         self._integers = integers
         tape = self._tape
         elements = sum(
-            1 if tape.block_value(i) is None else int(tape.block_value(i).size)
-            for i in range(len(tape))
-        )  # element operations per call: the tiers' measure of work
+            math.prod(blockcode.shape_of(tape, i)) for i in range(len(tape))
+        )  # element operations per call (a scalar counts 1): the tiers' measure of work
         self._work = max(elements, HOT_NODE_POINTS // HOT_CALLS)
         self._code: blockcode.BlockCode | None = None
         self._tiers: Tiers | None = None

@@ -29,7 +29,11 @@ import os
 import llvmlite.binding as llvm
 import numpy as np
 
-SYMBOLS = {"dgemm": "fastad_cblas_dgemm", "dgemv": "fastad_cblas_dgemv", "ddot": "fastad_cblas_ddot"}
+SYMBOLS = {
+    "dgemm": "fastad_cblas_dgemm",
+    "dgemv": "fastad_cblas_dgemv",
+    "ddot": "fastad_cblas_ddot",
+}
 """The names under which NumPy's ``cblas_dgemm``, ``cblas_dgemv`` and ``cblas_ddot`` are
 registered."""
 

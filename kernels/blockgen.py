@@ -50,7 +50,7 @@ no sizes (the loops read them from the arrays).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from . import blas, codegen
@@ -124,6 +124,12 @@ class Parameter(NamedTuple):
 
 class Unsupported(NotImplementedError):
     """The program holds an op (or a form of one) that generated code has no rule for."""
+
+
+def _axes(node: Node) -> tuple[int, ...] | None:
+    """The reduced axes of a reduction or softmax node (None: all of them)."""
+    axes = node.params[0]
+    return None if axes is None else tuple(int(a) for a in axes)  # type: ignore[attr-defined]
 
 
 def _indices(rank: int) -> list[str]:
@@ -235,7 +241,9 @@ class _Writer:
         self.products: dict[int, tuple[str, str]] = {}
 
     # -- parameters and lines -----------------------------------------------------------
-    def parameter(self, name: str, role: str, node: int, shape: tuple[int, ...], position=-1):
+    def parameter(
+        self, name: str, role: str, node: int, shape: tuple[int, ...], position: int = -1
+    ) -> str:
         if name not in self._names:
             self._names.add(name)
             self.parameters.append(Parameter(name, role, node, shape, position))
@@ -255,7 +263,7 @@ class _Writer:
         return depth + rank
 
     def loop(
-        self, array: str, shape: tuple[int, ...], body: list[str], before: list[str] = ()
+        self, array: str, shape: tuple[int, ...], body: list[str], before: Sequence[str] = ()
     ) -> None:
         """A loop nest over the elements of ``array`` (of the traced ``shape``) running
         ``body`` per element, after the statements ``before``; merged into the loop
@@ -309,9 +317,9 @@ class _Writer:
         for i, node in enumerate(self.nodes):
             if self.live[i]:
                 self.forward(i, node)
-        for index, (node, truth) in enumerate(program.guards):
+        for index, (guard, truth) in enumerate(program.guards):
             test = "==" if truth else "!="
-            self.emit(f"if v{node} {test} 0.0:")  # the traced outcome no longer holds
+            self.emit(f"if v{guard} {test} 0.0:")  # the traced outcome no longer holds
             self.emit(f"return {self.failure(index)}", 2)
         output = program.output
         if self.mode == "grad":
@@ -406,7 +414,9 @@ class _Writer:
 
     def forward_elementwise(self, i: int, node: Node) -> None:
         names = self.element_names(i, node)
-        self.loop(f"v{i}", node.shape, [f"{names['out']} = {self.expression(node, 'value', names)}"])
+        self.loop(
+            f"v{i}", node.shape, [f"{names['out']} = {self.expression(node, 'value', names)}"]
+        )
 
     def forward_matmul(self, i: int, node: Node) -> None:
         a, b = node.operands
@@ -435,25 +445,24 @@ class _Writer:
     def forward_linear_relu(self, i: int, node: Node) -> None:
         self.forward_linear(i, node, relu=True)
 
-    def reduction(self, i: int, node: Node) -> tuple[str, int]:
-        """Which sum a reduction is (``all``, ``columns``, ``rows``) and how many it adds."""
-        axes, _ = node.params
+    def reduction(self, i: int, node: Node) -> str:
+        """Which sum a reduction is: over ``all`` axes, the ``columns`` or the ``rows``."""
+        axes = _axes(node)
         (a,) = node.operands
         own = self.shape(a)
-        every = tuple(range(len(own)))
-        if axes is None or tuple(axes) == every:
-            return "all", 0
-        if len(own) == 2 and tuple(axes) == (0,):
-            return "columns", 0
-        if len(own) == 2 and tuple(axes) == (1,):
-            return "rows", 0
+        if axes is None or axes == tuple(range(len(own))):
+            return "all"
+        if len(own) == 2 and axes == (0,):
+            return "columns"
+        if len(own) == 2 and axes == (1,):
+            return "rows"
         raise Unsupported(
             f"generated code reduces all axes, or one of two; not axes {axes} of a shape {own}"
         )
 
     def forward_sum(self, i: int, node: Node, mean: bool = False) -> None:
         (a,) = node.operands
-        kind, _ = self.reduction(i, node)
+        kind = self.reduction(i, node)
         own = self.shape(a)
         count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
         scale = f" / {count}" if mean else ""
@@ -499,7 +508,7 @@ class _Writer:
                 f"generated code runs {node.op} over the rows of a matrix, not over an array "
                 f"of shape {own}"
             )
-        if node.op != "cross_entropy" and tuple(node.params[0] or ()) != (1,):
+        if node.op != "cross_entropy" and _axes(node) != (1,):
             raise Unsupported(
                 f"generated code runs {node.op} along the last of two axes, not axes "
                 f"{node.params[0]}"
@@ -573,7 +582,9 @@ class _Writer:
         self.emit(f"for i0 in range({a}.shape[0]):")
         if labels:
             self.emit(f"label = v{T}[i0]", 2)
-            self.emit(f"if not (label >= 0 and label < {a}.shape[1] and label == np.floor(label)):", 2)
+            self.emit(
+                f"if not (label >= 0 and label < {a}.shape[1] and label == np.floor(label)):", 2
+            )
             self.emit(f"return {self.failure(BAD_LABEL)}", 3)
             self.emit("c = int(label)", 2)
             self.emit(f"{picked}[i0] = ({a}[i0, c] - s_{i}_max[i0]) - s_{i}_log[i0]", 2)
@@ -677,9 +688,7 @@ class _Writer:
                 if added:
                     after.append((target, j))
                 continue
-            raise Unsupported(
-                f"generated code has no rule for broadcasting shape {own} to {shape}"
-            )
+            raise Unsupported(f"generated code has no rule for broadcasting shape {own} to {shape}")
         self.loop(f"v{i}", shape, inside, before)
         for source, j in after:
             if j >= 0:
@@ -687,7 +696,9 @@ class _Writer:
                 continue
             j = -1 - j
             if not self.shape(j):
-                self.add_scalar(j, f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))")
+                self.add_scalar(
+                    j, f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))"
+                )
                 continue
             target, added = self.sink(j, f"{i}_rows")
             self.emit(f"for i0 in range({source}.shape[0]):")
@@ -766,7 +777,7 @@ class _Writer:
         (a,) = node.operands
         if not self.needs[a]:
             return
-        kind, _ = self.reduction(i, node)
+        kind = self.reduction(i, node)
         own = self.shape(a)
         target, added = self.sink(a, f"{i}_spread")
         index = ", ".join(_indices(len(own)))
@@ -789,7 +800,7 @@ class _Writer:
 
     def backward_mean(self, i: int, node: Node) -> None:
         (a,) = node.operands
-        kind, _ = self.reduction(i, node)
+        kind = self.reduction(i, node)
         count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
         self.spread(i, node, f" * (1.0 / {count})")
 
@@ -1106,4 +1117,3 @@ def describe_products(program: BlockProgram, mode: str) -> list[str]:
         if stripped.startswith(("gemm(", "gemv(")) or "dot(" in stripped:
             found.append(stripped)
     return found
-

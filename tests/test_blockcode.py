@@ -70,8 +70,11 @@ def layer(X, W, b, G):
 
 
 def layer_args(rng, zeros):
-    return sparse(rng, (B, N), zeros), rng.normal(size=(N, H)), rng.normal(size=H), rng.normal(
-        size=(B, H)
+    return (
+        sparse(rng, (B, N), zeros),
+        rng.normal(size=(N, H)),
+        rng.normal(size=H),
+        rng.normal(size=(B, H)),
     )
 
 
@@ -397,10 +400,15 @@ def test_blas_calls_name_the_routines(rng):
     f = compiled("mlp", args, "codegen")
     calls = f.blas_calls("grad")
     assert calls[0].startswith("gemm(False, False")  # X @ W1
-    assert any(call.startswith("gemm(True, False") for call in calls)  # X^T @ dZ, transposed by BLAS
+    assert any(
+        call.startswith("gemm(True, False") for call in calls
+    )  # X^T @ dZ, transposed by BLAS
     assert any(call.startswith("gemm(False, True") for call in calls)  # dlogits @ W2^T
     assert len(calls) == 5  # no dX: X is data
-    assert all(call.startswith("gemv") for call in compiled("logreg", logreg_args(rng, 0), "codegen").blas_calls())
+    assert all(
+        call.startswith("gemv")
+        for call in compiled("logreg", logreg_args(rng, 0), "codegen").blas_calls()
+    )
 
 
 def test_the_text_holds_no_values(rng):
@@ -464,9 +472,10 @@ def test_auto_keeps_long_programs_on_the_interpreter(rng):
     f = fa.compile(chain, example=(rng.normal(size=(B, N)),))
     tier = f.tier("grad")
     assert tier.name == "interpret" and "budget" in tier.reason, tier.reason
-    assert fa.compile(chain, example=(rng.normal(size=(B, N)),), backend="codegen").tier(
-        "grad"
-    ).name == "codegen"  # compiled anyway where asked
+    assert (
+        fa.compile(chain, example=(rng.normal(size=(B, N)),), backend="codegen").tier("grad").name
+        == "codegen"
+    )  # compiled anyway where asked
 
 
 def test_blas_keeps_zero_signs_and_multiplies_zero_factors():

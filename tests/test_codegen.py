@@ -397,9 +397,12 @@ def test_backend_errors():
     with pytest.raises(ValueError, match="backend must be one of 'auto', 'interpret', 'codegen'"):
         fa.compile(demo.example_2, backend="jit")
     # a function of arrays gets generated code too (tests/test_blockcode.py)
-    assert fa.compile(lambda x: (x * x).sum(), example=(np.ones(3),), backend="codegen").tier(
-        "grad"
-    ).name == "codegen"
+    assert (
+        fa.compile(lambda x: (x * x).sum(), example=(np.ones(3),), backend="codegen")
+        .tier("grad")
+        .name
+        == "codegen"
+    )
     f = fa.compile(demo.example_2)
     with pytest.raises(ValueError, match="not been traced"):
         f.tier()
