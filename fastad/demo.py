@@ -779,8 +779,9 @@ def show_layer_cross_check(
     Fused (one node, hand-derived backward), unfused blocks (matmul, add, relu:
     three nodes, generic rules) and individual scalar nodes (every multiply and
     add of the matmul is a node: the articles' scalar graph). Also checked against
-    the gradients written by hand in NumPy. The scalar path is slow by design,
-    hence the small layer.
+    the gradients written by hand in NumPy, and against the layer's loss compiled
+    to one generated kernel (``fa.compile(..., backend="codegen")``). The scalar
+    path is slow by design, hence the small layer.
     """
     model = model or fused_layer
     B, n, h = sizes
@@ -823,6 +824,18 @@ def show_layer_cross_check(
         ]
         recorded = f" ({describe_ops(nodes)})" if nodes else ""
         out(f"  {way + recorded:<36} " + " ".join(f"{d:9.1e}" for d in differences))
+    # The same layer traced once and compiled to one generated kernel: its loss (for
+    # the output) and gradients against the fused layer's.
+    fused_loss = float((fused_value * upstream).sum())
+    compiled, why = compiled_layer(model, X0, W0, b0, upstream)
+    if compiled is not None:
+        loss, grads = compiled
+        differences = [abs(loss - fused_loss)] + [
+            float(np.max(np.abs(got - want))) for got, want in zip(grads, fused_grads, strict=True)
+        ]
+        out(
+            f"  {'compiled to one kernel (loss)':<36} " + " ".join(f"{d:9.1e}" for d in differences)
+        )
     out(f"  (the fused layer records {describe_ops(fused_ops)})")
     checks = [
         check_close(
@@ -834,8 +847,37 @@ def show_layer_cross_check(
         )
         for way, (_, value, grads) in ways.items()
     ]
+    if compiled is None:
+        checks.append(check_that(out, "compiled = fused", False, why))
+    else:
+        checks.append(
+            check_close(
+                out,
+                "compiled = fused",
+                flatten([compiled[0], *compiled[1]]),
+                flatten([fused_loss, *fused_grads]),
+                ROUNDING_TOLERANCE,
+            )
+        )
     out("")
     return checks
+
+
+def compiled_layer(
+    model: Model, X: FloatArray, W: FloatArray, b: FloatArray, upstream: FloatArray
+) -> tuple[tuple[float, list[Any]] | None, str]:
+    """``sum(model(X, W, b) * upstream)`` compiled with ``backend="codegen"``: ``((loss,
+    [dX, dW, db]), "")`` from its one generated kernel, or ``(None, why)`` where it
+    cannot be traced (a model that reads a value)."""
+
+    def loss(X: fa.Block, W: fa.Block, b: fa.Block) -> Any:
+        return (model(X, W, b) * upstream).sum()
+
+    try:
+        f = fa.compile(loss, example=(X, W, b), backend="codegen")
+    except fa.TraceError as error:
+        return None, f"the model cannot be traced: {error}"
+    return f.value_and_grad((X, W, b)), ""
 
 
 def draw(tape: fa.Tape, stem: StrPath, out: Output = print) -> None:

@@ -150,7 +150,7 @@ def test_layer_cross_check_prints_the_differences(demo_run):
     scalar_nodes = B * h * (2 * n - 1) + 2 * B * h
     assert f"scalar nodes ({scalar_nodes:,} nodes)" in part
     assert "unfused blocks (matmul, add, relu)" in part
-    for way in ("unfused blocks", "scalar nodes", "NumPy by hand"):
+    for way in ("unfused blocks", "scalar nodes", "NumPy by hand", "compiled to one kernel"):
         row = next(line for line in part.splitlines() if line.strip().startswith(way))
         differences = [float(field) for field in row.split()[-4:]]
         assert max(differences) < 1e-12, row
