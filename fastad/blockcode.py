@@ -10,7 +10,8 @@ A call is one kernel call. The buffers (intermediate values, adjoints,
 scratch rows) belong to the :class:`BlockCode` and are reused by every call
 (the caller serialises calls); gradients are fresh arrays, or the caller's
 own through ``out=``; arguments are passed as they are when they are
-C-contiguous float64 (class labels also as integers), else converted once.
+C-contiguous float64 (class labels, as integers, too), else converted once:
+integer data that is not only labels becomes float64.
 """
 
 from __future__ import annotations
@@ -135,12 +136,22 @@ class BlockCode:
         integers: Sequence[bool],
         title: str,
     ) -> None:
+        """``integers``: per argument, whether the example held integers (its class
+        labels, if it is only ever labels, are compiled for int64)."""
         reason = blas.unavailable()
         if reason is not None:
             raise Unsupported(reason)
         self.program = program
         self._constants = constants
-        self._integers = list(integers)  # per argument: traced as an integer array
+        labels = label_inputs(program)
+        # Per argument: how a call passes it (a float, a float64 array, or labels,
+        # which stay integers: every other integer array becomes float64, as BLAS
+        # and the arithmetic read float64).
+        self._kinds = [
+            "scalar" if not program.nodes[node].shape else "labels" if node in labels else "array"
+            for node in program.inputs
+        ]
+        self._integers = [flag and kind == "labels" for flag, kind in zip(integers, self._kinds)]
         self._title = title
         self._arrays: dict[int, FloatArray] = {}  # array constants, by node
         self._sources: dict[str, tuple[str, str]] = {}
@@ -292,6 +303,13 @@ class BlockCode:
             codegen.mark_compiled(self._source(mode)[1])
         self._prepared.add(mode)
 
+    def _output_copy(self, arguments: Sequence[Any]) -> FloatArray:
+        """A fresh float64 copy of the output where it is an argument or an array constant."""
+        output = self.program.output
+        if output in self.program.inputs:
+            return np.array(arguments[self.program.inputs.index(output)], dtype=_FLOAT64)
+        return np.array(self._arrays[output], dtype=_FLOAT64)
+
     def run(
         self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None = None
     ) -> tuple[int, Any, list[Any] | None]:
@@ -308,10 +326,14 @@ class BlockCode:
             self.prepare(mode)
         plan = self._plans.get(mode) or self._plan(mode)
         passed = plan.template.copy()
+        kinds = self._kinds
         for index, position in plan.arguments:
             value = arguments[position]
-            if not (type(value) is np.ndarray and value.dtype is _FLOAT64):
-                value = kernel_argument(value)
+            kind = kinds[position]
+            if kind == "scalar":
+                value = float(value)
+            elif not (type(value) is np.ndarray and value.dtype is _FLOAT64):
+                value = kernel_argument(value, labels=kind == "labels")
             elif not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
             passed[index] = value
@@ -326,7 +348,11 @@ class BlockCode:
         if status != OK:
             return int(status), None, None
         if mode == "values":
-            return OK, passed[plan.output] if plan.output >= 0 else float(value), None
+            if plan.output >= 0:
+                return OK, passed[plan.output], None
+            if plan.output_shape:  # the output is an argument or an array constant
+                return OK, self._output_copy(arguments), None
+            return OK, float(value), None
         if flagged:
             count_recheck()
             return RECHECK, None, None
@@ -355,17 +381,24 @@ class _Plan(NamedTuple):
     returned: list[tuple[int, int]]  # per wrt slot: (parameter index or -1, slot)
 
 
-def kernel_argument(value: Any) -> Any:
-    """An argument as a kernel takes it: a float, or a C-contiguous float64 array (int64
-    for integer arrays, the class labels the kernels check); no copy when it is one already."""
-    if type(value) is np.ndarray:
-        if value.ndim == 0:
-            return float(value)
-        if value.dtype is _FLOAT64 or value.dtype == _FLOAT64:
-            return value if value.flags.c_contiguous else np.ascontiguousarray(value)
-        if value.dtype.kind == "i" or (value.dtype.kind == "u" and value.dtype.itemsize < 8):
-            return np.ascontiguousarray(value, dtype=_INT64)
-        return np.ascontiguousarray(value, dtype=_FLOAT64)
-    if np.ndim(value) == 0:
-        return float(value)
-    return np.ascontiguousarray(value, dtype=_FLOAT64)
+def kernel_argument(value: Any, labels: bool = False) -> Any:
+    """An argument as a kernel takes it: a float, or a C-contiguous float64 array; no copy
+    when it is one already. With ``labels`` (an argument used only as class labels), an
+    integer array becomes int64 instead (the kernel checks each label)."""
+    array = value if type(value) is np.ndarray else np.asarray(value)
+    if array.ndim == 0:
+        return float(array)
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    if labels and (kind == "i" or (kind == "u" and size < 8)):  # uint64 could wrap
+        return np.ascontiguousarray(array, dtype=_INT64)
+    return np.ascontiguousarray(array, dtype=_FLOAT64)
+
+
+def label_inputs(program: blockgen.BlockProgram) -> set[int]:
+    """The input nodes used only as the class labels of cross-entropies."""
+    uses: dict[int, set[bool]] = {}
+    for node in program.nodes:
+        for slot, j in enumerate(node.operands):
+            label = node.op == "cross_entropy" and slot == 1 and bool(node.params[0])
+            uses.setdefault(j, set()).add(label)
+    return {j for j in program.inputs if uses.get(j) == {True}}

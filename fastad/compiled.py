@@ -1017,10 +1017,9 @@ class BlockFunction:
       gradients hold a nan is computed again by the interpreter, so both
       tiers give the exact rules' results. Values and gradients equal the
       interpreter's bit for bit except in the softmax family and the
-      cross-entropy (NumPy's vectorised ``exp`` against libm's: within
-      1e-13 of the gradient's largest element) and in operands broadcast
-      along a last axis; a call with ``check=True`` always runs the
-      interpreter. ``f.tier("grad")`` says which tier runs and why; a
+      cross-entropy (NumPy's vectorised ``exp`` against libm's) and where
+      a product's row holds an inf: within 1e-13 of the gradient's largest
+      element. A call with ``check=True`` always runs the interpreter. ``f.tier("grad")`` says which tier runs and why; a
       program with an op generated code has no rule for stays interpreted,
       and the reason says which op.
 
@@ -1197,7 +1196,7 @@ class BlockFunction:
         if isinstance(self._output, Block):
             raise ValueError("value_and_grad needs a scalar output; this function returns an array")
         checked = self._checked(arguments)
-        targets = None if out is None else self._out_arrays(out)
+        targets = None if out is None else self._out_arrays(out, checked)
         single = self._wrt is not None and self._wrt[1]
         with self._lock:
             if not check and self._generated("grad"):
@@ -1234,8 +1233,11 @@ class BlockFunction:
             return False
         return tiers.ready(mode, self._work)
 
-    def _out_arrays(self, out: Any) -> list[NDArray[np.float64] | None] | None:
-        """``out`` checked: one writable float64 C-contiguous array (or None) per gradient."""
+    def _out_arrays(
+        self, out: Any, arguments: list[Any]
+    ) -> list[NDArray[np.float64] | None] | None:
+        """``out`` checked: one writable float64 C-contiguous array (or None) per gradient,
+        sharing memory with no argument and no other ``out`` array."""
         if out is None:
             return None
         positions, single = self._wrt or (list(range(len(self._inputs))), False)
@@ -1271,6 +1273,14 @@ class BlockFunction:
                 raise ValueError(
                     f"out for argument {position} must be a writable C-contiguous float64 array "
                     f"of shape {shape}, got {described}"
+                )
+            others = [a for a in arguments if isinstance(a, np.ndarray)] + [
+                a for a in checked if a is not None
+            ]
+            if any(np.may_share_memory(array, other) for other in others):
+                raise ValueError(
+                    f"out for argument {position} shares memory with an argument or another "
+                    "out array: the gradients would overwrite what the call reads"
                 )
             checked.append(array)
         return checked

@@ -8,9 +8,9 @@ thread pools spinning on the same cores made threaded steps 10-80x slower
 loaded and registers its ``cblas_dgemm``, ``cblas_dgemv`` and ``cblas_ddot`` with LLVM
 under the names in ``SYMBOLS``; the generated modules declare those names
 as external functions (:data:`DECLARATIONS`), so their cached machine code
-refers to the symbol by name and each process resolves it anew. The same
-routine, the same arguments: a product in generated code is NumPy's, bit
-for bit, and it runs on NumPy's thread pool (``threadpoolctl`` and
+refers to the symbol by name and each process resolves it anew. The routine
+np.matmul picks for the shapes, with the arguments it passes: a product in
+generated code is NumPy's, bit for bit, and it runs on NumPy's thread pool (``threadpoolctl`` and
 ``OPENBLAS_NUM_THREADS`` set its size as they do for NumPy).
 
 NumPy's wheels bundle ``scipy-openblas`` (64-bit integers, symbols

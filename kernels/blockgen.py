@@ -29,16 +29,18 @@ factors whose products cannot overflow give no nan; such a product has no
 -0.0 either (BLAS sums start at +0.0: a test checks it).
 
 **Bits.** Values and gradients are the interpreter's bit for bit where the
-same operations run in the same order: the products (the same BLAS routine
-with the same arguments), elementwise ops and their partials (the same
+same operations run in the same order: the products (the BLAS routine
+np.matmul picks for the shapes, ``ddot``, ``dgemv`` or ``dgemm``, with the
+arguments it passes), elementwise ops and their partials (the same
 expressions, the same libm), the sums (NumPy's pairwise summation, restated
 in :data:`PAIRWISE`; sums over the first of two axes row by row, as NumPy
 adds them), the fused layers' passes. They differ in the softmax family and
 the cross-entropy, whose interpreter takes NumPy's vectorised ``exp`` (not
 libm's, a last-bit difference per element) and reads the softmax as
-``exp(log_softmax)`` where generated code divides by the row's sum, and in
-broadcast operands reduced along a last axis (a row sum, added in order).
-The tests bound those differences at 1e-13 relative.
+``exp(log_softmax)`` where generated code divides by the row's sum, and
+where a product of an adjoint holds an inf or a nan in a row or column (the
+interpreter sums that line term by term; the kernel keeps BLAS's sum). The
+tests bound those differences at 1e-13 relative.
 
 Kernels trust their input: the front end (``fastad/blockcode.py``) passes
 C-contiguous float64 arrays of the traced shapes (class labels may be
@@ -473,18 +475,25 @@ class _Writer:
             else:
                 self.emit(f"v{i} = {total}{scale}")
             return
-        out = f"v{i}.reshape(v{i}.size)"
+        element = f"v{i}[{self.reduced_index(kind, node)}]"
         if kind == "columns":  # NumPy adds the rows in order: in the loop making them
-            self.loop(
-                f"v{a}", own, [f"o{i}[i1] += v{a}[i0, i1]"], [f"o{i} = {out}", f"o{i}[:] = 0.0"]
-            )
+            # The result written by name, never through a view: the loop merging
+            # must see that it is a partial sum until this loop ends.
+            self.loop(f"v{a}", own, [f"{element} += v{a}[i0, i1]"], [f"v{i}[:] = 0.0"])
             if mean:
-                self.emit(f"for i1 in range(o{i}.size):")
-                self.emit(f"o{i}[i1] = o{i}[i1]{scale}", 2)
+                self.emit(f"for i1 in range(v{a}.shape[1]):")
+                self.emit(f"{element} = {element}{scale}", 2)
         else:  # each row pairwise
-            self.emit(f"o{i} = {out}")
             self.emit(f"for i0 in range(v{a}.shape[0]):")
-            self.emit(f"o{i}[i0] = (0.0 + pairwise(v{a}[i0], 0, v{a}.shape[1])){scale}", 2)
+            self.emit(f"{element} = (0.0 + pairwise(v{a}[i0], 0, v{a}.shape[1])){scale}", 2)
+
+    @staticmethod
+    def reduced_index(kind: str, node: Node) -> str:
+        """The element of a sum over the ``columns`` or ``rows`` of a matrix at the loop's
+        indices (``node.shape``: one axis, or two with keepdims)."""
+        if kind == "columns":
+            return "i1" if len(node.shape) == 1 else "0, i1"
+        return "i0" if len(node.shape) == 1 else "i0, 0"
 
     def forward_mean(self, i: int, node: Node) -> None:
         self.forward_sum(i, node, mean=True)
@@ -784,14 +793,9 @@ class _Writer:
         if kind == "all":
             g = f"d{i}.reshape(d{i}.size)[0]" if node.shape else f"g{i}"
             self.loop(f"v{a}", own, [f"{target}[{index}] = spread{i}"], [f"spread{i} = {g}{scale}"])
-        else:  # the reduced array read flat, a view made once
-            along = "i1" if kind == "columns" else "i0"
-            self.loop(
-                f"v{a}",
-                own,
-                [f"{target}[i0, i1] = r{i}[{along}]{scale}"],
-                [f"r{i} = d{i}.reshape(d{i}.size)"],
-            )
+        else:  # the reduced adjoint read by name (it may be a sum the loop before makes)
+            reduced = f"d{i}[{self.reduced_index(kind, node)}]"
+            self.loop(f"v{a}", own, [f"{target}[i0, i1] = {reduced}{scale}"])
         if added:
             self.add_into(a, target)
 
@@ -995,8 +999,10 @@ def pairwise(a, start, n):
 PRODUCTS = f'''\
 @kernel
 def gemm(trans_a, trans_b, A, B, C):
-    """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked:
-    NumPy's cblas_dgemm with the arguments np.matmul passes it."""
+    """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked, with
+    the BLAS routine np.matmul picks: ``ddot`` when ``C`` is one element, ``dgemv`` when
+    it is one row or one column, else ``dgemm``; the vectors are passed with their
+    strides, as NumPy passes them."""
     m = A.shape[1] if trans_a else A.shape[0]
     k = A.shape[0] if trans_a else A.shape[1]
     n = B.shape[0] if trans_b else B.shape[1]
@@ -1005,21 +1011,40 @@ def gemm(trans_a, trans_b, A, B, C):
     if k == 0:
         C[:, :] = 0.0
         return
-    dgemm(
-        {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS},
-        {blas.TRANS} if trans_b else {blas.NO_TRANS}, m, n, k, 1.0, A.ctypes, A.shape[1],
-        B.ctypes, B.shape[1], 0.0, C.ctypes, n,
-    )
+    a_step = A.shape[1] if trans_a else 1  # along a row of op(A)
+    b_step = 1 if trans_b else B.shape[1]  # along a column of op(B)
+    if m == 1 and n == 1:
+        C[0, 0] = ddot(k, A.ctypes, a_step, B.ctypes, b_step)
+    elif n == 1:  # op(A) times a column
+        dgemv(
+            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS}, A.shape[0],
+            A.shape[1], 1.0, A.ctypes, A.shape[1], B.ctypes, b_step, 0.0, C.ctypes, 1,
+        )
+    elif m == 1:  # a row times op(B): op(B)^T times the row
+        dgemv(
+            {blas.ROW_MAJOR}, {blas.NO_TRANS} if trans_b else {blas.TRANS}, B.shape[0],
+            B.shape[1], 1.0, B.ctypes, B.shape[1], A.ctypes, a_step, 0.0, C.ctypes, 1,
+        )
+    else:
+        dgemm(
+            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS},
+            {blas.TRANS} if trans_b else {blas.NO_TRANS}, m, n, k, 1.0, A.ctypes, A.shape[1],
+            B.ctypes, B.shape[1], 0.0, C.ctypes, n,
+        )
 
 
 @kernel
 def gemv(trans, A, x, y):
-    """``y = op(A) @ x`` for a C-contiguous matrix: NumPy's cblas_dgemv."""
+    """``y = op(A) @ x`` for a C-contiguous matrix: NumPy's cblas_dgemv, or ``ddot``
+    where ``y`` is one element."""
     rows, columns = A.shape
     if y.size == 0:
         return
     if x.size == 0:
         y[:] = 0.0
+        return
+    if y.size == 1:
+        y[0] = ddot(x.size, A.ctypes, columns if trans else 1, x.ctypes, 1)
         return
     dgemv(
         {blas.ROW_MAJOR}, {blas.TRANS} if trans else {blas.NO_TRANS}, rows, columns, 1.0,
