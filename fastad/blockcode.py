@@ -151,7 +151,9 @@ class BlockCode:
             "scalar" if not program.nodes[node].shape else "labels" if node in labels else "array"
             for node in program.inputs
         ]
-        self._integers = [flag and kind == "labels" for flag, kind in zip(integers, self._kinds)]
+        self._integers = [
+            flag and kind == "labels" for flag, kind in zip(integers, self._kinds, strict=True)
+        ]
         self._title = title
         self._arrays: dict[int, FloatArray] = {}  # array constants, by node
         self._sources: dict[str, tuple[str, str]] = {}

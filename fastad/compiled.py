@@ -1019,9 +1019,10 @@ class BlockFunction:
       interpreter's bit for bit except in the softmax family and the
       cross-entropy (NumPy's vectorised ``exp`` against libm's) and where
       a product's row holds an inf: within 1e-13 of the gradient's largest
-      element. A call with ``check=True`` always runs the interpreter. ``f.tier("grad")`` says which tier runs and why; a
-      program with an op generated code has no rule for stays interpreted,
-      and the reason says which op.
+      element. A call with ``check=True`` always runs the interpreter.
+      ``f.tier("grad")`` says which tier runs and why; a program with an
+      op generated code has no rule for stays interpreted, and the reason
+      says which op.
 
     ``backend="auto"`` interprets first and builds the generated kernel in
     a background thread once the calls have done
