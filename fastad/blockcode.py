@@ -172,7 +172,10 @@ class BlockCode:
         """The value of array constant ``node`` (read-only; passed to every call)."""
         self._arrays[node] = value
 
-    budget_rows = BUDGET_ROWS
+    @property
+    def budget_rows(self) -> int:
+        """``auto`` builds no code of more rows than this (``BUDGET_ROWS``)."""
+        return BUDGET_ROWS
 
     def rows(self, mode: str) -> int:
         """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit)."""

@@ -343,7 +343,10 @@ class GeneratedCode:
                 mark_compiled(self._source(mode)[1])
         self._prepared.add((mode, parallel))
 
-    budget_rows = BUDGET_ROWS
+    @property
+    def budget_rows(self) -> int:
+        """``auto`` builds no code of more rows than this (``BUDGET_ROWS``)."""
+        return BUDGET_ROWS
 
     def rows(self, mode: str) -> int:
         """The size of ``mode``'s code: nodes times passes."""

@@ -53,7 +53,8 @@ class Code(Protocol):
     """The generated code a :class:`Tiers` builds: :class:`fastad.codegen.GeneratedCode`
     for functions of scalars, :class:`fastad.blockcode.BlockCode` for functions of arrays."""
 
-    budget_rows: int  # ``auto`` builds no code of more rows
+    @property
+    def budget_rows(self) -> int: ...  # ``auto`` builds no code of more rows
 
     def rows(self, mode: str) -> int: ...
     def expected_seconds(self, rows: int) -> float: ...
