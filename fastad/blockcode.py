@@ -331,16 +331,21 @@ class BlockCode:
             self.prepare(mode)
         plan = self._plans.get(mode) or self._plan(mode)
         passed = plan.template.copy()
-        kinds = self._kinds
+        kinds, integers = self._kinds, self._integers
         for index, position in plan.arguments:
             value = arguments[position]
             kind = kinds[position]
             if kind == "scalar":
                 value = float(value)
             elif not (type(value) is np.ndarray and value.dtype is _FLOAT64):
-                value = kernel_argument(value, labels=kind == "labels")
-            elif not value.flags.c_contiguous:
-                value = np.ascontiguousarray(value)
+                # Labels as the kernel was compiled for (int64 where traced as integers).
+                value = kernel_argument(value, labels=integers[position])
+            else:
+                flags = value.flags
+                if not (flags.c_contiguous and flags.writeable and flags.aligned):
+                    # The kernel is compiled for writable, aligned C arrays: a read-only
+                    # one (a memory map) would compile a second kernel in the call.
+                    value = np.array(value, order="C")
             passed[index] = value
         if plan.output >= 0:
             passed[plan.output] = np.empty(plan.output_shape)
@@ -387,16 +392,18 @@ class _Plan(NamedTuple):
 
 
 def kernel_argument(value: Any, labels: bool = False) -> Any:
-    """An argument as a kernel takes it: a float, or a C-contiguous float64 array; no copy
-    when it is one already. With ``labels`` (an argument used only as class labels), an
-    integer array becomes int64 instead (the kernel checks each label)."""
+    """An argument as a kernel takes it: a float, or a C-contiguous, aligned, writable
+    float64 array; no copy when it is one already. With ``labels`` (class labels the
+    kernel was compiled to take as integers), an integer array becomes int64 instead
+    (the kernel checks each label)."""
     array = value if type(value) is np.ndarray else np.asarray(value)
     if array.ndim == 0:
         return float(array)
     kind, size = array.dtype.kind, array.dtype.itemsize
-    if labels and (kind == "i" or (kind == "u" and size < 8)):  # uint64 could wrap
-        return np.ascontiguousarray(array, dtype=_INT64)
-    return np.ascontiguousarray(array, dtype=_FLOAT64)
+    wanted = _INT64 if labels and (kind == "i" or (kind == "u" and size < 8)) else _FLOAT64
+    # Writable and aligned too: the kernels are compiled for such arrays. uint64 labels
+    # become float64 (as int64 they could wrap around).
+    return np.require(array, dtype=wanted, requirements=["C", "A", "W"])
 
 
 def label_inputs(program: blockgen.BlockProgram) -> set[int]:

@@ -811,17 +811,17 @@ class _Writer:
     def backward_mse_loss(self, i: int, node: Node) -> None:
         Y, T = node.operands
         self.emit(f"scale = 2.0 * g{i} / y{i}.size")
-        sinks = []
-        for j, sign in ((Y, ""), (T, "-")):
+        sinks = []  # named by slot: Y and T may be one node (mse_loss(X, X))
+        for slot, (j, sign) in enumerate(((Y, ""), (T, "-"))):
             if self.needs[j]:
-                target, added = self.sink(j, f"{i}_{j}")
-                self.emit(f"f{j}_{i} = {target}.reshape({target}.size)")
-                sinks.append((j, target, added, sign))
+                target, added = self.sink(j, f"{i}_{slot}")
+                self.emit(f"m{slot}_{i} = {target}.reshape({target}.size)")
+                sinks.append((slot, j, target, added, sign))
         self.emit(f"for i0 in range(y{i}.size):")
         self.emit(f"d = y{i}[i0] - t{i}[i0]", 2)
-        for j, _, _, sign in sinks:
-            self.emit(f"f{j}_{i}[i0] = {sign}(scale * d)", 2)
-        for j, target, added, _ in sinks:
+        for slot, _, _, _, sign in sinks:
+            self.emit(f"m{slot}_{i}[i0] = {sign}(scale * d)", 2)
+        for _, j, target, added, _ in sinks:
             if added:
                 self.add_into(j, target)
 

@@ -586,3 +586,32 @@ def test_out_sharing_memory_is_refused(rng):
     with pytest.raises(ValueError, match="shares memory"):
         f.value_and_grad(args, out=[shared, None, view, None])
     f.value_and_grad(args, out=[shared, None, view.copy(), None])  # apart: fine
+
+
+def test_one_node_twice_in_a_loss(rng):
+    X, b = rng.normal(size=(B, N)), rng.normal(size=N)
+
+    def loss(X, b):
+        return fa.mse_loss(X, X) + fa.mse_loss(X, X * 1.0) + fa.mse_loss(b, b)
+
+    generated = fa.compile(loss, example=(X, b), backend="codegen")
+    interpreted = fa.compile(loss, example=(X, b), backend="interpret")
+    for _ in range(2):  # buffers reused
+        got, want = generated.value_and_grad((X, b)), interpreted.value_and_grad((X, b))
+        assert got[0] == want[0]
+        for a, c in zip(got[1], want[1], strict=True):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_read_only_and_other_label_dtypes_compile_nothing_more(rng):
+    args = mlp_args(rng, False)
+    f = compiled("mlp", args, "codegen")
+    want = f.grad(args)
+    kernel = f._code.module("grad").grad
+    compiled_before = len(kernel.signatures)
+    X = args[4].copy()
+    X.setflags(write=False)
+    got = f.grad((*args[:4], X, args[5].astype(np.int32)))
+    assert len(kernel.signatures) == compiled_before  # converted, not compiled again
+    for a, c in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, c)
