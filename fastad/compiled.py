@@ -1304,9 +1304,139 @@ class BlockFunction:
         """
         if isinstance(self._output, Block):
             raise ValueError("hvp needs a scalar output; this function returns an array")
-        positions, single = (
-            self._wrt if self._wrt is not None else (range(len(self._inputs)), False)
+        positions, single = self._wrt_positions()
+        along = self._directions(directions)
+        checked = self._checked(arguments)
+        with self._lock:
+            self._replay(checked)
+            ids = [self._inputs[i].id for i in positions]
+            products = self._tape.hvp(self._output, ids, along)
+            return _by_argument(products, single)
+
+    def jvp(
+        self, arguments: Iterable[ArrayLike], directions: ArrayLike | Iterable[ArrayLike]
+    ) -> tuple[float | FloatArray, float | FloatArray]:
+        """``(value, J v)``: the output and its derivative along ``directions``.
+
+        ``directions`` as for :meth:`hvp`: one array per gradient's argument
+        (a single one for an int ``wrt``), shaped like it; the other
+        arguments hold still. ``J v`` has the output's shape (a float for a
+        scalar output). One forward-mode sweep on the interpreter; zero
+        directions are strong zeros.
+        """
+        positions, _ = self._wrt_positions()
+        along = self._directions(directions)
+        checked = self._checked(arguments)
+        with self._lock:
+            self._replay(checked)
+            ids = [self._inputs[i].id for i in positions]
+            tangent = self._tape.tangent(self._output, ids, along)
+            value = self._output_value()
+        if isinstance(tangent, np.ndarray) and tangent.ndim:
+            return value, tangent + 0.0
+        return value, float(tangent) + 0.0
+
+    def vjp(self, arguments: Iterable[ArrayLike], cotangent: ArrayLike) -> tuple[Any, Any]:
+        """``(value, u^T J)``: the output and ``cotangent`` pulled back to the arguments.
+
+        ``cotangent`` has the output's shape (a float for a scalar output);
+        the result has :meth:`value_and_grad`'s form. One backward sweep
+        seeded with ``cotangent`` on the interpreter (so an array output
+        needs no reduction); its zeros are strong zeros.
+        """
+        positions, single = self._wrt_positions()
+        checked = self._checked(arguments)
+        with self._lock:
+            self._replay(checked)
+            ids = [self._inputs[i].id for i in positions]
+            pulled = self._tape.vjp(self._output, ids, cotangent)
+            return self._output_value(), _by_argument(pulled, single)
+
+    def jacobian(self, arguments: Iterable[ArrayLike]) -> Any:
+        """The Jacobian at the arguments: per gradient's argument, d output / d argument
+        shaped ``output.shape + argument.shape`` (JAX's ``jacobian`` layout; one array
+        for an int ``wrt``, a list otherwise).
+
+        By :meth:`vjp` per output element or :meth:`jvp` per argument element,
+        whichever are fewer. The size is checked against the memory available
+        first.
+        """
+        positions, single = self._wrt_positions()
+        shapes = [self._shapes[p] for p in positions]
+        sizes = [math.prod(shape) for shape in shapes]
+        output = self._output_value_shape()
+        m, n = math.prod(output), sum(sizes)
+        check_fits(
+            8 * m * n,
+            f"the Jacobian of {m} outputs by {n} inputs",
+            "compute J v or u^T J with f.jvp / f.vjp",
         )
+        checked = self._checked(arguments)
+        matrix = np.zeros((m, n))
+        with self._lock:
+            self._replay(checked)  # once: every sweep below reads these values
+            tape, ids = self._tape, [self._inputs[i].id for i in positions]
+            if m <= n:  # a row per output element
+                for row in range(m):
+                    u = np.zeros(m)
+                    u[row] = 1.0
+                    pulled = tape.vjp(self._output, ids, u.reshape(output))
+                    matrix[row] = np.concatenate([np.reshape(g, -1) for g in pulled])
+            else:  # a column per input element
+                for column in range(n):
+                    matrix[:, column] = np.reshape(
+                        tape.tangent(self._output, ids, _unit(column, shapes)), -1
+                    )
+        matrix += 0.0  # no -0.0
+        blocks = np.split(matrix, np.cumsum(sizes)[:-1], axis=1)
+        result = [
+            block.reshape(output + shape) for block, shape in zip(blocks, shapes, strict=True)
+        ]
+        return result[0] if single else result
+
+    def hessian(self, arguments: Iterable[ArrayLike]) -> Any:
+        """The Hessian at the arguments (a scalar output): for an int ``wrt`` one array of
+        shape ``argument.shape * 2``; otherwise a list of rows, ``H[i][j]`` of shape
+        ``shape_i + shape_j`` (JAX's ``hessian`` layout). One :meth:`hvp` per argument
+        element; symmetric to rounding.
+        """
+        if isinstance(self._output, Block):
+            raise ValueError("hessian needs a scalar output; this function returns an array")
+        positions, single = self._wrt_positions()
+        shapes = [self._shapes[p] for p in positions]
+        sizes = [math.prod(shape) for shape in shapes]
+        n = sum(sizes)
+        check_fits(8 * n * n, f"the Hessian of {n} inputs", "compute H v with f.hvp")
+        checked = self._checked(arguments)
+        rows = np.zeros((n, n))
+        with self._lock:
+            self._replay(checked)
+            tape, ids = self._tape, [self._inputs[i].id for i in positions]
+            for row in range(n):
+                product = tape.hvp(self._output, ids, _unit(row, shapes))
+                rows[row] = np.concatenate([np.reshape(p, -1) for p in product])
+        cuts = np.cumsum(sizes)[:-1]
+        blocks = [np.split(band, cuts, axis=1) for band in np.split(rows, cuts, axis=0)]
+        result = [
+            [block.reshape(shapes[i] + shapes[j]) for j, block in enumerate(band)]
+            for i, band in enumerate(blocks)
+        ]
+        return result[0][0] if single else result
+
+    def _wrt_positions(self) -> tuple[list[int], bool]:
+        """The differentiated arguments' positions, and whether ``wrt`` was one int."""
+        if self._wrt is None:
+            return list(range(len(self._inputs))), False
+        return list(self._wrt[0]), self._wrt[1]
+
+    def _output_value_shape(self) -> tuple[int, ...]:
+        """The output's shape: ``()`` for a scalar."""
+        block = self._tape.block_value(self._output.id)
+        return () if block is None else tuple(block.shape)
+
+    def _directions(self, directions: ArrayLike | Iterable[ArrayLike]) -> list[ArrayLike]:
+        """One direction per differentiated argument, each of its shape (else raises)."""
+        positions, single = self._wrt_positions()
         if not single and not isinstance(directions, (list, tuple)):
             raise TypeError(
                 f"directions must be a list or tuple with one direction per gradient "
@@ -1325,12 +1455,7 @@ class BlockFunction:
                     f"the direction for argument {position} has shape {np.shape(direction)}, "
                     f"the argument has {self._shapes[position]}"
                 )
-        checked = self._checked(arguments)
-        with self._lock:
-            self._replay(checked)
-            ids = [self._inputs[i].id for i in positions]
-            products = self._tape.hvp(self._output, ids, along)
-            return _by_argument(products, single)
+        return along
 
     def _output_value(self) -> float | FloatArray:
         node = self._output.id
@@ -1425,6 +1550,14 @@ class BlockFunction:
             data = _npz_bytes(self._state())
         with open(path, "wb") as file:
             file.write(data)
+
+
+def _unit(index: int, shapes: Sequence[tuple[int, ...]]) -> list[FloatArray]:
+    """The unit direction along flat element ``index`` of arrays of ``shapes``, one per shape."""
+    flat = np.zeros(sum(math.prod(shape) for shape in shapes))
+    flat[index] = 1.0
+    parts = np.split(flat, np.cumsum([math.prod(shape) for shape in shapes])[:-1])
+    return [part.reshape(shape) for part, shape in zip(parts, shapes, strict=True)]
 
 
 def _copied_into(target: NDArray[np.float64], gradient: Any) -> NDArray[np.float64]:

@@ -168,10 +168,13 @@ def backward(
     check: bool = False,
     visits: Plan | None = None,
     needed: NDArray[np.bool_] | None = None,
+    seed: float | None = None,
 ) -> tuple[int, int] | None:
     """Reverse sweep from ``root`` into ``adjoints`` (scalars) and ``block_adjoints``.
 
-    Seeds ``adjoints[root] += 1``; the caller fills ``adjoints[lowest:root + 1]``
+    Seeds ``adjoints[root] += 1`` (``seed`` instead, for a VJP: a block root's
+    cotangent goes into ``block_adjoints[root]`` before the call, with
+    ``seed`` 0.0); the caller fills ``adjoints[lowest:root + 1]``
     (``visits``, from :func:`plan`, computed here when not given) with
     UNREACHED (-0.0) first unless it means to accumulate. With ``check``,
     returns ``(node, slot)`` of the first node (in sweep order) that turned
@@ -241,10 +244,13 @@ def backward(
         deliver(operands, partials, adjoints, block_adjoints, block_values, adopted_ids)
 
     relevant, lowest = plan(tape, root) if visits is None else visits
-    if lowest == 0 and not blocks.ops:  # one compiled sweep, seed included
+    if lowest == 0 and not blocks.ops and seed is None:  # one compiled sweep, seed included
         origin = sweeps.backward_sweep(opcode, in0, in1, val, adjoints, root, check)
         return None if origin == sweeps.NO_ORIGIN else (origin // 2, origin % 2)
-    adjoints[root] += 1.0
+    if seed is None:
+        adjoints[root] += 1.0
+    elif seed != 0.0:  # a zero cotangent is a strong zero: nothing is sent
+        adjoints[root] += seed
     with ieee():
         walk(relevant, lowest, root + 1, True, run, step)
     return found

@@ -301,6 +301,42 @@ class Tape(TapeStorage):
             return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         return [self._result(i, adjoints, block_adjoints) for i in ids]
 
+    @_holding_lock
+    def vjp(
+        self, root: NodeRef, wrt: Iterable[NodeRef], cotangent: ArrayLike
+    ) -> list[float | FloatArray]:
+        """``u^T J``: the cotangent ``u`` of ``root`` pulled back to each node of ``wrt``.
+
+        ``u`` has ``root``'s shape (a float for a scalar node, an array for a
+        block); one backward sweep seeded with it, so a block output needs no
+        reduction first. Zero entries of ``u`` are strong zeros (they send
+        nothing, even against an infinite partial), as zero seeds are
+        everywhere. A list of floats and arrays, shaped like the nodes;
+        ``.grad`` is untouched.
+        """
+        self.refuse_while_tracing("fa.vjp")
+        node = self.node_id(root, "output")
+        ids = [self.node_id(i, "wrt") for i in wrt]
+        block = self.block_value(node)
+        u = np.asarray(cotangent, dtype=np.float64)
+        shape = () if block is None else block.shape
+        if u.shape != shape:
+            raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
+        if not np.isfinite(u).all():
+            raise ValueError("the cotangent must be finite")
+        visits = sweep.plan(self, node)
+        adjoints = np.zeros(len(self))
+        adjoints[visits[1] : node + 1] = UNREACHED
+        block_adjoints: dict[int, FloatArray] = {}
+        seed = float(u) if block is None else 0.0
+        if block is not None:
+            block_adjoints[node] = np.where(u == 0.0, UNREACHED, u)
+        needed = self.descendants(ids, visits[1], node) if visits[0] else None
+        sweep.backward(
+            self, registry.rule, node, adjoints, block_adjoints, False, visits, needed, seed
+        )
+        return [self._result(i, adjoints, block_adjoints) for i in ids]
+
     def _result(
         self, node: int, adjoints: FloatArray, block_adjoints: dict[int, FloatArray]
     ) -> float | FloatArray:
