@@ -90,5 +90,10 @@ def _register() -> str | None:
 
 
 def unavailable() -> str | None:
-    """None when the routines are registered (done once, here); else the reason they are not."""
+    """None when the routines are registered (done once); else the reason they are not."""
     return _register()
+
+
+# At import: a generated module imports this one, so its kernels (compiled or loaded
+# from the cache) always find the symbols registered.
+_register()
