@@ -1121,6 +1121,11 @@ class BlockFunction:
         return self._backend
 
     @property
+    def single_wrt(self) -> bool:
+        """True when ``wrt`` was one int: gradients (and directions) come one, not as a list."""
+        return self._wrt is not None and self._wrt[1]
+
+    @property
     def num_inputs(self) -> int:
         """The number of arguments a call takes."""
         return len(self._inputs)

@@ -213,10 +213,11 @@ def gradcheck(
         - a compiled function of scalars, ``fa.compile(fn)``: its
           ``jacobian`` (the gradient for a scalar output), and the
           dot-product test between its ``jvp`` and ``vjp``;
-        - a compiled function of arrays with a scalar output,
-          ``fa.compile(fn, example=(X, W, b))``: the gradient of every
-          argument from ``value_and_grad`` (a function of arrays with an
-          array output has no Jacobian or VJP to check yet and is refused);
+        - a compiled function of arrays, ``fa.compile(fn, example=(X, W,
+          b))``: the derivative of every ``wrt`` argument (the others held
+          as data), from ``value_and_grad`` for a scalar output and
+          ``jacobian`` for an array output, and the dot-product test
+          between its ``jvp`` and ``vjp``;
         - any callable ``f(x)`` returning a real number or an array of shape
           ``S``, given with ``grad``.
     x : array_like or sequence of array_like
@@ -711,36 +712,44 @@ def _block_problem(function: BlockFunction, x: object) -> _Problem:
             full[position] = part
         return full
 
-    first = function(call(point))  # checks the shapes
-    if np.ndim(first) != 0:
-        raise ValueError(
-            f"gradcheck checks a function of arrays with a scalar output; this one returns an "
-            f"array of shape {np.shape(first)}, and a BlockFunction has no Jacobian, JVP or VJP "
-            "to check yet. Check a random projection of it instead: compile "
-            "lambda *args: (fn(*args) * U).sum() with a fixed random U of shape "
-            f"{np.shape(first)}"
-        )
-    _require_finite(np.asarray(first), "f(x)", "output")
-    n = layout.n
+    first = np.asarray(function(call(point)), dtype=np.float64)  # checks the shapes
+    _require_finite(first, "f(x)", "output")
+    layout = _Layout(shapes, first.shape, arguments=True, positions=positions)
+    n, m, output = layout.n, layout.m, first.shape
 
-    def jacobian(z: FloatArray) -> FloatArray:
+    def listed(results: Any) -> list[Any]:
+        return [results] if function.single_wrt else list(results)
+
+    def gradient(z: FloatArray) -> FloatArray:
+        # A scalar output: its gradient, from value_and_grad (generated code where it runs).
         _, gradients = function.value_and_grad(call(z))
-        if not isinstance(gradients, list):  # an int wrt: one gradient
-            gradients = [gradients]
-        for position, gradient, shape in zip(positions, gradients, shapes, strict=True):
-            if np.shape(gradient) != shape:
+        gradients = listed(gradients)
+        for position, found, shape in zip(positions, gradients, shapes, strict=True):
+            if np.shape(found) != shape:
                 raise ValueError(
-                    f"the gradient of argument {position} has shape {np.shape(gradient)}, "
+                    f"the gradient of argument {position} has shape {np.shape(found)}, "
                     f"expected {shape} like the argument"
                 )
         return np.concatenate([np.reshape(g, -1) for g in gradients]).reshape(1, n)
+
+    def jacobian(z: FloatArray) -> FloatArray:
+        blocks = listed(function.jacobian(call(z)))
+        return np.concatenate([np.reshape(b, (m, -1)) for b in blocks], axis=1)
+
+    def directions(v: FloatArray) -> Any:
+        parts = layout.split(v)
+        return parts[0] if function.single_wrt else parts
 
     return _Problem(
         point,
         np.dtype(np.float64),  # a BlockFunction computes in float64
         layout,
-        value=lambda z: np.array([function(call(z))], dtype=np.float64),
-        jacobian=jacobian,
+        value=lambda z: np.asarray(function(call(z)), dtype=np.float64).reshape(-1),
+        jacobian=gradient if not output else jacobian,
+        vjp=lambda z, u: np.concatenate(
+            [np.reshape(g, -1) for g in listed(function.vjp(call(z), np.reshape(u, output))[1])]
+        ),
+        jvp=lambda z, v: np.reshape(function.jvp(call(z), directions(v))[1], -1),
     )
 
 
@@ -811,9 +820,9 @@ class _Layout:
     def index(self, o: int, j: int) -> tuple[Any, ...]:
         """Flat (output ``o``, input ``j``) as an index into the user's ``analytic``."""
         argument, element = self._input(j)
-        if self.arguments:
-            return (self.positions[argument], element)
         output = tuple(int(i) for i in np.unravel_index(o, self.output_shape))
+        if self.arguments:  # per argument, output index + element (JAX's jacobian layout)
+            return (self.positions[argument], output + element)
         return output + element
 
     def name(self, o: int, j: int) -> str:
@@ -821,8 +830,9 @@ class _Layout:
         argument, element = self._input(j)
         if self.arguments:
             name = f"argument {self.positions[argument]}"
-            return name + (f" element {_position(element)}" if element else "")
-        name = f"input {_position(element)}" if element else "the input"
+            name += f" element {_position(element)}" if element else ""
+        else:
+            name = f"input {_position(element)}" if element else "the input"
         if not self.scalar_output:
             output = tuple(int(i) for i in np.unravel_index(o, self.output_shape))
             name += f" of output {_position(output)}"
@@ -836,7 +846,7 @@ class _Layout:
         """An ``(m, n)`` array in the user's form: the Jacobian, or gradients per argument."""
         if self.arguments:
             return [
-                matrix[0, start:stop].reshape(shape)
+                matrix[:, start:stop].reshape(self.output_shape + shape)
                 for start, stop, shape in zip(
                     self.offsets[:-1], self.offsets[1:], self.input_shapes, strict=True
                 )

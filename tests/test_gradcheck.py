@@ -1,6 +1,7 @@
 """gradcheck: the regression suite over every op, and proof that the checker bites."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -523,7 +524,8 @@ def test_function_of_arrays_passes(rng):
     assert [np.shape(a) for a in result.analytic] == [(4, 3), (3, 2), (2,), (4, 2), ()]
     for analytic, gradient in zip(result.analytic, f.grad(moved), strict=True):
         np.testing.assert_array_equal(analytic, gradient)
-    assert result.dot_product is None  # a BlockFunction has no jvp/vjp
+    assert result.dot_product is not None  # its jvp and vjp, by the dot-product test
+    assert math.isclose(*result.dot_product, rel_tol=1e-12)
 
 
 class WrongGradient(fa.BlockFunction):
@@ -559,15 +561,23 @@ def test_function_of_arrays_locates_a_wrong_element(rng, argument, element, name
     assert f"gradcheck failed for 1 of 29 elements; worst is {name}: analytic" in str(info.value)
 
 
-def test_function_of_arrays_with_an_array_output_is_refused(rng):
+def test_function_of_arrays_with_an_array_output_is_checked(rng):
     X, W, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
-    layer = fa.compile(lambda X, W, b: fa.linear_relu(X, W, b), example=(X, W, b))
-    with pytest.raises(ValueError, match=r"array of shape \(4, 2\).*random projection"):
-        fa.gradcheck(layer, (X, W, b))
-    # The documented alternative: a fixed random projection to a scalar.
-    U = rng.normal(size=(4, 2))
-    projected = fa.compile(lambda X, W, b: (fa.linear_relu(X, W, b) * U).sum(), example=(X, W, b))
-    assert fa.gradcheck(projected, (X, W, b))
+    layer = fa.compile(lambda X, W, b: fa.tanh(X @ W + b), example=(X, W, b), wrt=(1, 2))
+    assert fa.gradcheck(layer, (X, W, b))
+    result = fa.gradcheck(layer, (X, W, b), raise_exception=False)
+    assert result.passed and result.dot_product is not None
+    # per argument: output shape + argument shape, as f.jacobian
+    assert [np.shape(a) for a in result.analytic] == [(4, 2, 3, 2), (4, 2, 2)]
+    # a derivative left out: named by argument, element and output
+    wrong = fa.compile(
+        lambda X, W, b: fa.tanh(X @ W + b) + fa.stop_gradient(X @ W),
+        example=(X, W, b),
+        wrt=(1, 2),
+    )
+    result = fa.gradcheck(wrong, (X, W, b), raise_exception=False)
+    assert not result.passed
+    assert re.search(r"argument 1 element \(\d, \d\) of output \(\d, \d\)", result.message)
 
 
 def test_function_of_arrays_bad_arguments(rng):
