@@ -3373,7 +3373,7 @@ def sweep_points_parallel(
 
     Each worker has its own work space and writes only its own points' rows
     of the outputs, so nothing races. Inside ``prange`` nothing may raise
-    (numba issue 6976: an exception there is lost), which is why problems
+    (Numba loses an exception raised in a parallel loop), which is why problems
     come back through ``status``.
     """
     total = points.shape[0]
