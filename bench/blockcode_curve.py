@@ -12,12 +12,11 @@ per program: nodes, the cold compile, the cached load and one generated
 call, so the README's table comes from one measured run.
 """
 
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import textwrap
+
+from codegen_curve import run_child
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -72,14 +71,7 @@ CHILD = textwrap.dedent(
 
 
 def run(kind, layers, cache):
-    process = subprocess.run(
-        [sys.executable, "-c", CHILD, kind, str(layers)],
-        env={**os.environ, "FASTAD_CACHE_DIR": cache, "OPENBLAS_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(process.stdout.splitlines()[-1])
+    return run_child(CHILD, [kind, layers], cache, OPENBLAS_NUM_THREADS="1")
 
 
 def main(argv):

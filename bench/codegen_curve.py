@@ -57,16 +57,21 @@ CHILD = textwrap.dedent(
 )
 
 
-def run(nodes, cache):
-    environment = {"FASTAD_CACHE_DIR": cache}
+def run_child(child, arguments, cache, **environment):
+    """Run the script ``child`` in a fresh process with its own cache folder; its last
+    line of output, read as JSON."""
     process = subprocess.run(
-        [sys.executable, "-c", CHILD, str(nodes)],
-        env={**os.environ, **environment},
+        [sys.executable, "-c", child, *map(str, arguments)],
+        env={**os.environ, "FASTAD_CACHE_DIR": cache, **environment},
         capture_output=True,
         text=True,
         check=True,
     )
     return json.loads(process.stdout.splitlines()[-1])
+
+
+def run(nodes, cache):
+    return run_child(CHILD, [nodes], cache)
 
 
 def main(argv):

@@ -159,10 +159,9 @@ class BlockCode:
         self._sources: dict[str, tuple[str, str]] = {}
         self._parameters: dict[str, list[blockgen.Parameter]] = {}
         self._buffers: dict[str, dict[str, FloatArray]] = {}
-        self._modules: dict[str, types.ModuleType] = {}
+        self._modules = codegen.Modules(self._source)
         self._prepared: set[str] = set()
         self._plans: dict[str, _Plan] = {}
-        self._lock = threading.Lock()
         scalar_output = not program.nodes[program.output].shape
         self.modes = MODES if scalar_output else ("values",)
         for mode in self.modes:
@@ -198,18 +197,13 @@ class BlockCode:
         return self._source(mode)[0]
 
     def products(self, mode: str) -> list[str]:
-        """The BLAS calls of ``mode``'s kernel, one line each (``gemm``: cblas_dgemm, ``gemv``:
-        cblas_dgemv; the flags say which operand is read transposed)."""
-        return blockgen.describe_products(self.program, mode)
+        """The BLAS calls of ``mode``'s kernel, one line each (see
+        :meth:`fastad.BlockFunction.blas_calls`)."""
+        return blockgen.describe_products(self.source(mode))
 
     def module(self, mode: str) -> types.ModuleType:
-        module = self._modules.get(mode)
-        if module is None:
-            with self._lock:
-                module = self._modules.get(mode)
-                if module is None:
-                    module = self._modules[mode] = codegen.load_module(*self._source(mode))
-        return module
+        """The generated module for ``mode`` (written or checked on first use)."""
+        return self._modules.get(mode)
 
     def is_cached(self, mode: str) -> bool:
         """Whether ``mode``'s kernel compiled into the cache before (a load, not a compile)."""

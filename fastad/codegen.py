@@ -248,6 +248,26 @@ def _quiet() -> Iterator[None]:
     yield
 
 
+class Modules:
+    """One program's generated modules, each loaded once (:func:`load_module`), from
+    ``source(mode)``'s ``(text, module name)``. Safe to use from several threads."""
+
+    def __init__(self, source: Callable[[str], tuple[str, str]]) -> None:
+        self._source = source
+        self._loaded: dict[str, types.ModuleType] = {}
+        self._lock = threading.Lock()
+
+    def get(self, mode: str) -> types.ModuleType:
+        """``mode``'s module, loaded by the first call that asks."""
+        module = self._loaded.get(mode)
+        if module is None:
+            with self._lock:
+                module = self._loaded.get(mode)
+                if module is None:
+                    module = self._loaded[mode] = load_module(*self._source(mode))
+        return module
+
+
 class GeneratedCode:
     """The generated kernels of one program, one module per mode, made when first asked for.
 
@@ -261,9 +281,8 @@ class GeneratedCode:
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[str, tuple[str, str]] = {}
-        self._modules: dict[str, types.ModuleType] = {}
+        self._modules = Modules(self._source)
         self._prepared: set[tuple[str, bool]] = set()  # (mode, parallel) compiled
-        self._lock = threading.Lock()
 
     @property
     def program(self) -> Program:
@@ -281,13 +300,7 @@ class GeneratedCode:
 
     def module(self, mode: str) -> types.ModuleType:
         """The generated module for ``mode`` (written or checked on first use)."""
-        module = self._modules.get(mode)
-        if module is None:
-            with self._lock:
-                module = self._modules.get(mode)
-                if module is None:
-                    module = self._modules[mode] = load_module(*self._source(mode))
-        return module
+        return self._modules.get(mode)
 
     def is_cached(self, mode: str) -> bool:
         """Whether ``mode``'s kernels were compiled into the cache before (a load, not a compile).

@@ -1149,9 +1149,11 @@ class BlockFunction:
 
     def blas_calls(self, call: str = "grad") -> list[str]:
         """The BLAS calls of the generated kernel for ``call``, one line each, in order:
-        ``gemm(trans_a, trans_b, A, B, C)`` is ``cblas_dgemm`` (``C = op(A) @ op(B)``),
-        ``gemv(trans, A, x, y)`` is ``cblas_dgemv``; operands are node values (``v<id>``),
-        adjoints (``d<id>``) and scratch buffers (``s_...``)."""
+        ``gemm(trans_a, trans_b, A, B, C)`` is ``C = op(A) @ op(B)`` by ``cblas_dgemm``
+        (``cblas_dgemv`` or ``cblas_ddot`` where ``C`` is one row, column or element, as
+        ``np.matmul`` picks), ``gemv(trans, A, x, y)`` ``cblas_dgemv``, ``dot(x, y)``
+        ``cblas_ddot``; operands are node values (``v<id>``), adjoints (``d<id>``) and
+        scratch buffers (``s_...``)."""
         if self._code is None or call not in self._code.modes:
             raise ValueError(f"no generated code for {call!r}: {self.tier(call).reason}")
         return self._code.products(call)
@@ -1309,14 +1311,9 @@ class BlockFunction:
         """
         if isinstance(self._output, Block):
             raise ValueError("hvp needs a scalar output; this function returns an array")
-        positions, single = self._wrt_positions()
         along = self._directions(directions)
-        checked = self._checked(arguments)
-        with self._lock:
-            self._replay(checked)
-            ids = [self._inputs[i].id for i in positions]
-            products = self._tape.hvp(self._output, ids, along)
-            return _by_argument(products, single)
+        _, products = self._swept(arguments, lambda ids: self._tape.hvp(self._output, ids, along))
+        return _by_argument(products, self._wrt_positions()[1])
 
     def jvp(
         self, arguments: Iterable[ArrayLike], directions: ArrayLike | Iterable[ArrayLike]
@@ -1329,14 +1326,10 @@ class BlockFunction:
         scalar output). One forward-mode sweep on the interpreter; zero
         directions are strong zeros.
         """
-        positions, _ = self._wrt_positions()
         along = self._directions(directions)
-        checked = self._checked(arguments)
-        with self._lock:
-            self._replay(checked)
-            ids = [self._inputs[i].id for i in positions]
-            tangent = self._tape.tangent(self._output, ids, along)
-            value = self._output_value()
+        value, tangent = self._swept(
+            arguments, lambda ids: self._tape.tangent(self._output, ids, along)
+        )
         if isinstance(tangent, np.ndarray) and tangent.ndim:
             return value, tangent + 0.0
         return value, float(tangent) + 0.0
@@ -1349,13 +1342,10 @@ class BlockFunction:
         seeded with ``cotangent`` on the interpreter (so an array output
         needs no reduction); its zeros are strong zeros.
         """
-        positions, single = self._wrt_positions()
-        checked = self._checked(arguments)
-        with self._lock:
-            self._replay(checked)
-            ids = [self._inputs[i].id for i in positions]
-            pulled = self._tape.vjp(self._output, ids, cotangent)
-            return self._output_value(), _by_argument(pulled, single)
+        value, pulled = self._swept(
+            arguments, lambda ids: self._tape.vjp(self._output, ids, cotangent)
+        )
+        return value, _by_argument(pulled, self._wrt_positions()[1])
 
     def jacobian(self, arguments: Iterable[ArrayLike]) -> Any:
         """The Jacobian at the arguments: per gradient's argument, d output / d argument
@@ -1376,22 +1366,20 @@ class BlockFunction:
             f"the Jacobian of {m} outputs by {n} inputs",
             "compute J v or u^T J with f.jvp / f.vjp",
         )
-        checked = self._checked(arguments)
         matrix = np.zeros((m, n))
-        with self._lock:
-            self._replay(checked)  # once: every sweep below reads these values
-            tape, ids = self._tape, [self._inputs[i].id for i in positions]
+
+        def sweeps(ids: list[int]) -> None:  # after one replay: every sweep reads its values
+            tape = self._tape
             if m <= n:  # a row per output element
                 for row in range(m):
-                    u = np.zeros(m)
-                    u[row] = 1.0
-                    pulled = tape.vjp(self._output, ids, u.reshape(output))
+                    pulled = tape.vjp(self._output, ids, _unit(row, [output])[0])
                     matrix[row] = np.concatenate([np.reshape(g, -1) for g in pulled])
             else:  # a column per input element
                 for column in range(n):
-                    matrix[:, column] = np.reshape(
-                        tape.tangent(self._output, ids, _unit(column, shapes)), -1
-                    )
+                    tangent = tape.tangent(self._output, ids, _unit(column, shapes))
+                    matrix[:, column] = np.reshape(tangent, -1)
+
+        self._swept(arguments, sweeps)
         matrix += 0.0  # no -0.0
         blocks = np.split(matrix, np.cumsum(sizes)[:-1], axis=1)
         result = [
@@ -1412,14 +1400,14 @@ class BlockFunction:
         sizes = [math.prod(shape) for shape in shapes]
         n = sum(sizes)
         check_fits(8 * n * n, f"the Hessian of {n} inputs", "compute H v with f.hvp")
-        checked = self._checked(arguments)
         rows = np.zeros((n, n))
-        with self._lock:
-            self._replay(checked)
-            tape, ids = self._tape, [self._inputs[i].id for i in positions]
+
+        def sweeps(ids: list[int]) -> None:  # one replay, a product per row
             for row in range(n):
-                product = tape.hvp(self._output, ids, _unit(row, shapes))
+                product = self._tape.hvp(self._output, ids, _unit(row, shapes))
                 rows[row] = np.concatenate([np.reshape(p, -1) for p in product])
+
+        self._swept(arguments, sweeps)
         cuts = np.cumsum(sizes)[:-1]
         blocks = [np.split(band, cuts, axis=1) for band in np.split(rows, cuts, axis=0)]
         result = [
@@ -1427,6 +1415,15 @@ class BlockFunction:
             for i, band in enumerate(blocks)
         ]
         return result[0][0] if single else result
+
+    def _swept(self, arguments: Iterable[ArrayLike], sweep: Callable[[list[int]], Any]) -> Any:
+        """``(output value, sweep(ids))``: the tape replayed at ``arguments`` (checked),
+        then ``sweep`` of the differentiated arguments' node ids, under the lock."""
+        checked = self._checked(arguments)
+        positions, _ = self._wrt_positions()
+        with self._lock:
+            self._replay(checked)
+            return self._output_value(), sweep([self._inputs[i].id for i in positions])
 
     def _wrt_positions(self) -> tuple[list[int], bool]:
         """The differentiated arguments' positions, and whether ``wrt`` was one int."""

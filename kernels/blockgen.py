@@ -1133,11 +1133,11 @@ def module_source(program: BlockProgram, mode: str) -> str:
     return "\n\n\n".join(["\n".join(header), *_helpers(), text]) + "\n"
 
 
-def describe_products(program: BlockProgram, mode: str) -> list[str]:
-    """Which BLAS routine each product of ``mode``'s kernel calls, one line per call."""
-    text, _ = kernel_source(program, mode)
+def describe_products(module: str) -> list[str]:
+    """The BLAS calls of the kernel in the text ``module_source`` wrote, one line each."""
+    kernel = module.rsplit("@kernel\ndef ", 1)[1]  # the helpers come before it
     found = []
-    for line in text.splitlines():
+    for line in kernel.splitlines():
         stripped = line.strip()
         if stripped.startswith(("gemm(", "gemv(")) or "dot(" in stripped:
             found.append(stripped)
