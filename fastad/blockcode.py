@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 Unsupported = blockgen.Unsupported
 OK, BAD_LABEL = blockgen.OK, blockgen.BAD_LABEL
+RECHECK = -3
+"""Status: a gradient held a nan; the exact rules compute the call again."""
 MODES = blockgen.MODES
 
 # The cold compile time of a generated kernel for a function of arrays, measured
@@ -79,7 +81,9 @@ def program_of(
     for i in range(len(tape)):
         code = int(opcode[i])
         value = tape.block_value(i)
-        shape = tuple(value.shape) if value is not None else ()
+        shape = shape_of(tape, i)
+        if value is not None and not shape:
+            raise Unsupported(f"generated code has no rule for a 0-d array (node {i})")
         operands = tape.operands(i)
         params: tuple[object, ...] = ()
         if code in (optable.INPUT, optable.CONST):
@@ -110,10 +114,6 @@ def program_of(
         tuple(int(p) for p in wrt),
         tuple((int(g), bool(t)) for g, t in guards),
     )
-
-
-RECHECK = -3
-"""Status: a gradient held a nan; the exact rules compute the call again."""
 
 
 def shape_of(tape: TapeStorage, node: int) -> tuple[int, ...]:
@@ -187,8 +187,7 @@ class BlockCode:
     def _source(self, mode: str) -> tuple[str, str]:
         found = self._sources.get(mode)
         if found is None:
-            text = blockgen.module_source(self.program, mode)
-            self._parameters[mode] = blockgen.parameters(self.program, mode)
+            text, self._parameters[mode] = blockgen.module_source(self.program, mode)
             found = self._sources[mode] = (text, f"fastad_{codegen.module_key(text)}")
         return found
 
