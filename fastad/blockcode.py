@@ -407,3 +407,23 @@ def label_inputs(program: blockgen.BlockProgram) -> set[int]:
             label = node.op == "cross_entropy" and slot == 1 and bool(node.params[0])
             uses.setdefault(j, set()).add(label)
     return {j for j in program.inputs if uses.get(j) == {True}}
+
+
+def build(
+    tape: TapeStorage,
+    inputs: Sequence[int],
+    output: int,
+    wrt: Sequence[int],
+    guards: Sequence[tuple[int, bool]],
+    integers: Sequence[bool],
+    title: str,
+) -> BlockCode:
+    """The generated code of a traced tape, its array constants in place; raises
+    :class:`Unsupported` naming what it cannot run."""
+    program = program_of(tape, inputs, output, wrt, guards)
+    code = BlockCode(program, tape.val.copy(), integers, title)
+    for i, node in enumerate(program.nodes):
+        value = tape.block_value(i)
+        if node.op == "array" and value is not None:
+            code.set_array(i, value)
+    return code

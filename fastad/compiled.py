@@ -1083,13 +1083,15 @@ class BlockFunction:
         if backend == "interpret":
             self._no_code = 'backend="interpret"'
             return
-        positions = self._wrt[0] if self._wrt is not None else range(len(self._inputs))
         try:
-            program = blockcode.program_of(
-                tape, [node.id for node in self._inputs], self._output.id, positions, self._guards
-            )
-            code = blockcode.BlockCode(
-                program, tape.val.copy(), integers, f"the function of arrays {self._name!r}"
+            code = blockcode.build(
+                tape,
+                [node.id for node in self._inputs],
+                self._output.id,
+                self._wrt_positions()[0],
+                self._guards,
+                integers,
+                f"the function of arrays {self._name!r}",
             )
         except blockcode.Unsupported as error:
             if backend == "codegen":
@@ -1099,9 +1101,6 @@ class BlockFunction:
                 ) from None
             self._no_code = f'backend="auto": {error}; interpreted'
             return
-        for i, node in enumerate(program.nodes):
-            if node.op == "array":
-                code.set_array(i, cast("FloatArray", tape.block_value(i)))
         self._code = code
         self._tiers = Tiers(backend, code)
 
