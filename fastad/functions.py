@@ -305,6 +305,8 @@ def _unary(op: optable.Op) -> UnaryFunction:
     def function(x: object) -> Var | Block | FloatArray | ObjectArray | float:
         if type(x) is Var:
             return record_unary(code, x)
+        if type(x) is Block:
+            return elementwise(code, x)
         result = _arrays_or_blocks(name, code, (x,))
         if result is not None:
             return result

@@ -436,28 +436,35 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     The forward is the registry's, the one a replay runs, so recording and
     replay agree bit for bit. A shape of ``()`` gives a scalar node.
     """
+    # Every block op an eager program records passes here: one pass over the
+    # operands, no helper calls but the rule's own.
+    generation, block_values = tape.generation, tape.blocks.values
+    values, shapes, ids = [], [], []
     for node in nodes:
-        if node._generation != tape.generation:
+        if node._generation != generation:
             check_live(node)  # raises: a stale handle's id names another node now
+        node_id = node._id
+        ids.append(node_id)
+        if type(node) is Var:
+            values.append(node._value)
+            shapes.append(())
+        else:
+            value = block_values[node_id]
+            values.append(value)
+            shapes.append(value.shape)
     entry = registry.rule(code)
-    block_values = tape.blocks.values
-    values = tuple([node._value if type(node) is Var else block_values[node._id] for node in nodes])
-    shape = entry.shape(tuple([_shape(value) for value in values]), params)
-    value = entry.forward(values, params)
-    ids = tuple([node._id for node in nodes])
+    operands = tuple(values)
+    shape = entry.shape(tuple(shapes), params)
+    result = entry.forward(operands, params)
     if shape == ():
-        scalar = float(value)
-        return Var(tape, tape.push_block_op(code, ids, scalar, params), scalar)
-    array = as_stored(value)
+        scalar = float(result)
+        return Var(tape, tape.push_block_op(code, tuple(ids), scalar, params), scalar)
+    array = as_stored(result)
     if array.shape != shape:
         raise AssertionError(
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
-    return Block(tape, tape.push_block_op(code, ids, array, params))
-
-
-def _shape(value: Any) -> tuple[int, ...]:
-    return value.shape if type(value) is np.ndarray else ()
+    return Block(tape, tape.push_block_op(code, tuple(ids), array, params))
 
 
 def record_block(
@@ -506,7 +513,7 @@ def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)
         return out if out.ndim else float(out)
-    if not any(isinstance(v, Block) or is_array(v) for v in operands):
+    if Block not in map(type, operands) and not any(map(is_array, operands)):
         # Scalar nodes and numbers only: a scalar node, not a block op with a scalar value.
         return record(code, *operands) if arity == 2 else record_unary(code, operands[0])
     nodes = tuple([as_operand(tape, v) for v in operands])

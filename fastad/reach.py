@@ -56,6 +56,11 @@ def reached_elements(x: ArrayLike) -> NDArray[np.bool_]:
 
 def any_reached(x: RuleValue) -> bool:
     """Whether any element of an adjoint or tangent was reached."""
+    if type(x) is np.ndarray and x.size:
+        # The common case, without a kernel call: the first element was reached.
+        first = x.item(0)
+        if first != 0.0 or math.copysign(1.0, first) > 0.0:
+            return True
     if type(x) is np.ndarray and x.dtype == np.float64 and x.flags.c_contiguous:
         return bool(sweeps.any_reached(x))
     if isinstance(x, float):
@@ -133,8 +138,9 @@ def product_reach(
     """``product`` (2-D, C-contiguous, ``x @ y``) made exact; see ``reach_matmul``.
 
     Changes ``product`` in place. One read of ``product`` counts its zeros
-    and non-finite elements; finite data with no zero in the product costs
-    only that read. Where a non-finite value meets a zero or an unreached
+    and non-finite elements; finite data with no zero in the product (or
+    whose zeros' reach is not wanted) costs only that read, the others a
+    second one that marks their lines. Where a non-finite value meets a zero or an unreached
     adjoint, BLAS's sum holds a ``nan``. So the rows or the columns holding
     a non-finite element (whichever hold fewer terms) are recomputed term by term,
     the slow path (``slow_path_counts``): a legitimate ``inf`` (an ``inf``
@@ -144,12 +150,13 @@ def product_reach(
     terms only for a zero that neither factor's line explains; without
     ``reach`` (see ``reach_matmul``) they keep BLAS's signs.
     """
+    zeros, nonfinite = sweeps.zeros_and_nonfinite(product)  # no lines to mark: the common case
+    if not nonfinite and not (zeros and reach):
+        return product
     m, n = product.shape
     rows, columns = np.zeros(m, np.bool_), np.zeros(n, np.bool_)
     zero_rows = np.empty(m, np.int64)
     zeros, nonfinite = sweeps.nonfinite_lines(product, rows, columns, zero_rows)
-    if not zeros and not nonfinite:
-        return product
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     by_row, exact = adjoint_left, rows if adjoint_left else columns
     if nonfinite:

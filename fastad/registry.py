@@ -128,18 +128,32 @@ class BlockRule:
 
 # -- elementwise: the scalar op table, per element ---------------------------------------------
 def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
-    """NumPy's broadcast of two shapes, with an error that names both."""
+    """NumPy's broadcast of two shapes, with an error that names both.
+
+    In Python: ``np.broadcast_shapes`` costs a few microseconds a call, which
+    every elementwise op on a tape would pay twice.
+    """
     if shape_a == shape_b or not shape_b:
         return shape_a
     if not shape_a:
         return shape_b
-    try:
-        return np.broadcast_shapes(shape_a, shape_b)
-    except ValueError:
-        raise ValueError(
-            f"shapes {shape_a} and {shape_b} cannot be broadcast together (NumPy rules: "
-            "trailing axes must match or be 1)"
-        ) from None
+    extra = len(shape_a) - len(shape_b)
+    if extra > 0:
+        shape_b = (1,) * extra + shape_b
+    elif extra < 0:
+        shape_a = (1,) * -extra + shape_a
+    shape = []
+    for n, m in zip(shape_a, shape_b):
+        if n == m or m == 1:
+            shape.append(n)
+        elif n == 1:
+            shape.append(m)
+        else:
+            raise ValueError(
+                f"shapes {shape_a[max(-extra, 0):]} and {shape_b[max(extra, 0):]} cannot be "
+                "broadcast together (NumPy rules: trailing axes must match or be 1)"
+            )
+    return tuple(shape)
 
 
 def flat(x: RuleValue, shape: Shape) -> FloatArray:
@@ -149,15 +163,15 @@ def flat(x: RuleValue, shape: Shape) -> FloatArray:
     (the common case: operands of one shape).
     """
     if (
-        isinstance(x, np.ndarray)
+        type(x) is np.ndarray
         and x.shape == shape
         and x.dtype == np.float64
         and x.flags.c_contiguous
     ):
         return x.reshape(-1)
-    if isinstance(x, float):
-        return np.full(int(np.prod(shape)), x)
-    return np.ascontiguousarray(np.broadcast_to(x, shape), dtype=np.float64).reshape(-1)
+    full = np.empty(shape)
+    full[...] = x  # NumPy broadcasts (and converts) as it copies
+    return full.reshape(-1)
 
 
 def _shape(value: RuleValue) -> Shape:
@@ -172,16 +186,21 @@ class Elementwise(BlockRule):
 
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
-        b = a if self.arity == 1 else values[1]
-        shape = broadcast_shape(_shape(a), _shape(b))
+        if self.arity == 1:
+            shape = _shape(a)
+            a_full = b_full = flat(a, shape)
+        else:
+            b = values[1]
+            shape = broadcast_shape(_shape(a), _shape(b))
+            a_full, b_full = flat(a, shape), flat(b, shape)
         out = np.empty(shape)
-        sweeps.map_forward(self.code, flat(a, shape), flat(b, shape), out.reshape(-1))
+        sweeps.map_forward(self.code, a_full, b_full, out.reshape(-1))
         return out
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
-        shape = np.shape(out)
+        shape = out.shape  # an elementwise block op's value is an array
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
@@ -281,16 +300,22 @@ class Matmul(BlockRule):
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
         a, b = values
+        want_a, want_b = (True, True) if needs is None else needs
+        if a.ndim == 2 and b.ndim == 2:  # the common case, without reshapes
+            return (
+                reach_matmul(g, b.T, True, _wants_reach(needs, 0)) if want_a else None,
+                reach_matmul(a.T, g, False, _wants_reach(needs, 1)) if want_b else None,
+            )
         a2, b2 = _as_matrix(a, True), _as_matrix(b, False)
         # g with the vector operands' axes put back: the shape of a2 @ b2.
         g2 = np.reshape(
             g, np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
         )
         da = db = None
-        if needs is None or needs[0]:
+        if want_a:
             da = reach_matmul(g2, np.swapaxes(b2, -1, -2), True, _wants_reach(needs, 0))
             da = np.reshape(unbroadcast(da, a2.shape), a.shape)
-        if needs is None or needs[1]:
+        if want_b:
             db = reach_matmul(np.swapaxes(a2, -1, -2), g2, False, _wants_reach(needs, 1))
             db = np.reshape(unbroadcast(db, b2.shape), b.shape)
         return da, db
@@ -369,6 +394,8 @@ class Reduction(NamedTuple):
 
     def shape(self, shape: Shape) -> Shape:
         """The result's shape for an operand of ``shape``."""
+        if self.axes is None and not self.keepdims:
+            return ()
         axes = range(len(shape)) if self.axes is None else self.axes
         if self.keepdims:
             return tuple(1 if i in axes else n for i, n in enumerate(shape))
@@ -467,7 +494,8 @@ class Reduce(BlockRule):
         # nothing (0 / 0), where np.mean would warn. Sum, then divide: what
         # np.mean computes, bit for bit.
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            out = a.sum(axis=params.axes, keepdims=params.keepdims)
+            # np.add.reduce is what a.sum calls, without its Python wrapper.
+            out = np.add.reduce(a, axis=params.axes, keepdims=params.keepdims)
             if self.name == "mean":
                 out = out / params.count(a.shape)
         return _scalar_or_array(out)
@@ -480,7 +508,11 @@ class Reduce(BlockRule):
             return (np.zeros(a.shape),)  # nothing to send a gradient to
         if self.name == "mean":
             g = g * (1.0 / params.count(a.shape))
-        return (params.expand(g, a.shape).copy(),)
+        if params.axes is None:  # a scalar adjoint, sent to every element
+            return (np.full(a.shape, g),)
+        gradient = np.empty(a.shape)
+        gradient[...] = params.spread(g, a.shape)  # one broadcasting copy
+        return (gradient,)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
         a = values[0]

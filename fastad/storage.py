@@ -159,6 +159,18 @@ class BlockTable:
     def operands(self, node: int) -> tuple[int, ...]:
         return self._operands[node]
 
+    @property
+    def operands_table(self) -> dict[int, tuple[int, ...]]:
+        """Block op id -> its operand ids (the dict itself, for the sweeps' hot loop:
+        do not change it)."""
+        return self._operands
+
+    @property
+    def params_table(self) -> dict[int, object]:
+        """Block op id -> its parameters, absent where None (the dict itself: do not
+        change it)."""
+        return self._params
+
     def params(self, node: int) -> object:
         return self._params.get(node)
 
@@ -680,9 +692,12 @@ def as_stored(value: Any) -> FloatArray:
         array = value
     else:
         array = np.ascontiguousarray(value, dtype=np.float64)
-    if array.flags.writeable and not fresh(array):
-        array = array.copy()
-    array.flags.writeable = False
+    flags = array.flags
+    if flags.writeable:
+        if not fresh(array):
+            array = array.copy()
+            flags = array.flags
+        flags.writeable = False
     return array
 
 

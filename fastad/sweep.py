@@ -17,6 +17,7 @@ so the history of a long-lived tape costs nothing per backward step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -112,6 +113,9 @@ def walk(
             run(lo, stop)
 
 
+_FEW_NODES = 8
+"""A run of scalar-sweep nodes this short is checked in Python for holding only array nodes."""
+
 _SHORT = 4096
 """On a tape this short with this few block ops, a sweep visits everything up to its root."""
 
@@ -191,22 +195,26 @@ def backward(
     """
     opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
+    block_values = blocks.values
     found: tuple[int, int] | None = None
 
     def run(lo: int, hi: int) -> None:
         nonlocal found
+        if hi - lo <= _FEW_NODES and all(j in block_values for j in range(lo, hi)):
+            # Array leaves and constants between block ops (a layer's W, the
+            # data X): a block node's scalar adjoint slot is never read, so
+            # the compiled sweep would do nothing here but cost its call.
+            return
         origin = sweeps.backward_range(opcode, in0, in1, val, adjoints, hi, lo, check)
         if found is None and origin != sweeps.NO_ORIGIN:
             found = (origin // 2, origin % 2)
 
-    block_values = blocks.values
+    operands_of, params_of = blocks.operands_table, blocks.params_table
     adopted_ids: set[int] = set()  # ids of the arrays adopted as adjoints in this sweep
 
-    def value_of(node: int) -> RuleValue:
-        block = block_values.get(node)
-        return block if block is not None else float(val[node])
-
     def step(node: int) -> None:
+        # The per-op cost of every eager backward: plain dict and list reads,
+        # no per-call helpers beyond the rule itself.
         nonlocal found
         g: RuleValue
         out: RuleValue = block_values.get(node)
@@ -219,29 +227,31 @@ def backward(
                 # reached element, which in the common case is the first.
                 return
         else:
-            g = float(adjoints[node])
-            if not sweeps.reached(g):
+            g = adjoints.item(node)
+            if g == 0.0 and math.copysign(1.0, g) < 0.0:  # UNREACHED: not sweeps.reached
                 return
-            out = float(val[node])
-        operands = blocks.operands(node)
+            out = val.item(node)
         if needed is not None and not needed[node]:
             return  # it depends on no wanted node, and neither do its operands
+        operands = operands_of[node]
         needs = operand_needs(operands, opcode, block_values, needed)
-        values = tuple([value_of(j) for j in operands])
-        partials = rules(int(opcode[node])).vjp(values, out, g, blocks.params(node), needs)
-        partials = tuple([p if want else None for p, want in zip(partials, needs, strict=True)])
+        values = tuple(
+            [v if (v := block_values.get(j)) is not None else val.item(j) for j in operands]
+        )
+        partials = rules(opcode.item(node)).vjp(values, out, g, params_of.get(node), needs)
         if check and found is None and np.isfinite(g).all():
             # As in the scalar sweep, a constant's adjoint reaches nothing
             # (X ** 3.0 at X < 0 sends nan to its exponent): only others count.
-            for slot, (j, contribution) in enumerate(zip(operands, partials, strict=True)):
+            for slot, (j, contribution, want) in enumerate(zip(operands, partials, needs)):
                 if (
-                    contribution is not None
+                    want
+                    and contribution is not None
                     and opcode[j] != optable.CONST
                     and not np.isfinite(contribution).all()
                 ):
                     found = (node, slot)
                     break
-        deliver(operands, partials, adjoints, block_adjoints, block_values, adopted_ids)
+        deliver(operands, partials, adjoints, block_adjoints, block_values, adopted_ids, needs)
 
     relevant, lowest = plan(tape, root) if visits is None else visits
     if lowest == 0 and not blocks.ops and seed is None:  # one compiled sweep, seed included
@@ -271,18 +281,23 @@ def operand_needs(
     a leaf: its adjoint goes no further, so a product need not settle the
     reach of its zeros. Everything to the rest.
     """
-    needs = []
-    for j in operands:
-        code = opcode[j]
-        data = code == CONST and j in block_values
-        wanted = bool(needed[j]) if needed is not None else not data
-        if not wanted:
-            needs.append(Need.NOTHING)
-        elif code == INPUT:
-            needs.append(Need.VALUES)
-        else:
-            needs.append(Need.ALL)
-    return tuple(needs)
+    if needed is None:
+        return tuple(
+            [
+                _NOTHING if code == CONST and j in block_values else _VALUES if code == INPUT else _ALL
+                for j in operands
+                for code in (opcode.item(j),)
+            ]
+        )
+    return tuple(
+        [
+            _NOTHING if not needed[j] else _VALUES if opcode.item(j) == INPUT else _ALL
+            for j in operands
+        ]
+    )
+
+
+_NOTHING, _VALUES, _ALL = Need.NOTHING, Need.VALUES, Need.ALL
 
 
 def deliver(
@@ -292,10 +307,13 @@ def deliver(
     block_adjoints: dict[int, FloatArray],
     block_values: dict[int, FloatArray],
     adopted_ids: set[int],
+    needs: Sequence[int] | None = None,
 ) -> None:
-    """Add a block rule's contribution for each operand (None: nothing) to its adjoint."""
-    for j, contribution in zip(operands, contributions, strict=True):
-        if contribution is None:
+    """Add a block rule's contribution for each operand (None, or a false entry of
+    ``needs``: nothing) to its adjoint."""
+    for slot, j in enumerate(operands):
+        contribution = contributions[slot]
+        if contribution is None or (needs is not None and not needs[slot]):
             continue
         if j not in block_values:
             adjoints[j] += float(contribution)
@@ -439,14 +457,10 @@ def owned(array: RuleValue, adopted: set[int]) -> FloatArray:
     sweep has adopted already (its ``id`` is in ``adopted``), is copied: an adjoint
     must never alias another array, since it is accumulated in place.
     """
-    if (
-        type(array) is np.ndarray
-        and array.dtype == np.float64
-        and fresh(array)
-        and array.flags.writeable
-        and array.flags.c_contiguous
-    ):
-        return array.copy() if id(array) in adopted else array
+    if type(array) is np.ndarray and array.dtype == np.float64 and fresh(array):
+        flags = array.flags
+        if flags.writeable and flags.c_contiguous:
+            return array.copy() if id(array) in adopted else array
     return np.array(array, dtype=np.float64)
 
 

@@ -3428,6 +3428,22 @@ def tangent_sweep(
 
 
 @kernel
+def zeros_and_nonfinite(out: FloatArray) -> tuple[int, int]:
+    """How many elements of the 2-D ``out`` are zero and how many non-finite.
+
+    ``nonfinite_lines``'s count alone, with nothing to mark: the one read a
+    product of finite data without zeros needs (``fastad/reach.py``).
+    """
+    zeros = nonfinite = 0
+    for i in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            value = out[i, k]
+            zeros += value == 0.0
+            nonfinite += not (fabs(value) <= FLOAT_MAX)  # inf, -inf and nan
+    return zeros, nonfinite
+
+
+@kernel
 def nonfinite_lines(
     out: FloatArray, rows: BoolArray, columns: BoolArray, zero_rows: IdArray
 ) -> tuple[int, int]:
