@@ -30,7 +30,7 @@ from fastad.operators import Operators, is_number
 from fastad.storage import as_stored
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber
+    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber, RuleValue
     from fastad.tape import Tape
 
     NodeRef: TypeAlias = "Node | int | np.integer[Any]"
@@ -439,7 +439,9 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     # Every block op an eager program records passes here: one pass over the
     # operands, no helper calls but the rule's own.
     generation, block_values = tape.generation, tape.blocks.values
-    values, shapes, ids = [], [], []
+    values: list[RuleValue] = []
+    shapes: list[tuple[int, ...]] = []
+    ids: list[int] = []
     for node in nodes:
         if node._generation != generation:
             check_live(node)  # raises: a stale handle's id names another node now
@@ -456,15 +458,18 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     operands = tuple(values)
     shape = entry.shape(tuple(shapes), params)
     result = entry.forward(operands, params)
+    saved = None
+    if entry.saves:
+        result, saved = result
     if shape == ():
         scalar = float(result)
-        return Var(tape, tape.push_block_op(code, tuple(ids), scalar, params), scalar)
+        return Var(tape, tape.push_block_op(code, tuple(ids), scalar, params, saved), scalar)
     array = as_stored(result)
     if array.shape != shape:
         raise AssertionError(
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
-    return Block(tape, tape.push_block_op(code, tuple(ids), array, params))
+    return Block(tape, tape.push_block_op(code, tuple(ids), array, params, saved))
 
 
 def record_block(
@@ -496,7 +501,7 @@ def compute_block(code: int, operands: tuple[Any, ...], params: object = None) -
         float(x) if np.ndim(x) == 0 else np.ascontiguousarray(x, dtype=np.float64) for x in operands
     )
     entry.shape(tuple(np.shape(value) for value in values), params)
-    return entry.forward(values, params)
+    return entry.value_of(values, params)
 
 
 def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:

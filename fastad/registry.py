@@ -75,7 +75,18 @@ class BlockRule:
         raise NotImplementedError
 
     def forward(self, values: Values, params: object) -> RuleValue:
+        """The node's value; with :attr:`saves`, ``(value, saved)``."""
         raise NotImplementedError
+
+    saves = False
+    """The forward returns ``(value, saved)``: what the VJP would otherwise
+    compute again (a cross-entropy's log-softmax), kept beside the node for
+    the backward sweep (:meth:`vjp_saved`)."""
+
+    def value_of(self, values: Values, params: object) -> RuleValue:
+        """The node's value alone, what :meth:`forward` gives without what it saves."""
+        result = self.forward(values, params)
+        return result[0] if self.saves else result
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
@@ -86,6 +97,22 @@ class BlockRule:
         the work for the others may be skipped (their entry is then None).
         """
         raise NotImplementedError
+
+    def vjp_saved(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        params: object,
+        needs: Needs,
+        saved: tuple[Any, ...],
+    ) -> Values:
+        """:meth:`vjp` reading what the forward saved (a rule with :attr:`saves`).
+
+        The same contributions, bit for bit: ``saved`` is what the VJP would
+        compute again. A rule that saves nothing has only :meth:`vjp`.
+        """
+        raise NotImplementedError(f"the block op {self.name!r} saves nothing for its VJP")
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         """The output tangent from the operands' (None: nothing reached that operand)."""
@@ -143,14 +170,14 @@ def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
     elif extra < 0:
         shape_a = (1,) * -extra + shape_a
     shape = []
-    for n, m in zip(shape_a, shape_b):
+    for n, m in zip(shape_a, shape_b, strict=True):
         if n == m or m == 1:
             shape.append(n)
         elif n == 1:
             shape.append(m)
         else:
             raise ValueError(
-                f"shapes {shape_a[max(-extra, 0):]} and {shape_b[max(extra, 0):]} cannot be "
+                f"shapes {shape_a[max(-extra, 0) :]} and {shape_b[max(extra, 0) :]} cannot be "
                 "broadcast together (NumPy rules: trailing axes must match or be 1)"
             )
     return tuple(shape)
@@ -460,15 +487,14 @@ def log_softmax_rows(rows: FloatArray) -> tuple[FloatArray, FloatArray]:
     relative at 1e4). A row whose maximum is infinite or nan gets ``x - m``
     and logsumexp ``m``: IEEE's answers (inf for a row holding inf, -inf for
     a row of -inf, nan with a nan). NumPy's vectorised exp does the exps (a
-    compiled loop calling exp per element is several times slower), compiled
-    passes the row reductions.
+    compiled loop calling exp per element is several times slower), two
+    compiled passes the rest: the maxima and the shift, then the sums, their
+    logs and the subtraction.
     """
-    shift = fused.row_max(rows)
-    with np.errstate(invalid="ignore", over="ignore"):
-        log_p = rows - shift[:, np.newaxis]
-        log_total = fused.row_log_sums(np.exp(log_p), shift)
-        log_p -= log_total[:, np.newaxis]
-        return log_p, shift + log_total
+    log_p, shift = fused.shifted_rows(rows)
+    # Every x - m is at most 0 or nan: the exps neither overflow nor warn.
+    log_total = fused.finish_log_softmax(log_p, np.exp(log_p), shift)
+    return log_p, shift + log_total
 
 
 def _per_row(x: RuleValue) -> FloatArray:
@@ -952,7 +978,9 @@ class CrossEntropy(BlockRule):
     def _weight(self, count: int, params: Any) -> float:
         return 1.0 if params == "sum" else 1.0 / count if count else math.nan
 
-    def forward(self, values: Values, params: Any) -> RuleValue:
+    saves = True  # the log-softmax rows and the checked targets, for the VJP
+
+    def forward(self, values: Values, params: Any) -> tuple[float, Any]:
         rows, targets = self._rows(values)
         log_p = log_softmax_rows(rows)[0]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, silently
@@ -960,19 +988,33 @@ class CrossEntropy(BlockRule):
                 total = 0.0 - float(log_p[np.arange(rows.shape[0]), targets].sum())
             else:
                 total = float(fused.cross_entropy_rows(log_p, targets).sum())
-        return total * self._weight(rows.shape[0], params)
+        return total * self._weight(rows.shape[0], params), (log_p, targets)
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
     ) -> Values:
+        rows, targets = self._rows(values)
+        return self.vjp_saved(values, out, g, params, needs, (log_softmax_rows(rows)[0], targets))
+
+    def vjp_saved(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs, saved: Any
+    ) -> Values:
         X, T = values
-        dX, dT = self._gradients(values, float(g) * self._weight(_samples(X), params))
+        w = float(g) * self._weight(_samples(X), params)
+        log_p, targets = saved
+        dX, dT = self._from_log_softmax(log_p, targets, w)
         return dX.reshape(X.shape), None if dT is None else dT.reshape(np.shape(T))
 
     def _gradients(self, values: Values, w: float) -> tuple[FloatArray, FloatArray | None]:
         """``w`` times the derivatives of the summed loss for X and T (None for labels)."""
         rows, targets = self._rows(values)
-        log_p = log_softmax_rows(rows)[0]
+        return self._from_log_softmax(log_softmax_rows(rows)[0], targets, w)
+
+    @staticmethod
+    def _from_log_softmax(
+        log_p: FloatArray, targets: Any, w: float
+    ) -> tuple[FloatArray, FloatArray | None]:
+        """:meth:`_gradients` from the rows' log-softmax and the targets ``_rows`` gives."""
         P = np.exp(log_p)
         if targets.ndim == 1:
             return fused.cross_entropy_labels_backward(P, targets, w), None

@@ -101,6 +101,8 @@ class BlockTable:
     def __init__(self) -> None:
         self.values: dict[int, FloatArray] = {}
         self.adjoints: dict[int, FloatArray] = {}
+        # What a rule's forward kept for its VJP (``BlockRule.saves``), by block op id.
+        self.saved: dict[int, tuple[Any, ...]] = {}
         self.nbytes = 0  # held by the arrays in values
         self._ops: list[int] = []
         self._op_ids = _Growing(np.int64)  # _ops as an array, extended lazily
@@ -118,6 +120,7 @@ class BlockTable:
     def clear(self) -> None:
         self.values.clear()
         self.adjoints.clear()
+        self.saved.clear()
         self.nbytes = 0
         self._ops.clear()
         self._op_ids.clear()
@@ -138,6 +141,16 @@ class BlockTable:
             self.nbytes -= _owned_bytes(old)
         self.values[node] = array
         self.nbytes += _owned_bytes(array)
+
+    def keep_saved(self, node: int, saved: tuple[Any, ...]) -> None:
+        """Keep what block op ``node``'s forward saved for its VJP (arrays it owns)."""
+        for old in self.saved.get(node, ()):
+            if isinstance(old, np.ndarray):
+                self.nbytes -= old.nbytes
+        self.saved[node] = saved
+        for array in saved:
+            if isinstance(array, np.ndarray):
+                self.nbytes += array.nbytes
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
         """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""
@@ -239,6 +252,7 @@ class TapeStorage:
         self._corrupted = False
         self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
         self._scratch = np.zeros(0, np.bool_)  # all False between uses (see reaching)
+        self._column_views: tuple[int, OpcodeArray | None, Any] = (-1, None, ())
         # Rows not yet in the arrays, one list per column: appending to four
         # lists allocates nothing the garbage collector tracks (a row tuple
         # would), and the collector's passes were the largest recording cost.
@@ -316,9 +330,15 @@ class TapeStorage:
         return node
 
     def push_block_op(
-        self, code: int, operands: tuple[int, ...], value: FloatArray | float, params: object
+        self,
+        code: int,
+        operands: tuple[int, ...],
+        value: FloatArray | float,
+        params: object,
+        saved: tuple[Any, ...] | None = None,
     ) -> int:
-        """Append a node computed by a block rule: an array value, or a float (a sum)."""
+        """Append a node computed by a block rule: an array value, or a float (a sum), and
+        what its forward saved for the VJP (None: nothing)."""
         in0 = operands[0]
         in1 = operands[1] if len(operands) > 1 else -1
         ops = self.blocks.ops
@@ -331,6 +351,8 @@ class TapeStorage:
             self._corrupted = True
             raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
         self.blocks.add_op(node, operands, params)
+        if saved is not None:
+            self.blocks.keep_saved(node, saved)
         return node
 
     def _store(self, node: int, array: FloatArray) -> None:
@@ -541,8 +563,13 @@ class TapeStorage:
         For the sweep driver and the kernels; users get read-only views.
         """
         self.sync()
-        n = self._n
-        return self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n], self._grad[:n]
+        n, opcode = self._n, self._opcode
+        held_n, held_opcode, views = self._column_views
+        if held_n == n and held_opcode is opcode:  # every sweep reads them: make them once
+            return views
+        views = (opcode[:n], self._in0[:n], self._in1[:n], self._val[:n], self._grad[:n])
+        self._column_views = (n, opcode, views)  # new arrays (growth, trim) are new views
+        return views
 
     def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
         """A mask of ``root`` and every node it depends on, and the lowest such id."""

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 class Rule(Protocol):
     """What the driver needs of a block op's registry entry."""
 
+    saves: bool
+
     def forward(self, values: tuple[RuleValue, ...], params: object) -> RuleValue: ...
 
     def vjp(
@@ -48,6 +50,16 @@ class Rule(Protocol):
         g: RuleValue,
         params: object,
         needs: tuple[int, ...] | None = None,
+    ) -> tuple[RuleValue, ...]: ...
+
+    def vjp_saved(
+        self,
+        values: tuple[RuleValue, ...],
+        out: RuleValue,
+        g: RuleValue,
+        params: object,
+        needs: tuple[int, ...] | None,
+        saved: tuple[object, ...],
     ) -> tuple[RuleValue, ...]: ...
 
     def jvp(
@@ -153,7 +165,11 @@ def replay(tape: TapeStorage, rules: Rules) -> None:
 
     def step(node: int) -> None:
         values = tuple(tape.value(j) for j in blocks.operands(node))
-        value = rules(int(opcode[node])).forward(values, blocks.params(node))
+        rule = rules(int(opcode[node]))
+        value = rule.forward(values, blocks.params(node))
+        if rule.saves:
+            value, saved = value
+            blocks.keep_saved(node, saved)
         if node in blocks.values:
             blocks.store(node, as_stored(value))
         else:
@@ -209,7 +225,7 @@ def backward(
         if found is None and origin != sweeps.NO_ORIGIN:
             found = (origin // 2, origin % 2)
 
-    operands_of, params_of = blocks.operands_table, blocks.params_table
+    operands_of, params_of, saved_of = blocks.operands_table, blocks.params_table, blocks.saved
     adopted_ids: set[int] = set()  # ids of the arrays adopted as adjoints in this sweep
 
     def step(node: int) -> None:
@@ -238,11 +254,17 @@ def backward(
         values = tuple(
             [v if (v := block_values.get(j)) is not None else val.item(j) for j in operands]
         )
-        partials = rules(opcode.item(node)).vjp(values, out, g, params_of.get(node), needs)
+        rule, saved = rules(opcode.item(node)), saved_of.get(node)
+        if saved is None:
+            partials = rule.vjp(values, out, g, params_of.get(node), needs)
+        else:
+            partials = rule.vjp_saved(values, out, g, params_of.get(node), needs, saved)
         if check and found is None and np.isfinite(g).all():
             # As in the scalar sweep, a constant's adjoint reaches nothing
             # (X ** 3.0 at X < 0 sends nan to its exponent): only others count.
-            for slot, (j, contribution, want) in enumerate(zip(operands, partials, needs)):
+            for slot, (j, contribution, want) in enumerate(
+                zip(operands, partials, needs, strict=True)
+            ):
                 if (
                     want
                     and contribution is not None
@@ -282,11 +304,15 @@ def operand_needs(
     reach of its zeros. Everything to the rest.
     """
     if needed is None:
+        codes = [opcode.item(j) for j in operands]
         return tuple(
             [
-                _NOTHING if code == CONST and j in block_values else _VALUES if code == INPUT else _ALL
-                for j in operands
-                for code in (opcode.item(j),)
+                _NOTHING
+                if code == CONST and j in block_values
+                else _VALUES
+                if code == INPUT
+                else _ALL
+                for j, code in zip(operands, codes, strict=True)
             ]
         )
     return tuple(

@@ -140,9 +140,14 @@ def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArra
 # reductions along a short last axis cost ~10 us for a (256, 10) array),
 # the backward rules and the label checks.
 @kernel
-def row_max(X: FloatArray) -> FloatArray:
-    """The maximum of each row, nan if the row holds a nan (-inf for an empty row)."""
-    out = np.empty(X.shape[0])
+def shifted_rows(X: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``X - m`` per row and the rows' maxima ``m``: a log-softmax's first pass.
+
+    ``m`` is the row's maximum, nan if the row holds a nan (-inf for an
+    empty row); ``X - m`` is then IEEE's (``inf - inf`` is nan).
+    """
+    shifted = np.empty_like(X)
+    shift = np.empty(X.shape[0])
     for r in range(X.shape[0]):
         m = -np.inf
         for c in range(X.shape[1]):
@@ -152,16 +157,21 @@ def row_max(X: FloatArray) -> FloatArray:
                 break
             if x > m:
                 m = x
-        out[r] = m
-    return out
+        shift[r] = m
+        for c in range(X.shape[1]):
+            shifted[r, c] = X[r, c] - m
+    return shifted, shift
 
 
 @kernel
-def row_log_sums(E: FloatArray, shift: FloatArray) -> FloatArray:
-    """``log(sum(E[r]))`` per row, ``E = exp(X - shift)``; 0 where ``shift`` is not finite.
+def finish_log_softmax(shifted: FloatArray, E: FloatArray, shift: FloatArray) -> FloatArray:
+    """``log(sum(E[r]))`` per row, subtracted in place from ``shifted``; ``E = exp(shifted)``.
 
-    A row whose maximum is infinite or nan keeps ``X - shift`` as its
-    log-softmax and ``shift`` as its logsumexp: IEEE's answers.
+    ``shifted`` is ``X - shift`` (:func:`shifted_rows`) and becomes the
+    log-softmax. A row whose maximum is infinite or nan keeps ``X - shift``
+    as its log-softmax and ``shift`` as its logsumexp (its log-sum is 0):
+    IEEE's answers. Returns the log-sums (the logsumexp is ``shift`` plus
+    them).
     """
     out = np.zeros(E.shape[0])
     for r in range(E.shape[0]):
@@ -171,7 +181,10 @@ def row_log_sums(E: FloatArray, shift: FloatArray) -> FloatArray:
         total = 0.0
         for c in range(E.shape[1]):
             total += E[r, c]
-        out[r] = np.log(total)
+        log_total = np.log(total)
+        out[r] = log_total
+        for c in range(E.shape[1]):
+            shifted[r, c] -= log_total
     return out
 
 

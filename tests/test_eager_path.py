@@ -1,0 +1,138 @@
+"""The eager path's own pieces, each against an independent reference: the shape
+broadcast (NumPy's), the log-softmax rows (the formula in NumPy), what a
+rule's forward saves for its VJP (the VJP that computes it again), the
+first-element shortcut of the reach test, and the backward's skipping of
+runs that hold only array leaves (a long chain of them against NumPy's
+hand-written gradients)."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastad as fa
+from fastad import reach, registry
+from fastad.kernels import optable
+
+CROSS_ENTROPY = registry.RULES[optable.BLOCK_BY_NAME["cross_entropy"].code]
+
+axes = st.lists(st.sampled_from([0, 1, 2, 3, 5]), max_size=4).map(tuple)
+
+
+@given(axes, axes)
+def test_broadcast_shape_is_numpys(a, b):
+    try:
+        expected = np.broadcast_shapes(a, b)
+    except ValueError:
+        with pytest.raises(ValueError, match="cannot be broadcast"):
+            registry.broadcast_shape(a, b)
+        return
+    assert registry.broadcast_shape(a, b) == expected
+
+
+def test_broadcast_error_names_both_shapes():
+    with pytest.raises(ValueError, match=r"shapes \(2, 3, 4\) and \(5, 4\) cannot be broadcast"):
+        registry.broadcast_shape((2, 3, 4), (5, 4))
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(3, 4\)"):
+        registry.broadcast_shape((3,), (3, 4))
+
+
+def _log_softmax_in_numpy(rows):
+    """The formula, written out in NumPy: shift by the row maximum, subtract the log-sum."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        shift = np.array([np.nan if np.isnan(r).any() else r.max() for r in rows])
+        shifted = rows - shift[:, np.newaxis]
+        finite = np.isfinite(shift)
+        # Each row's sum left to right (cumsum's order; np.sum pairs elements),
+        # its log by the C library (math.log; NumPy's own log may differ in the last bit).
+        sums = np.cumsum(np.exp(shifted), axis=1)[:, -1]
+        log_total = np.array(
+            [math.log(t) if ok else 0.0 for t, ok in zip(sums, finite, strict=True)]
+        )
+        return shifted - log_total[:, np.newaxis], shift + log_total
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4])
+def test_log_softmax_rows_equal_the_formula_bit_for_bit(rng, scale):
+    rows = rng.normal(size=(64, 10)) * scale
+    rows[3, 2] = np.inf
+    rows[4, :] = -np.inf
+    rows[5, 1] = np.nan
+    rows[6, :] = 0.0
+    rows[7, 3] = -np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled passes and exp warn about nothing
+        log_p, lse = registry.log_softmax_rows(rows)
+    want_log_p, want_lse = _log_softmax_in_numpy(rows)
+    np.testing.assert_array_equal(log_p, want_log_p)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert np.isnan(log_p[5]).all() and lse[3] == np.inf and lse[4] == -np.inf
+
+
+@pytest.mark.parametrize("targets", ["labels", "probabilities"])
+def test_cross_entropy_keeps_its_log_softmax_for_the_vjp(rng, targets):
+    X = rng.normal(size=(16, 5))
+    if targets == "labels":
+        T = rng.integers(0, 5, size=16).astype(np.float64)
+    else:
+        T = rng.dirichlet(np.ones(5), size=16)
+    with fa.Tape() as tape:
+        logits = fa.var(X)
+        L = fa.cross_entropy(logits, T)
+        saved = tape.blocks.saved[L.id]
+        L.backward()
+    recomputed = CROSS_ENTROPY.vjp((X, T), L.value, 1.0, "mean")
+    np.testing.assert_array_equal(logits.grad, recomputed[0] + 0.0)
+    np.testing.assert_array_equal(saved[0], registry.log_softmax_rows(X)[0])
+    # A replay (tape.forward) saves it again, from the current values.
+    tape.forward()
+    assert tape.blocks.saved[L.id] is not saved
+    np.testing.assert_array_equal(tape.blocks.saved[L.id][0], saved[0])
+
+
+def test_saved_arrays_count_in_the_tapes_memory(rng):
+    X = rng.normal(size=(32, 8))
+    with fa.Tape() as tape:
+        logits = fa.var(X)
+        before = tape.blocks.nbytes
+        fa.cross_entropy(logits, rng.integers(0, 8, size=32))
+        labels_and_log_p = 32 + 32 + 32 * 8  # the labels constant, int labels, log-softmax
+        assert tape.blocks.nbytes - before == 8 * labels_and_log_p
+        tape.forward()  # replaces what was saved, counted once
+        assert tape.blocks.nbytes - before == 8 * labels_and_log_p
+
+
+def test_a_rule_that_saves_nothing_refuses_vjp_saved():
+    rule = registry.RULES[optable.BLOCK_BY_NAME["matmul"].code]
+    with pytest.raises(NotImplementedError, match="'matmul' saves nothing"):
+        rule.vjp_saved((np.ones((2, 2)), np.ones((2, 2))), None, np.ones((2, 2)), None, None, ())
+
+
+def test_any_reached_looks_past_an_unreached_first_element():
+    x = np.full((3, 4), reach.UNREACHED)
+    assert not reach.any_reached(x)
+    x[2, 3] = 0.0  # a reached zero, last
+    assert reach.any_reached(x)
+    assert reach.any_reached(np.array([np.nan, reach.UNREACHED]))
+    assert not reach.any_reached(np.full((0,), 1.0))
+
+
+def test_a_long_chain_between_array_leaves_matches_numpy(rng):
+    """Every other node is an array constant (a run the backward skips)."""
+    Y0, C = rng.normal(size=(4, 6)), rng.uniform(0.5, 1.5, size=(4, 6))
+    with fa.Tape():
+        Y = leaf = fa.var(Y0)
+        for _ in range(50):
+            Y = fa.tanh(Y * C)  # a constant C recorded before every product
+        Y.sum().backward()
+    forward, G = [], np.ones_like(Y0)
+    value = Y0
+    for _ in range(50):
+        value = np.tanh(value * C)
+        forward.append(value)
+    for value in reversed(forward):
+        G = G * (1.0 - value * value) * C
+    np.testing.assert_allclose(leaf.grad, G, rtol=1e-12, atol=1e-300)
