@@ -22,6 +22,8 @@ and the same layer trained in a long-lived-tape loop (``long_lived``).
   returns the loss in the place of ``H``, which it does not hand out;
 - ``numpy_loss``: ``numpy`` with the loss in the place of ``H``, the
   ``compiled`` way's outputs: its reference;
+- ``torch``: PyTorch float64 eager (``torch_layer``), on tensors made once
+  outside the timing (``torch_layer_setup``), skipped without torch;
 - ``scalars``: every multiply and add recorded as a scalar node
   (``fa.scalar_nodes``), the articles' "a matmul as 10^9 scalar nodes",
   only at sizes where that tape stays small (``SCALAR_NODE_LIMIT``).
@@ -41,7 +43,7 @@ import time
 
 import numpy as np
 from data import with_exact_zeros
-from models import generated
+from models import generated, load_torch
 
 import fastad as fa
 from fastad import registry
@@ -176,6 +178,30 @@ def compiled_layer(X, W, b, G):
         _COMPILED[key] = f
     loss, (dX, dW, db) = f.value_and_grad((X, W, b, G))
     return loss, dX, dW, db
+
+
+def torch_layer_setup(X, W, b, G):
+    """``(torch_layer, arguments)``: PyTorch float64 eager on tensors made once (the fastest
+    honest way: ``from_numpy`` shares memory, the parameters require gradients), one thread;
+    ``(None, why)`` where torch is not installed."""
+    torch, missing = load_torch()
+    if torch is None:
+        return None, missing
+    torch.set_num_threads(1)
+    tensors = [torch.from_numpy(a) for a in (X, W, b, G)]
+    for t in tensors[:3]:
+        t.requires_grad_()
+    return torch_layer, tuple(tensors)
+
+
+def torch_layer(X, W, b, G):
+    """``relu(b + X @ W)`` (``addmm``, as ``nn.Linear``), the loss ``sum(H * G)``, backward,
+    the gradients (cleared by setting them to None, as ``zero_grad``)."""
+    for t in (X, W, b):
+        t.grad = None
+    H = b.addmm(X, W).relu()
+    (H * G).sum().backward()
+    return H.detach().numpy(), X.grad.numpy(), W.grad.numpy(), b.grad.numpy()
 
 
 WAYS = {

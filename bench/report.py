@@ -20,6 +20,10 @@ fused kernels without a tape and the unfused ``fa.relu(X @ W + b)`` have
 rows of their own, and the long-lived-tape row compares late with early
 steps of one training loop that never resets its tape.
 
+The eager-op rows (``test_bench_eager.py``) give what one block op costs on
+a tape, recording and backward, per op, on small arrays; the (8, 64, 64)
+layer on a tape also runs against PyTorch float64 eager.
+
 The small-model rows (``test_bench_models.py``) time one training step of
 a 64 -> 128 -> 10 MLP (fastad eager and compiled against NumPy by hand and
 PyTorch float64, "torch absent" where it is not installed), logistic
@@ -173,6 +177,8 @@ def rows(table):
         ("compiled", (64, 512, 1024), 1.0),
     ):
         _layer_row(table, add, way, size, goal, "dense")
+    _torch_layer_row(table, add, (8, 64, 64), 0.5)
+    _eager_op_rows(table, add)
     _exact_zero_layer_rows(table, add)
     loop = find(table, "test_long_lived_tape")
     if loop and "late_over_early" in loop:
@@ -475,6 +481,40 @@ def _layer_row(table, add, way, size, goal, data):
         + (", with the loss" if way == "compiled" else ""),
         goal,
     )
+
+
+def _torch_layer_row(table, add, size, goal):
+    """linear+ReLU on a tape (what a user calls) against PyTorch float64 eager."""
+    B, n, h = size
+    mine = find(table, "test_fused", way="fused", data="dense", B=B, n=n, h=h)
+    theirs = find(table, "test_fused", way="torch", data="dense", B=B, n=n, h=h)
+    target = f"linear_relu on a tape {B}x{n}x{h} / PyTorch eager"
+    if mine and theirs:
+        _ratio_row(add, target, mine, theirs, "PyTorch float64, 1 thread", goal)
+    elif mine:
+        add(target, _layer_time(mine["seconds"]), "-", None, f"<= {goal}", "torch absent")
+
+
+EAGER_OP_GOAL_US = 5.0
+
+
+def _eager_op_rows(table, add):
+    """One block op on a tape, recording and backward, in microseconds per op."""
+    ops = sorted({info["op"] for name, info in table.items() if name.startswith("test_eager_op")})
+    for op in ops:
+        record = find(table, "test_eager_op", op=op, phase="record")
+        backward = find(table, "test_eager_op", op=op, phase="backward")
+        if not (record and backward):
+            continue
+        worst = max(record["us_per_op"], backward["us_per_op"])
+        add(
+            f"eager {op} on (8, 16): record / backward, per op",
+            f"{record['us_per_op']:.1f} / {backward['us_per_op']:.1f} us",
+            "-",
+            worst / EAGER_OP_GOAL_US,
+            f"<= {EAGER_OP_GOAL_US:g} us each",
+            worst <= EAGER_OP_GOAL_US,
+        )
 
 
 def _exact_zero_layer_rows(table, add):

@@ -1,4 +1,4 @@
-"""The ``fused`` group: linear+ReLU forward+backward, five ways, several sizes;
+"""The ``fused`` group: linear+ReLU forward+backward, several ways and sizes;
 and ``long_lived``: the layer trained with every step on one tape.
 
 ``python -m pytest bench -k fused``. Each ``test_fused`` case checks its
@@ -7,7 +7,8 @@ the JIT, and stores ``us_per_call`` and ``gflops`` (three (B, n, h)
 products per call) in ``extra_info`` when timing ran. The ``fused`` and
 ``blocks`` ways run through the public API on a fresh tape per call; the
 ``kernels`` way is the fused kernels without a tape; the ``compiled`` way
-the layer's loss compiled to one generated kernel. The scalar-node way
+the layer's loss compiled to one generated kernel; the ``torch`` way
+PyTorch float64 eager (skipped, saying why, without torch). The scalar-node way
 runs only where its tape stays small (``layer.SCALAR_NODE_LIMIT``): at
 (64, 256, 512) it would record 1.7e7 nodes and at (64, 512, 1024) 6.7e7
 (gigabytes of Python objects), so those cases are not generated.
@@ -37,6 +38,7 @@ from layer import (
     numpy_loop,
     reference_layer,
     scalar_nodes_fit,
+    torch_layer_setup,
 )
 
 # Every way on Gaussian inputs; every way but the scalar nodes also on inputs
@@ -44,9 +46,10 @@ from layer import (
 CASES = [
     (size, way, data)
     for size in SIZES
-    for way in WAYS
+    for way in (*WAYS, "torch")
     for data in DATA[:2]
-    if (way != "scalars" or scalar_nodes_fit(*size)) and (way != "scalars" or data == "dense")
+    if (way != "scalars" or scalar_nodes_fit(*size))
+    and (way not in ("scalars", "torch") or data == "dense")
 ]
 # SGD over 2050 steps could compound each step's rounding; measured, the two
 # loops end bitwise equal on (8, 64, 64), and no pre-activation comes within
@@ -70,8 +73,13 @@ def rounds(B, n, h, way):
 def test_fused(benchmark, size, way, data):
     B, n, h = size
     arrays = layer_inputs(B, n, h, data=data)
-    function = WAYS[way]
     expected = reference_layer(*arrays)
+    if way == "torch":  # the peer, on tensors made once
+        function, arrays = torch_layer_setup(*arrays)
+        if function is None:
+            pytest.skip(arrays)
+    else:
+        function = WAYS[way]
     if way in ("compiled", "numpy_loss"):  # the loss in H's place
         expected = ((expected[0] * arrays[3]).sum(), *expected[1:])
     for got, want in zip(function(*arrays), expected, strict=True):  # checks and warms the JIT

@@ -593,7 +593,8 @@ class Block(Node, Operators["Block", "Block"]):
 
     @property
     def grad(self) -> FloatArray:
-        """d root / d block from the last ``backward`` (zeros before any), shaped like the value."""
+        """d root / d block from the last ``backward`` (zeros before any), shaped like the
+        value; read-only, like ``.value`` (``.copy()`` it to change it)."""
         check_live(self)
         return self._tape.block_adjoint(self._id)
 

@@ -175,7 +175,13 @@ class Tape(TapeStorage):
         return float(self.columns()[4][node])
 
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
-        """The adjoint array of a block node (zeros before any backward)."""
+        """The adjoint array of a block node (zeros before any backward), read-only.
+
+        The tape's own array, not a copy (copying a layer's weight gradient
+        cost as much as its backward product): read-only, like ``.value``,
+        and never changed afterwards. A later backward makes new arrays, so
+        one read keeps its numbers; ``.copy()`` it to change them.
+        """
         self.refuse_while_tracing("a block gradient")
         node = node_id if type(node_id) is int and node_id in self.blocks.values else None
         if node is None:
@@ -192,8 +198,13 @@ class Tape(TapeStorage):
             )
         gradient = self.blocks.adjoints.get(node)
         if gradient is None:
-            return np.zeros(self.blocks.values[node].shape)
-        return gradient + 0.0  # a copy, with no -0.0 (UNREACHED) elements
+            gradient = np.zeros(self.blocks.values[node].shape)
+        elif gradient.flags.writeable:  # its first read since the sweep that made it
+            # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
+            # result handed out does. In place, once: then it is frozen.
+            sweeps.settle_zero_signs(gradient.reshape(-1))
+        gradient.flags.writeable = False
+        return gradient
 
     def op_name(self, node_id: NodeRef) -> str:
         """The op-table name of one node."""

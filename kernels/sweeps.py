@@ -3569,6 +3569,15 @@ def settle_zeros(
 
 
 @kernel
+def settle_zero_signs(x: FloatArray) -> None:
+    """Make every zero of the 1-D ``x`` a +0.0, in place: an adjoint handed out, whose
+    UNREACHED (-0.0) elements mean "no gradient" and read as an ordinary 0."""
+    for t in range(x.size):
+        if x[t] == 0.0:
+            x[t] = 0.0
+
+
+@kernel
 def any_reached(x: FloatArray) -> bool:
     """Whether any element of a (C-contiguous) adjoint or tangent array was reached."""
     flat = x.reshape(x.size)

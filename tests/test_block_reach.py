@@ -287,7 +287,7 @@ def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
     assert len(caught) == 1
 
 
-def test_arrays_are_copied_in_and_out_so_mutation_never_corrupts_a_gradient():
+def test_arrays_are_copied_in_and_read_only_out_so_mutation_never_corrupts_a_gradient():
     X = np.array([1.0, 2.0, 3.0])
     with fa.Tape():
         Xv = fa.var(X)
@@ -298,9 +298,29 @@ def test_arrays_are_copied_in_and_out_so_mutation_never_corrupts_a_gradient():
         assert Xv.grad.tolist() == [2.0, 4.0, 6.0]
         with pytest.raises(ValueError, match="read-only"):
             Xv.value[0] = 5.0  # the tape's copy cannot be written through .value
-        gradient = Xv.grad
-        gradient[0] = -1.0  # .grad is a fresh copy too
+        with pytest.raises(ValueError, match="read-only"):
+            Xv.grad[0] = -1.0  # nor through .grad (the tape's own array, not a copy)
+        gradient = Xv.grad.copy()
+        gradient[0] = -1.0  # a copy is the caller's to change
         assert Xv.grad.tolist() == [2.0, 4.0, 6.0]
+        kept = Xv.grad
+        (Xv * 3.0).sum().backward()  # a later sweep makes new arrays
+        assert Xv.grad.tolist() == [3.0, 3.0, 3.0] and kept.tolist() == [2.0, 4.0, 6.0]
+        (Xv * Xv).sum().backward(accumulate=True)
+        assert Xv.grad.tolist() == [5.0, 7.0, 9.0] and kept.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_a_gradient_read_shows_no_negative_zeros():
+    # The elements of b that no sample reaches hold UNREACHED (-0.0) in the
+    # sweep: .grad reads them as +0.0, settled once, in place.
+    X = np.array([[1.0, 2.0], [3.0, 4.0]])
+    W = np.array([[1.0, -1.0, 0.0], [1.0, -1.0, 0.0]])
+    with fa.Tape():
+        Wv, bv = fa.var(W), fa.var(np.zeros(3))
+        fa.linear_relu(X, Wv, bv).sum().backward()
+        for gradient in (bv.grad, Wv.grad, bv.grad):
+            assert not np.signbit(gradient).any()
+        assert bv.grad.tolist() == [2.0, 0.0, 0.0]
 
 
 def test_adopted_adjoints_are_never_shared(rng):
