@@ -1226,7 +1226,9 @@ class BlockFunction:
         value = cast(float, self._output_value())  # a scalar output: a float
         if self._wrt is None:
             self._tape.backward(self._output, check=check)
-            return value, [node.grad for node in self._inputs]
+            # Fresh arrays, as generated code gives (a block's .grad is the tape's, read-only).
+            grads = [node.grad for node in self._inputs]
+            return value, [g.copy() if isinstance(g, np.ndarray) else g for g in grads]
         ids = [self._inputs[i].id for i in self._wrt[0]]
         gradients = self._tape.gradient(self._output, ids)
         if check and not all(np.isfinite(g).all() for g in gradients):

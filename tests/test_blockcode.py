@@ -615,3 +615,18 @@ def test_read_only_and_other_label_dtypes_compile_nothing_more(rng):
     assert len(kernel.signatures) == compiled_before  # converted, not compiled again
     for a, c in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_gradients_are_the_callers_to_change(rng, backend):
+    # Both tiers hand out fresh writable arrays (a block's .grad on the tape
+    # itself is read-only): changing one changes no later call's result.
+    X, W = rng.normal(size=(B, N)), rng.normal(size=(N, H))
+    f = fa.compile(lambda X, W: (fa.tanh(X @ W) ** 2).sum(), example=(X, W), backend=backend)
+    first = f.grad((X, W))
+    for g in first:
+        assert g.flags.writeable
+        g *= 0.0
+    again = f.grad((X, W))
+    assert all(np.abs(g).max() > 0.0 for g in again)
+    assert not any(np.shares_memory(g, h) for g in again for h in first)
