@@ -17,7 +17,10 @@ integer class labels. By default the loss is compiled once with
 call of a generated kernel (the whole forward and backward pass, NumPy's
 BLAS for the products; a few seconds to compile the first time, then
 cached on disk), and the data ``X`` and labels ``y`` get no gradient (so
-the first layer's ``dX`` product is never computed). ``--eager``
+the first layer's ``dX`` product is never computed). They are the batch
+(``batch=(4, 5)``): every epoch visits the training images once in a new
+order, in batches of 256 and a last, smaller one (1,500 = 5 x 256 + 220),
+which runs the same traced program without a new trace. ``--eager``
 records a fresh tape per step instead, the PyTorch way; both give the same
 numbers. The optimiser (SGD with momentum) is plain NumPy, separate from
 the gradients. At the end it prints the held-out accuracy and the time of
@@ -103,9 +106,12 @@ def eager_step(parameters, X, y):
 
 
 def compiled_step(parameters, X, y):
-    """A (loss, gradients) function for batches shaped like ``X``, traced once and run as
-    one generated kernel; the gradients go into the same arrays every step."""
-    f = fa.compile(loss, example=(*parameters, X, y), wrt=(0, 1, 2, 3), backend="codegen")
+    """A (loss, gradients) function for batches of any number of rows (``X``'s columns),
+    traced once and run as one generated kernel; the gradients go into the same arrays
+    every step."""
+    f = fa.compile(
+        loss, example=(*parameters, X, y), wrt=(0, 1, 2, 3), batch=(4, 5), backend="codegen"
+    )
     gradients = [np.empty_like(p) for p in parameters]
     return lambda parameters, X, y: f.value_and_grad((*parameters, X, y), out=gradients)
 
@@ -180,8 +186,11 @@ def train(
             f"{np.mean(X == 0.0):.0%} of the pixels exactly 0"
         )
     losses = []
+    order = np.empty(0, np.intp)
     for step in range(steps):
-        rows = rng.choice(X.shape[0], size=batch, replace=False)
+        if order.size == 0:  # a new epoch: every image once, in a new order
+            order = rng.permutation(X.shape[0])
+        rows, order = order[:batch], order[batch:]  # an epoch's last batch is smaller
         value, gradients = step_function(parameters, X[rows], labels[rows])
         for p, v, g in zip(parameters, velocity, gradients, strict=True):
             v *= momentum

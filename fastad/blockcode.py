@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from fastad import codegen
+from fastad import batch_axis, codegen
 from fastad.kernels import blas, blockgen, optable
 from fastad.registry import Reduction
 
@@ -46,6 +46,9 @@ MODES = blockgen.MODES
 COMPILE_SECONDS_FIXED = 0.5
 COMPILE_SECONDS_PER_ROW = 0.165
 BUDGET_ROWS = 60
+
+ROW_PLANS = 4
+"""How many numbers of rows besides the traced one keep their buffers (``batch=``)."""
 
 _FLOAT64 = np.dtype(np.float64)
 _INT64 = np.dtype(np.int64)
@@ -135,9 +138,11 @@ class BlockCode:
         constants: FloatArray,
         integers: Sequence[bool],
         title: str,
+        batch_axes: dict[int, tuple[int, ...]] | None = None,
     ) -> None:
         """``integers``: per argument, whether the example held integers (its class
-        labels, if it is only ever labels, are compiled for int64)."""
+        labels, if it is only ever labels, are compiled for int64). ``batch_axes``: per
+        array node, the axes along which a call's number of rows runs (``batch=``)."""
         reason = blas.unavailable()
         if reason is not None:
             raise Unsupported(reason)
@@ -158,14 +163,20 @@ class BlockCode:
         self._arrays: dict[int, FloatArray] = {}  # array constants, by node
         self._sources: dict[str, tuple[str, str]] = {}
         self._parameters: dict[str, list[blockgen.Parameter]] = {}
-        self._buffers: dict[str, dict[str, FloatArray]] = {}
         self._modules = codegen.Modules(self._source)
         self._prepared: set[str] = set()
-        self._plans: dict[str, _Plan] = {}
+        self._plans: dict[tuple[str, int | None], _Plan] = {}
+        self._batch_axes = dict(batch_axes or {})
+        self._rows: int | None = None  # the traced rows along the batch axes
+        for node, axes in self._batch_axes.items():
+            self._rows = program.nodes[node].shape[axes[0]]
+            break
         scalar_output = not program.nodes[program.output].shape
         self.modes = MODES if scalar_output else ("values",)
         for mode in self.modes:
-            self._source(mode)  # raises Unsupported now, not at the first call
+            text = self._source(mode)[0]  # raises Unsupported now, not at the first call
+            if self._rows is not None and text != self._source_at(mode, self._rows + 1)[0]:
+                raise Unsupported(f"the generated {mode} kernel differs at another number of rows")
 
     def set_array(self, node: int, value: FloatArray) -> None:
         """The value of array constant ``node`` (read-only; passed to every call)."""
@@ -191,6 +202,18 @@ class BlockCode:
             found = self._sources[mode] = (text, f"fastad_{codegen.module_key(text)}")
         return found
 
+    def _source_at(self, mode: str, rows: int) -> tuple[str, list[blockgen.Parameter]]:
+        """The module text and parameters of the program with ``rows`` rows along its
+        batch axes. The text holds no sizes, so it is the traced one; the parameters'
+        shapes (the buffers) follow the rows."""
+        nodes = tuple(
+            node._replace(shape=batch_axis.shape_at(node.shape, self._batch_axes[i], rows))
+            if i in self._batch_axes
+            else node
+            for i, node in enumerate(self.program.nodes)
+        )
+        return blockgen.module_source(self.program._replace(nodes=nodes), mode)
+
     def source(self, mode: str) -> str:
         """The text of ``mode``'s generated module."""
         return self._source(mode)[0]
@@ -208,30 +231,32 @@ class BlockCode:
         """Whether ``mode``'s kernel compiled into the cache before (a load, not a compile)."""
         return codegen.is_compiled(*self._source(mode))
 
-    def _buffer_set(self, mode: str) -> dict[str, FloatArray]:
-        found = self._buffers.get(mode)
-        if found is None:
-            found = {}
-            for parameter in self._parameters[mode]:
-                if parameter.role in ("scratch", "adjoint") or (
-                    parameter.role == "value" and parameter.node != self.program.output
-                ):
-                    found[parameter.name] = np.empty(parameter.shape)
-            self._buffers[mode] = found
-        return found
-
-    def _plan(self, mode: str) -> _Plan:
-        """What a call of ``mode`` passes: the fixed objects in place, the rest by slot."""
-        plan = self._plans.get(mode)
+    def _plan(self, mode: str, rows: int | None) -> _Plan:
+        """What a call of ``mode`` passes (with ``rows`` rows along the batch axes; None:
+        as traced): its buffers, allocated once, in place, the rest by slot."""
+        key = (mode, rows)
+        plan = self._plans.get(key)
         if plan is not None:
             return plan
         self._source(mode)
-        buffers = self._buffer_set(mode)
+        if rows is None or rows == self._rows:
+            parameters = self._parameters[mode]
+        else:
+            parameters = self._source_at(mode, rows)[1]
+            other_rows = [k for k in self._plans if k[0] == mode and k[1] not in (None, self._rows)]
+            if len(other_rows) >= ROW_PLANS:  # the oldest other number of rows goes
+                del self._plans[other_rows[0]]
+        buffers = {
+            parameter.name: np.empty(parameter.shape)
+            for parameter in parameters
+            if parameter.role in ("scratch", "adjoint")
+            or (parameter.role == "value" and parameter.node != self.program.output)
+        }
         template: list[Any] = []
         arguments, gradients = [], []
         output = scalars = -1
         wrt = self.program.wrt
-        for index, parameter in enumerate(self._parameters[mode]):
+        for index, parameter in enumerate(parameters):
             role = parameter.role
             fixed: Any = None
             if role == "argument":
@@ -254,7 +279,11 @@ class BlockCode:
         by_slot = {slot: index for index, slot, _ in gradients}
         returned = [(by_slot.get(slot, -1), slot) for slot in range(len(wrt))]
         output_shape = self.program.nodes[self.program.output].shape
-        plan = self._plans[mode] = _Plan(
+        if rows is not None and self.program.output in self._batch_axes:
+            output_shape = batch_axis.shape_at(
+                output_shape, self._batch_axes[self.program.output], rows
+            )
+        plan = self._plans[key] = _Plan(
             getattr(self.module(mode), mode),
             template,
             arguments,
@@ -309,7 +338,11 @@ class BlockCode:
         return np.array(self._arrays[output], dtype=_FLOAT64)
 
     def run(
-        self, mode: str, arguments: Sequence[Any], out: Sequence[Any] | None = None
+        self,
+        mode: str,
+        arguments: Sequence[Any],
+        out: Sequence[Any] | None = None,
+        rows: int | None = None,
     ) -> tuple[int, Any, list[Any] | None]:
         """One call of ``mode``'s kernel at ``arguments`` (validated by the caller):
         ``(status, value, gradients)``. The status is ``OK``, a failed guard's index,
@@ -318,11 +351,12 @@ class BlockCode:
 
         ``out``: per ``wrt`` position, None or a float64 C-contiguous writable
         array of the argument's shape (validated by the caller) that receives
-        that gradient.
+        that gradient. ``rows``: the call's number of rows along the batch axes
+        (None: as traced); the buffers of the last few numbers of rows are kept.
         """
         if mode not in self._prepared:
             self.prepare(mode)
-        plan = self._plans.get(mode) or self._plan(mode)
+        plan = self._plans.get((mode, rows)) or self._plan(mode, rows)
         passed = plan.template.copy()
         kinds, integers = self._kinds, self._integers
         for index, position in plan.arguments:
@@ -417,11 +451,12 @@ def build(
     guards: Sequence[tuple[int, bool]],
     integers: Sequence[bool],
     title: str,
+    batch_axes: dict[int, tuple[int, ...]] | None = None,
 ) -> BlockCode:
     """The generated code of a traced tape, its array constants in place; raises
     :class:`Unsupported` naming what it cannot run."""
     program = program_of(tape, inputs, output, wrt, guards)
-    code = BlockCode(program, tape.val.copy(), integers, title)
+    code = BlockCode(program, tape.val.copy(), integers, title, batch_axes)
     for i, node in enumerate(program.nodes):
         value = tape.block_value(i)
         if node.op == "array" and value is not None:

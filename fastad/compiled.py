@@ -27,7 +27,7 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import blockcode, blockfile, npz
+from fastad import batch_axis, blockcode, blockfile, npz
 from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
 from fastad.errors import BranchError, NonFiniteError
 from fastad.kernels import optable, sweeps
@@ -89,6 +89,7 @@ def compile(
     example: Sequence[ArrayLike],
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
 ) -> BlockFunction: ...
@@ -110,6 +111,7 @@ def compile(
     example: Sequence[ArrayLike],
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
 ) -> Callable[[Traceable], BlockFunction]: ...
@@ -120,6 +122,7 @@ def compile(  # noqa: A001
     example: Any = None,
     optimize: bool = True,
     wrt: int | Sequence[int] | None = None,
+    batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
 ) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
@@ -150,6 +153,15 @@ def compile(  # noqa: A001
         gradient is computed for them (a layer's ``X @ W`` then costs one
         product backward, not two). An int gives one gradient, a sequence
         a list; by default every argument gets one.
+    batch : int or sequence of ints, optional
+        For a function of arrays: the positions of the arguments whose
+        first axis holds the examples (the data ``X``, the labels ``y``).
+        Calls may give them any number of rows, the same in each, without
+        a new trace: the last, smaller batch of an epoch runs the same
+        program. The function is traced twice (the second time with one
+        row more) and refused, naming the node, where anything but the
+        rows changes (``L / X.shape[0]`` freezes a length: ``.mean()``
+        divides by the rows of each call).
     backend : {"auto", "interpret", "codegen"}
         How a function of scalars is replayed; the results are the same bit
         for bit (a nan's sign and payload aside), only the time differs. ``"interpret"``: the lanes
@@ -188,12 +200,18 @@ def compile(  # noqa: A001
             example=example,
             optimize=optimize,
             wrt=wrt,
+            batch=batch,
             backend=backend,
             debug=debug,
         )
     _check_backend(backend)
     if _has_arrays(example):
-        return BlockFunction(function, example, wrt, debug, backend)
+        return BlockFunction(function, example, wrt, debug, backend, batch)
+    if batch is not None:
+        raise TypeError(
+            "batch= names arguments of a function of arrays (example=(X, W, ...)); a "
+            "compiled function of scalars already evaluates a batch of points: f(P), P (N, k)"
+        )
     if wrt is not None:
         raise TypeError(
             "wrt= chooses arguments of a function of arrays (example=(X, W, ...)); a "
@@ -1002,8 +1020,10 @@ class BlockFunction:
     output); ``f.value_and_grad((X, W, b))`` gives the scalar output and a
     list of gradients shaped like the arguments. An argument of another
     shape, rank or a non-real dtype raises an error naming the argument and
-    both shapes (the function is not traced again: trace one per shape).
-    Calls on one function are serialised by a lock.
+    both shapes (the function is not traced again: trace one per shape),
+    except along the batch axis of the arguments named by ``batch=``:
+    those take any number of rows, the same in each (``f.rows`` is the
+    traced number). Calls on one function are serialised by a lock.
 
     Two tiers run a call, as for functions of scalars (``backend``):
 
@@ -1039,27 +1059,34 @@ class BlockFunction:
         wrt: int | Sequence[int] | None = None,
         debug: bool = False,
         backend: str = "auto",
+        batch: int | Sequence[int] | None = None,
     ) -> None:
         if not callable(function):
             raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
         names = _argument_names(function, len(example))
         self._wrt = _positions(wrt, len(example))
+        positions = () if batch is None else batch_axis.positions(batch, example)
         values = [_block_argument(v, i) for i, v in enumerate(example)]
         self._lock = threading.Lock()
-        tape = Tape(trace=True, debug=debug)
-        with tape:
-            self._inputs: list[Var | Block] = [
-                tape.input(v, name) for v, name in zip(values, names, strict=True)
+        tape, self._inputs, self._output, self._guards = _trace(function, values, names, debug)
+        self._batch: tuple[int, ...] = positions
+        self._batch_axes: dict[int, batch_axis.Axes] = {}
+        if positions:
+            rows = np.shape(values[positions[0]])[0]
+            probe = [
+                batch_axis.with_one_more_row(v) if i in positions else v
+                for i, v in enumerate(values)
             ]
-            result = function(*self._inputs)
-        self._guards = tape.end_trace()
-        if isinstance(result, (tuple, list)):
-            raise ValueError("a function of arrays returns one output (a scalar or an array)")
-        self._output: Var | Block
-        if isinstance(result, Block) and result.tape is tape:
-            self._output = result
-        else:
-            self._output = _output_node(tape, result, 0)
+            try:
+                second, _, _, guards = _trace(function, probe, names, debug)
+            except Exception as error:
+                raise ValueError(
+                    f"batch=: tracing the function again with {rows + 1} rows (the batch "
+                    f"arguments' last row repeated) failed: {type(error).__name__}: {error}. "
+                    "A program for any number of rows makes nothing of the batch's length "
+                    "(an array of the example's rows, a length in the code)"
+                ) from error
+            self._batch_axes = batch_axis.batch_axes(tape, second, rows, (self._guards, guards))
         self._name = getattr(function, "__name__", "function")
         tape.freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
@@ -1092,6 +1119,7 @@ class BlockFunction:
                 self._guards,
                 integers,
                 f"the function of arrays {self._name!r}",
+                self._batch_axes,
             )
         except blockcode.Unsupported as error:
             if backend == "codegen":
@@ -1128,6 +1156,16 @@ class BlockFunction:
     def num_inputs(self) -> int:
         """The number of arguments a call takes."""
         return len(self._inputs)
+
+    @property
+    def batch(self) -> tuple[int, ...]:
+        """The positions of the arguments whose first axis is the batch (``batch=``)."""
+        return self._batch
+
+    @property
+    def rows(self) -> int | None:
+        """The number of rows traced along the batch axis (None without ``batch=``)."""
+        return self._shapes[self._batch[0]][0] if self._batch else None
 
     def tier(self, call: str = "grad") -> Tier:
         """Which tier runs ``call`` now, and why: ``"grad"`` (:meth:`value_and_grad`,
@@ -1174,7 +1212,9 @@ class BlockFunction:
         checked = self._checked(arguments)
         with self._lock:
             if not check and self._generated("values"):
-                status, value, _ = cast("blockcode.BlockCode", self._code).run("values", checked)
+                status, value, _ = cast("blockcode.BlockCode", self._code).run(
+                    "values", checked, None, self._call_rows(checked)
+                )
                 if status == blockcode.OK:
                     return cast("float | FloatArray", value)
             self._replay(checked, check)  # raises what the generated call refused
@@ -1208,7 +1248,7 @@ class BlockFunction:
         with self._lock:
             if not check and self._generated("grad"):
                 status, value, found = cast("blockcode.BlockCode", self._code).run(
-                    "grad", checked, targets
+                    "grad", checked, targets, self._call_rows(checked)
                 )
                 if status == blockcode.OK:  # arrays, and floats for scalars
                     gradients = cast("list[Any]", found)
@@ -1255,8 +1295,9 @@ class BlockFunction:
             form = "one array" if single else f"a list of {len(positions)} (arrays or None)"
             raise TypeError(f"out must be {form}, one per gradient, got {type(out).__name__}")
         checked: list[NDArray[np.float64] | None] = []
+        shapes = self._call_shapes(arguments)
         for position, array in zip(positions, listed, strict=True):
-            shape = self._shapes[position]
+            shape = shapes[position]
             if array is None:
                 checked.append(None)
                 continue
@@ -1312,8 +1353,9 @@ class BlockFunction:
         """
         if isinstance(self._output, Block):
             raise ValueError("hvp needs a scalar output; this function returns an array")
-        along = self._directions(directions)
-        _, products = self._swept(arguments, lambda ids: self._tape.hvp(self._output, ids, along))
+        checked = self._checked(arguments)
+        along = self._directions(directions, self._call_shapes(checked))
+        _, products = self._swept(checked, lambda ids: self._tape.hvp(self._output, ids, along))
         return _by_argument(products, self._wrt_positions()[1])
 
     def jvp(
@@ -1327,9 +1369,10 @@ class BlockFunction:
         scalar output). One forward-mode sweep on the interpreter; zero
         directions are strong zeros.
         """
-        along = self._directions(directions)
+        checked = self._checked(arguments)
+        along = self._directions(directions, self._call_shapes(checked))
         value, tangent = self._swept(
-            arguments, lambda ids: self._tape.tangent(self._output, ids, along)
+            checked, lambda ids: self._tape.tangent(self._output, ids, along)
         )
         if isinstance(tangent, np.ndarray) and tangent.ndim:
             return value, tangent + 0.0
@@ -1344,7 +1387,7 @@ class BlockFunction:
         needs no reduction); its zeros are strong zeros.
         """
         value, pulled = self._swept(
-            arguments, lambda ids: self._tape.vjp(self._output, ids, cotangent)
+            self._checked(arguments), lambda ids: self._tape.vjp(self._output, ids, cotangent)
         )
         return value, _by_argument(pulled, self._wrt_positions()[1])
 
@@ -1357,10 +1400,12 @@ class BlockFunction:
         whichever are fewer. The size is checked against the memory available
         first.
         """
+        checked = self._checked(arguments)
         positions, single = self._wrt_positions()
-        shapes = [self._shapes[p] for p in positions]
+        call_shapes = self._call_shapes(checked)
+        shapes = [call_shapes[p] for p in positions]
         sizes = [math.prod(shape) for shape in shapes]
-        output = self._output_value_shape()
+        output = self._output_shape_at(self._call_rows(checked))
         m, n = math.prod(output), sum(sizes)
         check_fits(
             8 * m * n,
@@ -1380,7 +1425,7 @@ class BlockFunction:
                     tangent = tape.tangent(self._output, ids, _unit(column, shapes))
                     matrix[:, column] = np.reshape(tangent, -1)
 
-        self._swept(arguments, sweeps)
+        self._swept(checked, sweeps)
         matrix += 0.0  # no -0.0
         blocks = np.split(matrix, np.cumsum(sizes)[:-1], axis=1)
         result = [
@@ -1396,8 +1441,10 @@ class BlockFunction:
         """
         if isinstance(self._output, Block):
             raise ValueError("hessian needs a scalar output; this function returns an array")
+        checked = self._checked(arguments)
         positions, single = self._wrt_positions()
-        shapes = [self._shapes[p] for p in positions]
+        call_shapes = self._call_shapes(checked)
+        shapes = [call_shapes[p] for p in positions]
         sizes = [math.prod(shape) for shape in shapes]
         n = sum(sizes)
         check_fits(8 * n * n, f"the Hessian of {n} inputs", "compute H v with f.hvp")
@@ -1408,7 +1455,7 @@ class BlockFunction:
                 product = self._tape.hvp(self._output, ids, _unit(row, shapes))
                 rows[row] = np.concatenate([np.reshape(p, -1) for p in product])
 
-        self._swept(arguments, sweeps)
+        self._swept(checked, sweeps)
         cuts = np.cumsum(sizes)[:-1]
         blocks = [np.split(band, cuts, axis=1) for band in np.split(rows, cuts, axis=0)]
         result = [
@@ -1417,10 +1464,10 @@ class BlockFunction:
         ]
         return result[0][0] if single else result
 
-    def _swept(self, arguments: Iterable[ArrayLike], sweep: Callable[[list[int]], Any]) -> Any:
-        """``(output value, sweep(ids))``: the tape replayed at ``arguments`` (checked),
-        then ``sweep`` of the differentiated arguments' node ids, under the lock."""
-        checked = self._checked(arguments)
+    def _swept(self, checked: list[Any], sweep: Callable[[list[int]], Any]) -> Any:
+        """``(output value, sweep(ids))``: the tape replayed at ``checked`` arguments
+        (from :meth:`_checked`), then ``sweep`` of the differentiated arguments' node ids,
+        under the lock."""
         positions, _ = self._wrt_positions()
         with self._lock:
             self._replay(checked)
@@ -1432,13 +1479,20 @@ class BlockFunction:
             return list(range(len(self._inputs))), False
         return list(self._wrt[0]), self._wrt[1]
 
-    def _output_value_shape(self) -> tuple[int, ...]:
-        """The output's shape: ``()`` for a scalar."""
+    def _output_shape_at(self, rows: int | None) -> tuple[int, ...]:
+        """The output's shape in a call with ``rows`` rows (None: no batch): ``()`` for a
+        scalar."""
         block = self._tape.block_value(self._output.id)
-        return () if block is None else tuple(block.shape)
+        if block is None:
+            return ()
+        axes = self._batch_axes.get(self._output.id, ())
+        return batch_axis.shape_at(tuple(block.shape), axes, rows) if rows else tuple(block.shape)
 
-    def _directions(self, directions: ArrayLike | Iterable[ArrayLike]) -> list[ArrayLike]:
-        """One direction per differentiated argument, each of its shape (else raises)."""
+    def _directions(
+        self, directions: ArrayLike | Iterable[ArrayLike], shapes: Sequence[tuple[int, ...]]
+    ) -> list[ArrayLike]:
+        """One direction per differentiated argument, each of its shape in this call
+        (``shapes``, from :meth:`_call_shapes`), else raises."""
         positions, single = self._wrt_positions()
         if not single and not isinstance(directions, (list, tuple)):
             raise TypeError(
@@ -1453,10 +1507,10 @@ class BlockFunction:
                 f"expected {len(positions)} directions, one per gradient, got {len(along)}"
             )
         for position, direction in zip(positions, along, strict=True):
-            if np.shape(direction) != self._shapes[position]:
+            if np.shape(direction) != shapes[position]:
                 raise ValueError(
                     f"the direction for argument {position} has shape {np.shape(direction)}, "
-                    f"the argument has {self._shapes[position]}"
+                    f"the argument has {shapes[position]}"
                 )
         return along
 
@@ -1466,12 +1520,18 @@ class BlockFunction:
         return block.copy() if block is not None else float(self._tape.value(node))
 
     def _checked(self, arguments: Iterable[ArrayLike]) -> list[Any]:
-        """The arguments as arrays, each of the traced shape and a real dtype (else raises)."""
+        """The arguments as arrays, each of the traced shape (any number of rows along the
+        batch axis, the same in each batch argument) and a real dtype (else raises)."""
         listed = list(arguments)
         if len(listed) != len(self._inputs):
             raise ValueError(f"expected {len(self._inputs)} arguments, got {len(listed)}")
+        shapes = self._shapes
+        if self._batch:
+            leading = np.shape(listed[self._batch[0]])[:1]
+            if leading and leading[0] >= 1:
+                shapes = self._shapes_at(leading[0])
         checked = []
-        for position, (shape, value) in enumerate(zip(self._shapes, listed, strict=True)):
+        for position, (shape, value) in enumerate(zip(shapes, listed, strict=True)):
             if type(value) is np.ndarray and value.dtype is _FLOAT64 and value.shape == shape:
                 checked.append(value)  # the common case, checked at once
                 continue
@@ -1481,13 +1541,46 @@ class BlockFunction:
                     f"argument {position} must hold real numbers, got dtype {array.dtype}"
                 )
             if array.shape != shape:
-                raise ValueError(
-                    f"argument {position} has shape {array.shape}, the traced function "
-                    f"expects {shape} (a function of arrays is traced for one shape of each "
-                    "argument: compile one per shape)"
-                )
+                raise ValueError(self._shape_error(position, array.shape, shape))
             checked.append(array)
         return checked
+
+    def _shape_error(self, position: int, found: tuple[int, ...], expected: tuple[int, ...]) -> str:
+        if position not in self._batch:
+            return (
+                f"argument {position} has shape {found}, the traced function expects "
+                f"{expected} (a function of arrays is traced for one shape of each argument: "
+                "compile one per shape, or name the arguments whose first axis is the batch "
+                "with batch=)"
+            )
+        traced = self._shapes[position]
+        if len(found) != len(traced) or found[1:] != traced[1:] or found[0] < 1:
+            return (
+                f"argument {position} has shape {found}, the traced function expects "
+                f"(rows,) + {traced[1:]} with at least one row (a batch argument: its first "
+                "axis is the batch)"
+            )
+        return (
+            f"argument {position} has {found[0]} rows, argument {self._batch[0]} has "
+            f"{expected[0]}: the batch arguments share one number of rows"
+        )
+
+    def _shapes_at(self, rows: int) -> list[tuple[int, ...]]:
+        """Every argument's shape in a call with ``rows`` rows along the batch axis."""
+        return [
+            (rows, *shape[1:]) if position in self._batch else shape
+            for position, shape in enumerate(self._shapes)
+        ]
+
+    def _call_shapes(self, checked: Sequence[Any]) -> list[tuple[int, ...]]:
+        """The shapes of checked arguments (the traced ones, but along the batch axis)."""
+        if not self._batch:
+            return self._shapes
+        return self._shapes_at(np.shape(checked[self._batch[0]])[0])
+
+    def _call_rows(self, checked: Sequence[Any]) -> int | None:
+        """The call's number of rows along the batch axis (None without one)."""
+        return np.shape(checked[self._batch[0]])[0] if self._batch else None
 
     def _replay(self, checked: list[Any], check: bool = False) -> None:
         tape = self._tape
@@ -1530,6 +1623,10 @@ class BlockFunction:
                     "wrt_single": self._wrt is not None and self._wrt[1],
                     "backend": self._backend,
                     "integers": self._integers,
+                    "batch": list(self._batch),
+                    "batch_axes": {
+                        str(node): list(axes) for node, axes in self._batch_axes.items()
+                    },
                 }
             ),
         }
@@ -1579,17 +1676,7 @@ def _positions(wrt: object, count: int) -> tuple[list[int], bool] | None:
     if wrt is None:
         return None
     single = not isinstance(wrt, (list, tuple))
-    listed = [wrt] if single else list(cast("Sequence[object]", wrt))
-    positions = []
-    for position in listed:
-        if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
-            raise TypeError(f"wrt holds argument positions (ints), got {position!r}")
-        if not -count <= position < count:
-            raise ValueError(f"wrt position {position} is out of range for {count} arguments")
-        positions.append(int(position) % count)
-    if not positions or len(set(positions)) != len(positions):
-        raise ValueError(f"wrt must name each argument at most once and at least one, got {wrt!r}")
-    return positions, single
+    return batch_axis.argument_positions(wrt, count, "wrt"), single
 
 
 def _argument_names(function: Traceable, count: int) -> list[str]:
@@ -1600,6 +1687,27 @@ def _argument_names(function: Traceable, count: int) -> list[str]:
     if found != count:
         raise ValueError(f"the function takes {found} arguments, the example has {count}")
     return names
+
+
+def _trace(
+    function: Traceable, values: Sequence[Any], names: Sequence[str], debug: bool
+) -> tuple[Tape, list[Var | Block], Var | Block, list[tuple[int, bool]]]:
+    """Trace a function of arrays at ``values``: its tape, input nodes, output node, guards."""
+    tape = Tape(trace=True, debug=debug)
+    with tape:
+        inputs: list[Var | Block] = [
+            tape.input(v, name) for v, name in zip(values, names, strict=True)
+        ]
+        result = function(*inputs)
+    guards = tape.end_trace()
+    if isinstance(result, (tuple, list)):
+        raise ValueError("a function of arrays returns one output (a scalar or an array)")
+    output = (
+        result
+        if isinstance(result, Block) and result.tape is tape
+        else _output_node(tape, result, 0)
+    )
+    return tape, inputs, output, guards
 
 
 def _block_argument(value: ArrayLike, position: int) -> FloatArray | float:
@@ -1679,8 +1787,75 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
         or not all(isinstance(flag, bool) for flag in integers)
     ):
         raise ValueError(f"{source}: metadata integers must be a list of {inputs.size} bools")
+    function._batch, function._batch_axes = _batch_state(meta, function, source)
     function._install_code(backend, integers)
     return function
+
+
+def _batch_state(
+    meta: Mapping[str, Any], function: BlockFunction, source: str
+) -> tuple[tuple[int, ...], dict[int, batch_axis.Axes]]:
+    """The batch positions and axes a saved function of arrays names, checked against its
+    tape: positions of array arguments, axes of array nodes holding the rows of the
+    batch arguments, and the program replayed with one row more (a node whose shape does
+    not follow is refused)."""
+    positions, axes = meta.get("batch", []), meta.get("batch_axes", {})
+    tape, count = function._tape, len(function._inputs)
+    if (
+        not isinstance(positions, list)
+        or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < count for p in positions
+        )
+        or len(set(positions)) != len(positions)
+        or not isinstance(axes, dict)
+    ):
+        raise ValueError(f"{source}: metadata batch must list distinct argument positions")
+    if not positions:
+        if axes:
+            raise ValueError(f"{source}: metadata batch_axes without batch positions")
+        return (), {}
+    shapes = [np.shape(tape.value(node.id)) for node in function._inputs]
+    if any(not shapes[p] for p in positions) or len({shapes[p][0] for p in positions}) != 1:
+        raise ValueError(f"{source}: batch arguments must be arrays with one number of rows")
+    rows = shapes[positions[0]][0]
+    found: dict[int, batch_axis.Axes] = {}
+    for key, listed in axes.items():
+        node = int(key) if isinstance(key, str) and key.isdigit() else -1
+        value = tape.block_value(node) if 0 <= node < len(tape) else None
+        if (
+            value is None
+            or not isinstance(listed, list)
+            or not listed
+            or not all(isinstance(a, int) and 0 <= a < value.ndim for a in listed)
+            or any(value.shape[a] != rows for a in listed)
+        ):
+            raise ValueError(f"{source}: batch_axes entry {key!r} names no axis of {rows} rows")
+        found[node] = tuple(sorted(set(listed)))
+    for p in positions:
+        if found.get(function._inputs[p].id, ()) != (0,):
+            raise ValueError(f"{source}: batch argument {p} must have its rows along axis 0")
+    # Replay with one row more: every node's shape must follow its axes.
+    kept = [tape.value(node.id) for node in function._inputs]
+    before = {node: blockcode.shape_of(tape, node) for node in range(len(tape))}
+    probe = [batch_axis.with_one_more_row(v) if i in positions else v for i, v in enumerate(kept)]
+    function._batch = tuple(positions)
+    try:
+        try:
+            function._replay(probe)
+        except BranchError:
+            pass  # a comparison of the new row's values: the shapes are what is checked
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{source}: the batch axes do not fit the program: {error}") from None
+        for node, shape in before.items():
+            now = blockcode.shape_of(tape, node)
+            if now != batch_axis.shape_at(shape, found.get(node, ()), rows + 1):
+                raise ValueError(
+                    f"{source}: node {node} has shape {now} at {rows + 1} rows, not its batch "
+                    f"axes' {batch_axis.shape_at(shape, found.get(node, ()), rows + 1)}"
+                )
+    finally:
+        function._replay(kept)
+    return tuple(positions), found
 
 
 def _from_state(state: Mapping[str, Any], source: str = "pickle") -> CompiledFunction:
