@@ -146,11 +146,11 @@ class BlockTable:
         """Keep what block op ``node``'s forward saved for its VJP (arrays it owns)."""
         for old in self.saved.get(node, ()):
             if isinstance(old, np.ndarray):
-                self.nbytes -= old.nbytes
+                self.nbytes -= _owned_bytes(old)
         self.saved[node] = saved
         for array in saved:
             if isinstance(array, np.ndarray):
-                self.nbytes += array.nbytes
+                self.nbytes += _owned_bytes(array)  # a view of a value is counted there
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
         """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""

@@ -202,6 +202,8 @@ class Tape(TapeStorage):
         elif gradient.flags.writeable:  # its first read since the sweep that made it
             # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
             # result handed out does. In place, once: then it is frozen.
+            if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
+                gradient = self.blocks.adjoints[node] = np.ascontiguousarray(gradient)
             sweeps.settle_zero_signs(gradient.reshape(-1))
         gradient.flags.writeable = False
         return gradient
