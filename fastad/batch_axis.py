@@ -90,9 +90,12 @@ def batch_axes(
     second: TapeStorage,
     rows: int,
     guards: tuple[Sequence[tuple[int, bool]], Sequence[tuple[int, bool]]],
+    arguments: Sequence[int],
 ) -> dict[int, Axes]:
     """The batch axes of every array node that has any, from traces at ``rows`` and
-    ``rows + 1`` rows (their tapes and their guards).
+    ``rows + 1`` rows (their tapes and their guards; ``arguments``: the argument
+    nodes). Every other leaf is frozen into the program as traced, a constant or a
+    leaf the function made itself (``fa.var`` inside it), and must not change.
 
     Raises ``ValueError`` naming the first node where the two traces differ
     in anything but the sizes along batch axes.
@@ -124,6 +127,7 @@ def batch_axes(
         if differs.size:
             raise refuse(int(differs[0]), f"has another {name} at {rows + 1} rows")
     opcode, value_a, value_b = columns_a[0], columns_a[3], columns_b[3]
+    argument_nodes = set(arguments)
     axes: dict[int, Axes] = {}
     for node in range(len(first)):
         block_a, block_b = first.block_value(node), second.block_value(node)
@@ -134,14 +138,15 @@ def batch_axes(
             (second.operands(node), second.blocks.params(node)),
         ):
             raise refuse(node, f"has other operands or parameters at {rows + 1} rows")
-        constant = opcode[node] == optable.CONST
+        code = opcode[node]
+        constant = code == optable.CONST or (code == optable.INPUT and node not in argument_nodes)
         if block_a is None or block_b is None:
             if constant and not _same(value_a[node], value_b[node]):
                 raise refuse(
                     node,
-                    f"is the constant {float(value_a[node])!r} at {rows} rows and "
+                    f"holds {float(value_a[node])!r} at {rows} rows and "
                     f"{float(value_b[node])!r} at {rows + 1}: a number computed from the "
-                    "number of rows (X.shape[0]?)",
+                    "number of rows (a length such as X.shape[0], or ddof of var or std)",
                 )
             continue
         if block_a.ndim != block_b.ndim:
@@ -160,8 +165,8 @@ def batch_axes(
         if constant and (moved or not _same(block_a, block_b)):
             raise refuse(
                 node,
-                f"is an array constant of shape {block_a.shape} that changes with the number "
-                "of rows (made from a length?): make it from the arguments",
+                f"is an array of shape {block_a.shape}, fixed in the program, that changes "
+                "with the number of rows (made from a length?): make it from the arguments",
             )
         if moved:
             axes[node] = moved

@@ -244,7 +244,7 @@ class BlockCode:
         else:
             parameters = self._source_at(mode, rows)[1]
             other_rows = [k for k in self._plans if k[0] == mode and k[1] not in (None, self._rows)]
-            if len(other_rows) >= ROW_PLANS:  # the oldest other number of rows goes
+            if len(other_rows) >= ROW_PLANS:  # the least recently used other number goes
                 del self._plans[other_rows[0]]
         buffers = {
             parameter.name: np.empty(parameter.shape)
@@ -356,7 +356,11 @@ class BlockCode:
         """
         if mode not in self._prepared:
             self.prepare(mode)
-        plan = self._plans.get((mode, rows)) or self._plan(mode, rows)
+        plan = self._plans.get((mode, rows))
+        if plan is None:
+            plan = self._plan(mode, rows)
+        elif rows is not None and rows != self._rows:  # most recently used: kept longest
+            self._plans[(mode, rows)] = self._plans.pop((mode, rows))
         passed = plan.template.copy()
         kinds, integers = self._kinds, self._integers
         for index, position in plan.arguments:

@@ -1086,7 +1086,9 @@ class BlockFunction:
                     "A program for any number of rows makes nothing of the batch's length "
                     "(an array of the example's rows, a length in the code)"
                 ) from error
-            self._batch_axes = batch_axis.batch_axes(tape, second, rows, (self._guards, guards))
+            self._batch_axes = batch_axis.batch_axes(
+                tape, second, rows, (self._guards, guards), [node.id for node in self._inputs]
+            )
         self._name = getattr(function, "__name__", "function")
         tape.freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
@@ -1624,6 +1626,7 @@ class BlockFunction:
                     "backend": self._backend,
                     "integers": self._integers,
                     "batch": list(self._batch),
+                    "rows": self.rows,
                     "batch_axes": {
                         str(node): list(axes) for node, axes in self._batch_axes.items()
                     },
@@ -1788,6 +1791,11 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     ):
         raise ValueError(f"{source}: metadata integers must be a list of {inputs.size} bools")
     function._batch, function._batch_axes = _batch_state(meta, function, source)
+    if function._batch:  # the traced number of rows (the tape holds the last call's)
+        rows = meta.get("rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            raise ValueError(f"{source}: metadata rows must be a positive int, got {rows!r}")
+        function._shapes = function._shapes_at(rows)
     function._install_code(backend, integers)
     return function
 

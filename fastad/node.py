@@ -518,6 +518,9 @@ def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)
         return out if out.ndim else float(out)
+    if Block not in map(type, operands):
+        # A 0-d array beside scalar nodes is a number (as_operand records it as one).
+        operands = tuple([float(v) if is_array(v) and v.ndim == 0 else v for v in operands])
     if Block not in map(type, operands) and not any(map(is_array, operands)):
         # Scalar nodes and numbers only: a scalar node, not a block op with a scalar value.
         return record(code, *operands) if arity == 2 else record_unary(code, operands[0])
@@ -710,6 +713,8 @@ class Block(Node, Operators["Block", "Block"]):
         """
         count = reduction(self.shape, axis, keepdims, self).count(self.shape)
         centred = self - self.mean(axis, keepdims=True)
+        if ddof == 0:  # the count read at run time: a compiled batch= function takes any rows
+            return (centred * centred).mean(axis, keepdims)
         squares = (centred * centred).sum(axis, keepdims)
         return squares / float(max(count - ddof, 0))  # as NumPy: inf or nan past n
 

@@ -252,7 +252,7 @@ class TapeStorage:
         self._corrupted = False
         self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
         self._scratch = np.zeros(0, np.bool_)  # all False between uses (see reaching)
-        self._column_views: tuple[int, OpcodeArray | None, Any] = (-1, None, ())
+        self._column_views: tuple[int, OpcodeArray | None, Any] = _NO_VIEWS
         # Rows not yet in the arrays, one list per column: appending to four
         # lists allocates nothing the garbage collector tracks (a row tuple
         # would), and the collector's passes were the largest recording cost.
@@ -398,6 +398,7 @@ class TapeStorage:
             new = np.zeros(capacity, old.dtype)
             new[: old.size] = old
             setattr(self, name, new)
+        self._column_views = _NO_VIEWS  # the old arrays go now, not at the next sweep
         self._warn_growth()
 
     def _warn_growth(self) -> None:
@@ -686,6 +687,7 @@ class TapeStorage:
         self.sync()
         for name in _COLUMNS:
             setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
+        self._column_views = _NO_VIEWS
 
     def fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
         """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
@@ -694,7 +696,11 @@ class TapeStorage:
             self._grow(n)
         self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n] = opcode, in0, in1, val
         self._n = self._synced = n
+        self._column_views = _NO_VIEWS
 
+
+_NO_VIEWS: tuple[int, None, tuple[()]] = (-1, None, ())
+"""``TapeStorage.columns``' cache when it holds nothing."""
 
 _CONCURRENT_RECORDING = (
     "several threads recorded onto this tape at the same time (or one read it while "

@@ -487,7 +487,7 @@ def owned(array: RuleValue, adopted: set[int]) -> FloatArray:
         flags = array.flags
         if flags.writeable and flags.c_contiguous:
             return array.copy() if id(array) in adopted else array
-    return np.array(array, dtype=np.float64)
+    return np.array(array, dtype=np.float64, order="C")
 
 
 __all__ = [

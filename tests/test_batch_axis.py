@@ -138,7 +138,7 @@ def test_an_array_output_follows_the_rows(rng):
     [
         (
             lambda X: X.sum() / X.shape[0],
-            r"node 2 \(const\) is the constant 16.0 at 16 rows and 17.0 at 17",
+            r"node 2 \(const\) holds 16.0 at 16 rows and 17.0 at 17",
         ),
         (
             lambda X: (X * np.ones((ROWS, IN))).sum(),
@@ -150,8 +150,23 @@ def test_an_array_output_follows_the_rows(rng):
         ),
         (lambda X: X.sum() if X.shape[0] == ROWS else X.mean(), r"has another opcode|records"),
         (lambda X: (X[:4] * 2.0).sum() + X[4:].sum(), r"depends on the number of rows"),
+        (lambda X: X.sum() * fa.var(1.0 / X.shape[0]), r"node 2 \(input\) holds 0.0625"),
+        (
+            lambda X: (X.sum(axis=1) * fa.var(np.arange(X.shape[0], dtype=float))).sum(),
+            r"node 2 \(input\) is an array of shape \(16,\), fixed in the program",
+        ),
+        (lambda X: X.var(ddof=1), r"holds 95.0 at 16 rows and 101.0 at 17"),
     ],
-    ids=["length-constant", "array-of-rows", "reshape", "branch-on-rows", "slice"],
+    ids=[
+        "length-constant",
+        "array-of-rows",
+        "reshape",
+        "branch-on-rows",
+        "slice",
+        "leaf-of-a-length",
+        "leaf-of-the-rows",
+        "var-ddof",
+    ],  # fmt: skip
 )
 def test_a_program_that_depends_on_the_rows_is_refused(rng, function, named):
     X = rng.normal(size=(ROWS, IN))
@@ -243,3 +258,25 @@ def test_generated_code_keeps_few_row_plans(data):
         f.value_and_grad((*parameters, X[:rows], y[:rows]))
     kept = {rows for _, rows in f._code._plans}  # the plans the code keeps, by number of rows
     assert ROWS in kept and len(kept) <= 1 + blockcode.ROW_PLANS
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_variance_over_the_batch_reads_the_calls_rows(rng, backend):
+    X = rng.normal(size=(ROWS, IN))
+    f = fa.compile(lambda X: X.var(axis=0).sum(), example=(X,), batch=0, backend=backend)
+    g = fa.compile(lambda X: X.std(), example=(X,), batch=0, backend="interpret")
+    for rows in (ROWS, 3, 2 * ROWS):
+        Y = rng.normal(size=(rows, IN))
+        assert f((Y,)) == pytest.approx(Y.var(axis=0).sum(), rel=1e-13)
+        assert g((Y,)) == pytest.approx(Y.std(), rel=1e-13)
+
+
+def test_the_traced_rows_survive_a_pickle_after_another_call(data):
+    parameters, X, y = data
+    f = fa.compile(
+        mlp, example=(*parameters, X[:ROWS], y[:ROWS]), batch=(4, 5), backend="interpret"
+    )
+    f((*parameters, X[:3], y[:3]))  # the tape now holds 3 rows
+    g = pickle.loads(pickle.dumps(f))
+    assert f.rows == g.rows == ROWS
+    assert repr(g) == repr(f)

@@ -136,3 +136,24 @@ def test_a_long_chain_between_array_leaves_matches_numpy(rng):
     for value in reversed(forward):
         G = G * (1.0 - value * value) * C
     np.testing.assert_allclose(leaf.grad, G, rtol=1e-12, atol=1e-300)
+
+
+def test_a_gradient_adopted_from_a_transposed_view_reads_without_negative_zeros():
+    # transpose's VJP sends g.T, a view: adopted as a C-ordered copy, so its first
+    # read settles its unreached zeros in place.
+    S = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]).T
+    with fa.Tape():
+        X = fa.var(np.arange(6.0).reshape(2, 3) + 1.0)
+        (fa.tanh(X.T) * S).sum().backward()
+        assert not np.signbit(X.grad).any()
+        want = (1.0 - np.tanh(np.arange(6.0).reshape(2, 3) + 1.0) ** 2) * S.T
+        np.testing.assert_allclose(X.grad, want, rtol=1e-15)
+
+
+def test_a_0d_array_beside_scalar_nodes_is_a_number():
+    with fa.Tape():
+        x = fa.var(2.0)
+        z = fa.where(x > 0, x, np.array(0.0)) * (x * np.array(3.0))
+        assert type(z) is fa.Var
+        z.backward()
+    assert z.value == 12.0 and x.grad == 12.0  # d(3 x^2)/dx at 2

@@ -269,6 +269,27 @@ def test_trim_gives_25_bytes_per_node():
     assert x.value == pytest.approx(tape.val[-1]) and len(tape) == 1000
 
 
+def test_trim_releases_the_spare_capacity_at_once_even_after_a_sweep():
+    import gc
+    import weakref
+
+    with fa.Tape() as tape:
+        leaf = x = fa.var(1.0)
+        for _ in range(99_999):
+            x = fa.sin(x)
+    x.backward()  # a sweep reads (and keeps views of) the columns
+    capacity = tape.opcode.base
+    while capacity.base is not None:  # the array behind the read-only view
+        capacity = capacity.base
+    assert capacity.size > len(tape)
+    held = weakref.ref(capacity)
+    del capacity
+    tape.trim()
+    gc.collect()
+    assert held() is None  # freed by trim, not at the next sweep
+    assert leaf.grad == pytest.approx(np.prod(np.cos(tape.val[:-1])), rel=1e-12)
+
+
 def test_table_elides_the_middle_of_long_tapes():
     with fa.Tape() as tape:
         x = fa.var(1.0, name="x")
