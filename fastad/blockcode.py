@@ -16,6 +16,8 @@ integer data that is not only labels becomes float64.
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import types
 from collections.abc import Sequence
@@ -166,6 +168,7 @@ class BlockCode:
         self._modules = codegen.Modules(self._source)
         self._prepared: set[str] = set()
         self._plans: dict[tuple[str, int | None], _Plan] = {}
+        self._ranges: dict[str, dict[str, tuple[int, int]]] = {}
         self._batch_axes = dict(batch_axes or {})
         self._rows: int | None = None  # the traced rows along the batch axes
         for node, axes in self._batch_axes.items():
@@ -231,6 +234,24 @@ class BlockCode:
         """Whether ``mode``'s kernel compiled into the cache before (a load, not a compile)."""
         return codegen.is_compiled(*self._source(mode))
 
+    def _live_ranges(self, mode: str) -> dict[str, tuple[int, int]]:
+        """Per buffer name, the first and last statement of ``mode``'s kernel using it."""
+        found = self._ranges.get(mode)
+        if found is None:
+            found = self._ranges[mode] = live_ranges(self._source(mode)[0], mode)
+        return found
+
+    def buffer_bytes(self, mode: str, rows: int | None = None) -> tuple[int, int]:
+        """``(bytes held, bytes without sharing)`` of ``mode``'s buffers (for ``rows``)."""
+        plan = self._plans.get((mode, rows)) or self._plan(mode, rows)
+        seen: dict[int, int] = {}
+        wanted = 0
+        for item in plan.template:
+            if isinstance(item, np.ndarray) and item.base is not None and item.base.ndim == 1:
+                seen[id(item.base)] = item.base.nbytes
+                wanted += item.nbytes
+        return sum(seen.values()), wanted
+
     def _plan(self, mode: str, rows: int | None) -> _Plan:
         """What a call of ``mode`` passes (with ``rows`` rows along the batch axes; None:
         as traced): its buffers, allocated once, in place, the rest by slot."""
@@ -246,12 +267,15 @@ class BlockCode:
             other_rows = [k for k in self._plans if k[0] == mode and k[1] not in (None, self._rows)]
             if len(other_rows) >= ROW_PLANS:  # the least recently used other number goes
                 del self._plans[other_rows[0]]
-        buffers = {
-            parameter.name: np.empty(parameter.shape)
-            for parameter in parameters
-            if parameter.role in ("scratch", "adjoint")
-            or (parameter.role == "value" and parameter.node != self.program.output)
-        }
+        buffers = shared_buffers(
+            [
+                parameter
+                for parameter in parameters
+                if parameter.role in ("scratch", "adjoint")
+                or (parameter.role == "value" and parameter.node != self.program.output)
+            ],
+            self._live_ranges(mode),
+        )
         template: list[Any] = []
         arguments, gradients = [], []
         output = scalars = -1
@@ -420,6 +444,75 @@ class _Plan(NamedTuple):
     scalars: int
     wrt: int
     returned: list[tuple[int, int]]  # per wrt slot: (parameter index or -1, slot)
+
+
+def live_ranges(text: str, mode: str) -> dict[str, tuple[int, int]]:
+    """Per name, the first and last top-level statement of kernel ``mode`` in ``text``
+    that reads or writes its elements (a loop nest is one statement; reading a buffer's
+    ``.shape`` or ``.size`` is no use of its memory). A name a statement assigns from
+    others (``f0 = d0.reshape(d0.size)``) is an alias: its uses are theirs too."""
+    lines = text[text.index(f"def {mode}(") :].splitlines()[2:]  # the body, past the docstring
+    ranges: dict[str, tuple[int, int]] = {}
+    aliases: dict[str, set[str]] = {}
+    statement = -1
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line.startswith("     "):  # four spaces: a new top-level statement
+            statement += 1
+        code = _SIZE_READ.sub("", line)
+        used: set[str] = set()
+        for name in _NAME.findall(code):
+            used |= aliases.get(name, set()) | {name}
+        for name in used:
+            first, _ = ranges.get(name, (statement, statement))
+            ranges[name] = (first, statement)
+        assigned = _ASSIGNED.match(code)
+        if assigned and not line.startswith("     "):
+            target = assigned.group(1)
+            aliases[target] = used - {target}
+    return ranges
+
+
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_SIZE_READ = re.compile(r"\b\w+\.(?:shape|size)\b")
+_ASSIGNED = re.compile(r"^\s*(\w+) = ")
+
+
+def shared_buffers(
+    parameters: Sequence[blockgen.Parameter], ranges: dict[str, tuple[int, int]]
+) -> dict[str, FloatArray]:
+    """One array per buffer parameter, buffers whose live ranges do not meet sharing memory.
+
+    Greedy by first use: a buffer takes the smallest block of memory free since before
+    its first statement that holds it, else grows the largest free one, else a new
+    one; each is a C-contiguous view of its block's start. Two buffers sharing memory
+    are never used in one statement (a loop nest, a BLAS call), so no element is read
+    after another buffer wrote over it.
+    """
+    order = sorted(parameters, key=lambda p: ranges.get(p.name, (-1, -1))[0])
+    blocks: list[list[int]] = []  # [size, last statement using it]
+    placed: list[tuple[blockgen.Parameter, int]] = []
+    for parameter in order:
+        first, last = ranges.get(parameter.name, (-1, 2**62))  # unseen: never shared
+        size = math.prod(parameter.shape)
+        free = [b for b, (_, until) in enumerate(blocks) if until < first]
+        fits = [b for b in free if blocks[b][0] >= size]
+        if fits:
+            chosen = min(fits, key=lambda b: blocks[b][0])
+        elif free:
+            chosen = max(free, key=lambda b: blocks[b][0])
+            blocks[chosen][0] = size
+        else:
+            chosen = len(blocks)
+            blocks.append([size, last])
+        blocks[chosen][1] = last
+        placed.append((parameter, chosen))
+    memory = [np.empty(max(size, 1)) for size, _ in blocks]
+    return {
+        parameter.name: memory[b][: math.prod(parameter.shape)].reshape(parameter.shape)
+        for parameter, b in placed
+    }
 
 
 def kernel_argument(value: Any, labels: bool = False) -> Any:

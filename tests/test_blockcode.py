@@ -630,3 +630,68 @@ def test_gradients_are_the_callers_to_change(rng, backend):
     again = f.grad((X, W))
     assert all(np.abs(g).max() > 0.0 for g in again)
     assert not any(np.shares_memory(g, h) for g in again for h in first)
+
+
+def test_live_ranges_take_loop_nests_whole_and_follow_aliases():
+    text = '''@kernel
+def grad(a, b, c, d):
+    """doc"""
+    gemm(False, False, a, b, c)
+    for i0 in range(c.shape[0]):
+        x = c[i0]
+        d[i0] = x
+    f = d.reshape(d.size)
+    for i0 in range(a.shape[0]):
+        f[i0] += 1.0
+    return 0.0, -1, False
+'''
+    ranges = blockcode.live_ranges(text, "grad")
+    assert ranges["c"] == (0, 1) and ranges["b"] == (0, 0)
+    assert ranges["d"] == (1, 3)  # through its alias f, in the last loop
+    assert ranges["a"] == (0, 0)  # a.shape in the loop reads no element
+
+
+def test_buffers_share_memory_only_where_their_uses_never_meet():
+    P = blockgen.Parameter
+    parameters = [
+        P("s_a", "scratch", 0, (4, 3), -1),
+        P("s_b", "scratch", 1, (12,), -1),
+        P("s_c", "scratch", 2, (5, 5), -1),
+        P("s_d", "scratch", 3, (2,), -1),
+    ]
+    ranges = {"s_a": (0, 2), "s_b": (3, 4), "s_c": (4, 6), "s_d": (1, 8)}
+    buffers = blockcode.shared_buffers(parameters, ranges)
+    assert np.shares_memory(buffers["s_a"], buffers["s_b"])  # a is dead when b starts
+    assert not np.shares_memory(buffers["s_b"], buffers["s_c"])  # both in statement 4
+    assert not np.shares_memory(buffers["s_d"], buffers["s_a"])
+    assert not np.shares_memory(buffers["s_d"], buffers["s_c"])
+    for parameter in parameters:
+        array = buffers[parameter.name]
+        assert array.shape == parameter.shape and array.flags.c_contiguous
+        assert array.flags.writeable
+
+
+def test_a_deep_network_holds_half_its_buffers_and_the_interpreters_numbers(rng):
+    layers, width = 4, 32
+
+    def deep(*args):
+        h = args[-2]
+        for i in range(layers):
+            h = fa.tanh(fa.linear(h, args[2 * i], args[2 * i + 1]))
+        return fa.cross_entropy(h, args[-1])
+
+    arguments = [
+        a
+        for _ in range(layers)
+        for a in (rng.normal(size=(width, width)) / 6, rng.normal(size=width) / 10)
+    ] + [rng.normal(size=(64, width)), rng.integers(0, width, 64)]
+    wrt = tuple(range(2 * layers))
+    f = fa.compile(deep, example=arguments, wrt=wrt, backend="codegen")
+    reference = fa.compile(deep, example=arguments, wrt=wrt, backend="interpret")
+    value, gradients = f.value_and_grad(arguments)
+    want_value, want = reference.value_and_grad(arguments)
+    assert value == pytest.approx(want_value, rel=1e-14)
+    for got, expected in zip(gradients, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13 * np.abs(expected).max())
+    held, one_each = f._code.buffer_bytes("grad")
+    assert held <= 0.6 * one_each
