@@ -175,7 +175,10 @@ class BlockCode:
             self._rows = program.nodes[node].shape[axes[0]]
             break
         scalar_output = not program.nodes[program.output].shape
-        self.modes = MODES if scalar_output else ("values",)
+        modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp")
+        if program.output in program.inputs:  # its VJP is the cotangent: the interpreter's
+            modes = tuple(mode for mode in modes if mode != "vjp")
+        self.modes = modes
         for mode in self.modes:
             text = self._source(mode)[0]  # raises Unsupported now, not at the first call
             if self._rows is not None and text != self._source_at(mode, self._rows + 1)[0]:
@@ -192,7 +195,7 @@ class BlockCode:
 
     def rows(self, mode: str) -> int:
         """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit)."""
-        return len(self.program.nodes) * (2 if mode == "grad" else 1)
+        return len(self.program.nodes) * (1 if mode == "values" else 2)
 
     def expected_seconds(self, size: int) -> float:
         """The cold compile time the measured curve predicts for ``size`` rows."""
@@ -278,7 +281,7 @@ class BlockCode:
         )
         template: list[Any] = []
         arguments, gradients = [], []
-        output = scalars = -1
+        output = scalars = cotangent = -1
         wrt = self.program.wrt
         for index, parameter in enumerate(parameters):
             role = parameter.role
@@ -295,6 +298,8 @@ class BlockCode:
                 gradients.append((index, wrt.index(parameter.position), parameter.shape))
             elif role == "scalar_gradients":
                 scalars = index
+            elif role == "cotangent":
+                cotangent = index
             else:
                 fixed = buffers[parameter.name]
             template.append(fixed)
@@ -317,6 +322,7 @@ class BlockCode:
             scalars,
             len(wrt),
             returned,
+            cotangent,
         )
         return plan
 
@@ -337,6 +343,8 @@ class BlockCode:
                 examples.append(0.0)
             elif parameter.role == "argument" and self._integers[parameter.position]:
                 examples.append(np.empty((0,) * len(parameter.shape), _INT64))
+            elif parameter.role == "cotangent" and not parameter.shape:
+                examples.append(0.0)
             elif parameter.role == "constants":
                 examples.append(self._constants)
             elif parameter.role == "array":
@@ -367,6 +375,7 @@ class BlockCode:
         arguments: Sequence[Any],
         out: Sequence[Any] | None = None,
         rows: int | None = None,
+        cotangent: Any = None,
     ) -> tuple[int, Any, list[Any] | None]:
         """One call of ``mode``'s kernel at ``arguments`` (validated by the caller):
         ``(status, value, gradients)``. The status is ``OK``, a failed guard's index,
@@ -377,6 +386,9 @@ class BlockCode:
         array of the argument's shape (validated by the caller) that receives
         that gradient. ``rows``: the call's number of rows along the batch axes
         (None: as traced); the buffers of the last few numbers of rows are kept.
+        ``cotangent`` (mode ``vjp``): the output's cotangent, a float or a
+        C-contiguous float64 array of the output's shape (validated by the
+        caller), only read.
         """
         if mode not in self._prepared:
             self.prepare(mode)
@@ -409,15 +421,19 @@ class BlockCode:
             passed[index] = np.empty(shape) if given is None else given
         if plan.scalars >= 0:
             passed[plan.scalars] = np.empty(plan.wrt)
+        if plan.cotangent >= 0:
+            passed[plan.cotangent] = cotangent
         value, status, flagged = plan.kernel(*passed)
         if status != OK:
             return int(status), None, None
+        if plan.output >= 0:
+            value = passed[plan.output]  # an array output
+        elif plan.output_shape:  # the output is an argument or an array constant
+            value = self._output_copy(arguments)
+        else:
+            value = float(value)
         if mode == "values":
-            if plan.output >= 0:
-                return OK, passed[plan.output], None
-            if plan.output_shape:  # the output is an argument or an array constant
-                return OK, self._output_copy(arguments), None
-            return OK, float(value), None
+            return OK, value, None
         if flagged:
             count_recheck()
             return RECHECK, None, None
@@ -444,6 +460,7 @@ class _Plan(NamedTuple):
     scalars: int
     wrt: int
     returned: list[tuple[int, int]]  # per wrt slot: (parameter index or -1, slot)
+    cotangent: int  # mode vjp: where the caller's cotangent goes
 
 
 def live_ranges(text: str, mode: str) -> dict[str, tuple[int, int]]:

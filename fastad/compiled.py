@@ -1171,13 +1171,16 @@ class BlockFunction:
 
     def tier(self, call: str = "grad") -> Tier:
         """Which tier runs ``call`` now, and why: ``"grad"`` (:meth:`value_and_grad`,
-        :meth:`grad`) or ``"values"`` (:meth:`__call__`). A question: it starts nothing."""
-        if call not in ("grad", "values"):
-            raise ValueError(f'call must be "grad" or "values", got {call!r}')
+        :meth:`grad`), ``"values"`` (:meth:`__call__`) or ``"vjp"`` (:meth:`vjp`). A
+        question: it starts nothing."""
+        if call not in ("grad", "values", "vjp"):
+            raise ValueError(f'call must be "grad", "values" or "vjp", got {call!r}')
         if self._code is None or self._tiers is None:
             return Tier("interpret", self._no_code)
         if call not in self._code.modes:
-            return Tier("interpret", "the output is an array: it has no gradient")
+            if call == "grad":
+                return Tier("interpret", "the output is an array: it has no gradient")
+            return Tier("interpret", "the output is an argument: its VJP is the cotangent")
         return self._tiers.tier(call)
 
     def generated_source(self, call: str = "grad") -> str:
@@ -1384,14 +1387,31 @@ class BlockFunction:
         """``(value, u^T J)``: the output and ``cotangent`` pulled back to the arguments.
 
         ``cotangent`` has the output's shape (a float for a scalar output);
-        the result has :meth:`value_and_grad`'s form. One backward sweep
-        seeded with ``cotangent`` on the interpreter (so an array output
-        needs no reduction); its zeros are strong zeros.
+        the result has :meth:`value_and_grad`'s form. One backward pass
+        seeded with ``cotangent`` (so an array output needs no reduction):
+        generated code where ``f.tier("vjp")`` says so, else the
+        interpreter's sweep; its zeros are strong zeros (a generated call
+        whose result holds a nan is computed again by the interpreter).
         """
-        value, pulled = self._swept(
-            self._checked(arguments), lambda ids: self._tape.vjp(self._output, ids, cotangent)
-        )
-        return value, _by_argument(pulled, self._wrt_positions()[1])
+        checked = self._checked(arguments)
+        rows = self._call_rows(checked)
+        u = np.asarray(cotangent, dtype=np.float64)
+        shape = self._output_shape_at(rows)
+        if u.shape != shape:
+            raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
+        if not np.isfinite(u).all():
+            raise ValueError("the cotangent must be finite")
+        single = self._wrt_positions()[1]
+        with self._lock:
+            if self._generated("vjp"):
+                seed = float(u) if not shape else blockcode.kernel_argument(u)
+                status, value, found = cast("blockcode.BlockCode", self._code).run(
+                    "vjp", checked, None, rows, seed
+                )
+                if status == blockcode.OK:
+                    return value, _by_argument(cast("list[Any]", found), single)
+        value, pulled = self._swept(checked, lambda ids: self._tape.vjp(self._output, ids, u))
+        return value, _by_argument(pulled, single)
 
     def jacobian(self, arguments: Iterable[ArrayLike]) -> Any:
         """The Jacobian at the arguments: per gradient's argument, d output / d argument

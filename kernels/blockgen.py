@@ -4,8 +4,9 @@ A traced function of arrays (``fa.compile(fn, example=(X, W, b))``) is
 replayed by the interpreter op by op: a Python call, a registry rule and an
 allocation per block op, each way. This module writes instead the source of
 a module with one ``@kernel`` that runs the whole program: the forward pass,
-and for ``grad`` the backward pass, as loops and BLAS calls in one compiled
-function. Each elementwise op is one loop (its rule's expression from the op
+and for ``grad`` the backward pass from the scalar output (for ``vjp`` from
+the caller's cotangent of the output, a float or an array), as loops and
+BLAS calls in one compiled function. Each elementwise op is one loop (its rule's expression from the op
 table, broadcasting by index), each product one call of NumPy's own
 ``cblas_dgemm`` or ``cblas_dgemv`` (``kernels/blas.py``; transposes are BLAS
 arguments, never copies), the softmax family and the cross-entropy row loops,
@@ -57,7 +58,7 @@ from typing import NamedTuple
 
 from . import blas, codegen
 
-MODES = ("values", "grad")
+MODES = ("values", "grad", "vjp")
 """``values``: the output (a scalar returned, an array written into its
 buffer). ``grad``: a scalar output and the gradients of the ``wrt`` inputs."""
 
@@ -113,8 +114,10 @@ class Parameter(NamedTuple):
     value), ``value`` (a buffer for a node's value; the output's is the
     result), ``scratch`` (a buffer of ``shape``), ``adjoint`` (a buffer for a
     node's adjoint), ``gradient`` (the gradient of argument ``position``, an
-    array of its shape) or ``scalar_gradients`` (one float per ``wrt``
-    position; the scalar arguments' gradients land there).
+    array of its shape), ``scalar_gradients`` (one float per ``wrt``
+    position; the scalar arguments' gradients land there) or ``cotangent``
+    (mode ``vjp``: the caller's cotangent of the output, a float or an
+    array of its shape, read as the output's adjoint).
     """
 
     name: str
@@ -324,15 +327,24 @@ class _Writer:
             self.emit(f"if v{guard} {test} 0.0:")  # the traced outcome no longer holds
             self.emit(f"return {self.failure(index)}", 2)
         output = program.output
-        if self.mode == "grad":
-            self.emit(f"g{output} = 1.0")
+        if self.mode in ("grad", "vjp"):
+            if self.mode == "grad":
+                self.emit(f"g{output} = 1.0")
+            elif output in program.inputs:
+                raise Unsupported("the output is an argument: its VJP is the cotangent itself")
+            elif not self.shape(output):
+                self.parameter("cotangent", "cotangent", output, ())
+                self.emit(f"g{output} = cotangent")
+            else:  # the caller's cotangent is the output's adjoint (no rule writes it)
+                self.parameter(f"d{output}", "cotangent", output, self.shape(output))
             self.written[output] = True
             for i in reversed(range(len(self.nodes))):
                 node = self.nodes[i]
                 if self.needs[i] and node.op not in ("input", "constant", "array"):
                     self.backward(i, node)
             self.finish_gradients()
-            returned = f"v{output}, {OK}, flagged"
+            scalar = f"v{output}" if not self.shape(output) else "0.0"
+            returned = f"{scalar}, {OK}, flagged"
         else:
             returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, False"
         self.emit(f"return {returned}")

@@ -695,3 +695,52 @@ def test_a_deep_network_holds_half_its_buffers_and_the_interpreters_numbers(rng)
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13 * np.abs(expected).max())
     held, one_each = f._code.buffer_bytes("grad")
     assert held <= 0.6 * one_each
+
+
+@pytest.mark.parametrize("output", ["array", "scalar"])
+def test_generated_vjp_equals_the_interpreters_bit_for_bit(rng, output):
+    def layer(X, W, b):
+        Y = fa.tanh(fa.linear(X, W, b))
+        return Y if output == "array" else (Y * Y).mean()
+
+    X, W, b = rng.normal(size=(B, N)), rng.normal(size=(N, H)), rng.normal(size=H)
+    X[:, 1] = 0.0
+    f = fa.compile(layer, example=(X, W, b), wrt=(1, 2), batch=0, backend="codegen")
+    reference = fa.compile(layer, example=(X, W, b), wrt=(1, 2), batch=0, backend="interpret")
+    assert f.tier("vjp").name == "codegen"
+    for rows in (B, 3):
+        arguments = (X[:rows], W, b)
+        u = rng.normal(size=(rows, H)) if output == "array" else -1.5
+        value, pulled = f.vjp(arguments, u)
+        want_value, want = reference.vjp(arguments, u)
+        np.testing.assert_array_equal(value, want_value)
+        for got, expected in zip(pulled, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_generated_vjp_keeps_the_strong_zeros_of_a_zero_cotangent(rng):
+    # u = 0 where the partial is inf: plain arithmetic gives 0 * inf = nan, so the
+    # call is computed again by the exact rules, which send nothing there.
+    X, c = rng.normal(size=(B, N)), np.ones((B, N))
+    c[2, 3] = np.inf
+    f = fa.compile(lambda X, c: X * c, example=(X, c), wrt=0, backend="codegen")
+    u = np.ones((B, N))
+    u[2, 3] = 0.0
+    before = blockcode.recheck_count()
+    _, dX = f.vjp((X, c), u)
+    assert blockcode.recheck_count() == before + 1
+    assert dX[2, 3] == 0.0 and not np.signbit(dX[2, 3])
+    np.testing.assert_array_equal(np.delete(dX.ravel(), 2 * N + 3), 1.0)
+
+
+def test_vjp_of_an_argument_stays_interpreted_and_cotangents_are_checked(rng):
+    X = rng.normal(size=(B, N))
+    f = fa.compile(lambda X, W: X, example=(X, X.T), backend="auto")
+    assert f.tier("vjp") == ("interpret", "the output is an argument: its VJP is the cotangent")
+    g = fa.compile(lambda X, W: X @ W, example=(X, X.T), backend="codegen")
+    with pytest.raises(
+        ValueError, match=r"the cotangent has shape \(2, 2\), the output \(12, 12\)"
+    ):
+        g.vjp((X, X.T), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="the cotangent must be finite"):
+        g.vjp((X, X.T), np.full((B, B), np.nan))
