@@ -21,7 +21,7 @@ import re
 import threading
 import types
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -179,10 +179,42 @@ class BlockCode:
         if program.output in program.inputs:  # its VJP is the cotangent: the interpreter's
             modes = tuple(mode for mode in modes if mode != "vjp")
         self.modes = modes
+        # Per mode and kernel parameter, the axes of its shape that follow the rows.
+        self._parameter_axes: dict[str, list[tuple[int, ...]]] = {}
         for mode in self.modes:
             text = self._source(mode)[0]  # raises Unsupported now, not at the first call
-            if self._rows is not None and text != self._source_at(mode, self._rows + 1)[0]:
-                raise Unsupported(f"the generated {mode} kernel differs at another number of rows")
+            if self._rows is not None:
+                self._parameter_axes[mode] = self._axes_of_parameters(mode, text)
+
+    def _axes_of_parameters(self, mode: str, text: str) -> list[tuple[int, ...]]:
+        """Which axes of each of ``mode``'s kernel parameters follow the rows.
+
+        The kernel for the traced rows serves every number of rows: its text
+        reads every size from its arguments. Only its buffers change shape.
+        The program written for one row more must give the same text (the
+        same loops, merges and parameters; else :class:`Unsupported`), and
+        where a parameter's shape then differs, by one along an axis, that
+        axis follows the rows. (Writing the program again for another number
+        of rows can merge other loops where a shape happens to meet another,
+        at one row for instance: so the shapes come from here, not from that.)
+        """
+        rows = cast(int, self._rows)
+        other_text, other = self._source_at(mode, rows + 1)
+        if other_text != text:
+            raise Unsupported(f"the generated {mode} kernel differs at another number of rows")
+        axes = []
+        for traced, moved in zip(self._parameters[mode], other, strict=True):
+            changed = tuple(
+                t for t, (n, m) in enumerate(zip(traced.shape, moved.shape, strict=True)) if n != m
+            )
+            if traced.name != moved.name or any(
+                traced.shape[t] != rows or moved.shape[t] != rows + 1 for t in changed
+            ):
+                raise Unsupported(
+                    f"the {mode} kernel's buffer {traced.name} does not follow the rows"
+                )
+            axes.append(changed)
+        return axes
 
     def set_array(self, node: int, value: FloatArray) -> None:
         """The value of array constant ``node`` (read-only; passed to every call)."""
@@ -266,7 +298,12 @@ class BlockCode:
         if rows is None or rows == self._rows:
             parameters = self._parameters[mode]
         else:
-            parameters = self._source_at(mode, rows)[1]
+            parameters = [
+                parameter._replace(shape=batch_axis.shape_at(parameter.shape, axes, rows))
+                for parameter, axes in zip(
+                    self._parameters[mode], self._parameter_axes[mode], strict=True
+                )
+            ]
             other_rows = [k for k in self._plans if k[0] == mode and k[1] not in (None, self._rows)]
             if len(other_rows) >= ROW_PLANS:  # the least recently used other number goes
                 del self._plans[other_rows[0]]

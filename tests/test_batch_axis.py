@@ -280,3 +280,20 @@ def test_the_traced_rows_survive_a_pickle_after_another_call(data):
     g = pickle.loads(pickle.dumps(f))
     assert f.rows == g.rows == ROWS
     assert repr(g) == repr(f)
+
+
+def test_one_row_where_a_row_vector_meets_the_batch(rng):
+    # At one row a (1, N) operand has the batch's shape: written again for one
+    # row the kernel would merge other loops. The traced kernel serves it, with
+    # its buffers planned from the axes that follow the rows.
+    X, w = rng.normal(size=(8, 5)), rng.normal(size=(1, 5))
+
+    def f(X, w):
+        return (X * fa.tanh(w)).sum()
+
+    generated = fa.compile(f, example=(X, w), wrt=1, batch=0, backend="codegen")
+    reference = fa.compile(f, example=(X, w), wrt=1, batch=0, backend="interpret")
+    for rows in (1, 8, 3, 1):
+        arguments = (X[:rows], w)
+        np.testing.assert_array_equal(generated.grad(arguments), reference.grad(arguments))
+        assert generated(arguments) == reference(arguments)
