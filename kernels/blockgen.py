@@ -466,6 +466,8 @@ class _Writer:
         own = self.shape(a)
         if axes is None or axes == tuple(range(len(own))):
             return "all"
+        if len(own) == 2 and axes == (0,) and own[1] == 1:
+            return "all"  # one column: NumPy sums it as one run, pairwise
         if len(own) == 2 and axes == (0,):
             return "columns"
         if len(own) == 2 and axes == (1,):
@@ -696,7 +698,9 @@ class _Writer:
                 if added:
                     after.append((target, j))
                 continue
-            if not own or (len(shape) == 2 and own == (shape[0], 1)):  # sums of whole rows
+            one_column = len(shape) == 2 and shape[1] == 1 and own in ((1,), (1, 1))
+            if not own or one_column or (len(shape) == 2 and own == (shape[0], 1)):
+                # Sums of whole rows, or of the one column (NumPy's pairwise runs).
                 full = self.scratch(f"{i}_{slot}_terms", shape)
                 inside.append(f"{full}[{index}] = {term}")
                 after.append((full, -1 - j))
@@ -716,10 +720,15 @@ class _Writer:
                 self.add_into(j, source)
                 continue
             j = -1 - j
+            whole = f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))"
             if not self.shape(j):
-                self.add_scalar(
-                    j, f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))"
-                )
+                self.add_scalar(j, whole)
+                continue
+            if self.shape(j) in ((1,), (1, 1)):  # the sum of a one-column array
+                target, added = self.sink(j, f"{i}_column")
+                self.emit(f"{target}.reshape({target}.size)[0] = {whole}")
+                if added:
+                    self.add_into(j, target)
                 continue
             target, added = self.sink(j, f"{i}_rows")
             self.emit(f"for i0 in range({source}.shape[0]):")

@@ -744,3 +744,26 @@ def test_vjp_of_an_argument_stays_interpreted_and_cotangents_are_checked(rng):
         g.vjp((X, X.T), np.ones((2, 2)))
     with pytest.raises(ValueError, match="the cotangent must be finite"):
         g.vjp((X, X.T), np.full((B, B), np.nan))
+
+
+def test_sums_of_one_column_are_numpys_pairwise_sums(rng):
+    # A (rows, 1) array summed over its rows is one contiguous run to NumPy, which
+    # sums it pairwise; so do the generated forward sum and the gradient of a (1,)
+    # operand broadcast against it.
+    X = rng.normal(size=(40, 1)) * 3.0
+    r = rng.normal(size=(1,))
+    for f, wrt in (
+        (lambda X, r: (X * r).sum(axis=0).sum() + (X * r).mean(axis=0, keepdims=True).sum(), None),
+        (lambda X, r: (fa.tanh(X * r) * X).sum(), 1),
+    ):
+        generated = fa.compile(f, example=(X, r), wrt=wrt, backend="codegen")
+        reference = fa.compile(f, example=(X, r), wrt=wrt, backend="interpret")
+        for scale in (1.0, 7.0, 0.01):
+            arguments = (X * scale, r)
+            value, gradients = generated.value_and_grad(arguments)
+            want_value, want = reference.value_and_grad(arguments)
+            assert value == want_value
+            if wrt is not None:  # one gradient, not a list
+                gradients, want = [gradients], [want]
+            for got, expected in zip(gradients, want, strict=True):
+                np.testing.assert_array_equal(got, expected)
