@@ -1606,12 +1606,21 @@ class BlockFunction:
 
     def _replay(self, checked: list[Any], check: bool = False) -> None:
         tape = self._tape
+        kept = [tape.value(node.id) for node in self._inputs]
         for node, shape, array in zip(self._inputs, self._shapes, checked, strict=True):
             if shape:  # a private float64 copy, the one copy made
                 tape.set_leaf_value(node.id, as_stored(np.array(array, dtype=np.float64)))
             else:
                 tape.set_leaf_value(node.id, float(array))
-        tape.forward()
+        try:
+            tape.forward()
+        except BaseException:
+            # A refused call (a bad label) leaves the tape as the last good call
+            # had it: a save or pickle afterwards must load and replay again.
+            for node, value in zip(self._inputs, kept, strict=True):
+                tape.set_leaf_value(node.id, value)
+            tape.forward()
+            raise
         if check:
             origin = tape.first_nonfinite(self._output.id)
             if origin is not None:

@@ -767,3 +767,17 @@ def test_sums_of_one_column_are_numpys_pairwise_sums(rng):
                 gradients, want = [gradients], [want]
             for got, expected in zip(gradients, want, strict=True):
                 np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_a_refused_call_leaves_a_function_that_saves_and_loads(rng, backend, tmp_path):
+    X, y = rng.normal(size=(B, C)), rng.integers(0, C, size=B)
+    f = fa.compile(lambda X, y: fa.cross_entropy(X, y), example=(X, y), wrt=0, backend=backend)
+    wrong = y.copy()
+    wrong[2] = C + 1
+    with pytest.raises(ValueError, match=f"label {C + 1} of sample 2 is not a class"):
+        f.grad((X, wrong))
+    path = tmp_path / "f.npz"
+    f.save(path)
+    for g in (fa.load(path), pickle.loads(pickle.dumps(f))):
+        np.testing.assert_array_equal(g.grad((X, y)), f.grad((X, y)))
