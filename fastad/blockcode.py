@@ -241,9 +241,9 @@ class BlockCode:
         return found
 
     def _source_at(self, mode: str, rows: int) -> tuple[str, list[blockgen.Parameter]]:
-        """The module text and parameters of the program with ``rows`` rows along its
-        batch axes. The text holds no sizes, so it is the traced one; the parameters'
-        shapes (the buffers) follow the rows."""
+        """The module text and parameters of the program written again with ``rows`` rows
+        along its batch axes: :meth:`_axes_of_parameters` compares them with the traced
+        kernel's at one row more (a call never runs this kernel)."""
         nodes = tuple(
             node._replace(shape=batch_axis.shape_at(node.shape, self._batch_axes[i], rows))
             if i in self._batch_axes
