@@ -175,9 +175,9 @@ class BlockCode:
             self._rows = program.nodes[node].shape[axes[0]]
             break
         scalar_output = not program.nodes[program.output].shape
-        modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp")
-        if program.output in program.inputs:  # its VJP is the cotangent: the interpreter's
-            modes = tuple(mode for mode in modes if mode != "vjp")
+        modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp", "jvp")
+        if program.output in program.inputs:  # its VJP (JVP) is the cotangent (direction)
+            modes = tuple(mode for mode in modes if mode not in ("vjp", "jvp"))
         self.modes = modes
         # Per mode and kernel parameter, the axes of its shape that follow the rows.
         self._parameter_axes: dict[str, list[tuple[int, ...]]] = {}
@@ -311,14 +311,15 @@ class BlockCode:
             [
                 parameter
                 for parameter in parameters
-                if parameter.role in ("scratch", "adjoint")
+                if parameter.role in ("scratch", "adjoint", "tangent")
                 or (parameter.role == "value" and parameter.node != self.program.output)
             ],
             self._live_ranges(mode),
         )
         template: list[Any] = []
         arguments, gradients = [], []
-        output = scalars = cotangent = -1
+        output = scalars = cotangent = scalar_directions = tangent = -1
+        directions = []
         wrt = self.program.wrt
         for index, parameter in enumerate(parameters):
             role = parameter.role
@@ -337,6 +338,12 @@ class BlockCode:
                 scalars = index
             elif role == "cotangent":
                 cotangent = index
+            elif role == "direction":
+                directions.append((index, wrt.index(parameter.position)))
+            elif role == "scalar_directions":
+                scalar_directions = index
+            elif role == "output_tangent":
+                tangent = index  # the result: a fresh array
             else:
                 fixed = buffers[parameter.name]
             template.append(fixed)
@@ -360,6 +367,10 @@ class BlockCode:
             len(wrt),
             returned,
             cotangent,
+            directions,
+            scalar_directions,
+            tangent,
+            parameters[tangent].shape if tangent >= 0 else (),
         )
         return plan
 
@@ -413,11 +424,13 @@ class BlockCode:
         out: Sequence[Any] | None = None,
         rows: int | None = None,
         cotangent: Any = None,
-    ) -> tuple[int, Any, list[Any] | None]:
+        directions: Sequence[Any] | None = None,
+    ) -> tuple[int, Any, Any]:
         """One call of ``mode``'s kernel at ``arguments`` (validated by the caller):
         ``(status, value, gradients)``. The status is ``OK``, a failed guard's index,
-        ``BAD_LABEL`` or ``RECHECK`` (a nan gradient); the value a float, or the output
-        array; the gradients arrays, floats for scalar arguments (None in ``values``).
+        ``BAD_LABEL`` or ``RECHECK`` (a nan gradient or tangent); the value a float, or
+        the output array; the gradients arrays, floats for scalar arguments (None in
+        ``values``; in ``jvp`` the output's tangent, a float or an array).
 
         ``out``: per ``wrt`` position, None or a float64 C-contiguous writable
         array of the argument's shape (validated by the caller) that receives
@@ -425,7 +438,9 @@ class BlockCode:
         (None: as traced); the buffers of the last few numbers of rows are kept.
         ``cotangent`` (mode ``vjp``): the output's cotangent, a float or a
         C-contiguous float64 array of the output's shape (validated by the
-        caller), only read.
+        caller), only read. ``directions`` (mode ``jvp``): per ``wrt`` position, a
+        float for a scalar argument, else a C-contiguous float64 array of its shape
+        (validated by the caller), only read.
         """
         if mode not in self._prepared:
             self.prepare(mode)
@@ -460,6 +475,15 @@ class BlockCode:
             passed[plan.scalars] = np.empty(plan.wrt)
         if plan.cotangent >= 0:
             passed[plan.cotangent] = cotangent
+        if directions is not None:
+            for index, slot in plan.directions:
+                passed[index] = directions[slot]
+            if plan.scalar_directions >= 0:
+                passed[plan.scalar_directions] = np.array(
+                    [d if isinstance(d, float) else 0.0 for d in directions]
+                )
+        if plan.tangent >= 0:
+            passed[plan.tangent] = np.empty(plan.tangent_shape)
         value, status, flagged = plan.kernel(*passed)
         if status != OK:
             return int(status), None, None
@@ -474,6 +498,9 @@ class BlockCode:
         if flagged:
             count_recheck()
             return RECHECK, None, None
+        if mode == "jvp":  # the output's tangent: a float for a scalar output
+            tangent = passed[plan.tangent]
+            return OK, value, tangent if plan.output_shape else float(tangent[0])
         if plan.scalars < 0:  # arrays only
             return OK, value, [passed[index] for index, _ in plan.returned]
         gradients = [
@@ -498,6 +525,10 @@ class _Plan(NamedTuple):
     wrt: int
     returned: list[tuple[int, int]]  # per wrt slot: (parameter index or -1, slot)
     cotangent: int  # mode vjp: where the caller's cotangent goes
+    directions: list[tuple[int, int]]  # mode jvp: (parameter index, wrt slot) of arrays
+    scalar_directions: int  # mode jvp: the scalar arguments' directions, by wrt slot
+    tangent: int  # mode jvp: the output's tangent
+    tangent_shape: tuple[int, ...]  # (1,) for a scalar output
 
 
 def live_ranges(text: str, mode: str) -> dict[str, tuple[int, int]]:

@@ -1171,15 +1171,17 @@ class BlockFunction:
 
     def tier(self, call: str = "grad") -> Tier:
         """Which tier runs ``call`` now, and why: ``"grad"`` (:meth:`value_and_grad`,
-        :meth:`grad`), ``"values"`` (:meth:`__call__`) or ``"vjp"`` (:meth:`vjp`). A
-        question: it starts nothing."""
-        if call not in ("grad", "values", "vjp"):
-            raise ValueError(f'call must be "grad", "values" or "vjp", got {call!r}')
+        :meth:`grad`), ``"values"`` (:meth:`__call__`), ``"vjp"`` (:meth:`vjp`) or
+        ``"jvp"`` (:meth:`jvp`). A question: it starts nothing."""
+        if call not in blockcode.MODES:
+            raise ValueError(f'call must be "grad", "values", "vjp" or "jvp", got {call!r}')
         if self._code is None or self._tiers is None:
             return Tier("interpret", self._no_code)
         if call not in self._code.modes:
             if call == "grad":
                 return Tier("interpret", "the output is an array: it has no gradient")
+            if call == "jvp":
+                return Tier("interpret", "the output is an argument: its JVP is the direction")
             return Tier("interpret", "the output is an argument: its VJP is the cotangent")
         return self._tiers.tier(call)
 
@@ -1371,11 +1373,21 @@ class BlockFunction:
         ``directions`` as for :meth:`hvp`: one array per gradient's argument
         (a single one for an int ``wrt``), shaped like it; the other
         arguments hold still. ``J v`` has the output's shape (a float for a
-        scalar output). One forward-mode sweep on the interpreter; zero
-        directions are strong zeros.
+        scalar output). One forward-mode pass: generated code where
+        ``f.tier("jvp")`` says so, else the interpreter's sweep; zero
+        directions are strong zeros (a generated call whose tangent holds a
+        nan is computed again by the interpreter).
         """
         checked = self._checked(arguments)
         along = self._directions(directions, self._call_shapes(checked))
+        with self._lock:
+            if self._generated("jvp"):
+                moved = [blockcode.kernel_argument(d) for d in along]
+                status, value, found = cast("blockcode.BlockCode", self._code).run(
+                    "jvp", checked, None, self._call_rows(checked), directions=moved
+                )
+                if status == blockcode.OK:
+                    return value, found
         value, tangent = self._swept(
             checked, lambda ids: self._tape.tangent(self._output, ids, along)
         )
@@ -1419,8 +1431,9 @@ class BlockFunction:
         for an int ``wrt``, a list otherwise).
 
         By :meth:`vjp` per output element or :meth:`jvp` per argument element,
-        whichever are fewer. The size is checked against the memory available
-        first.
+        whichever are fewer: generated code where ``f.tier`` says so for that
+        call, else the interpreter's sweeps after one replay. The size is
+        checked against the memory available first.
         """
         checked = self._checked(arguments)
         positions, single = self._wrt_positions()
@@ -1435,6 +1448,56 @@ class BlockFunction:
             "compute J v or u^T J with f.jvp / f.vjp",
         )
         matrix = np.zeros((m, n))
+        if not self._generated_jacobian(checked, matrix, output, shapes):
+            self._interpreted_jacobian(checked, matrix, output, shapes)
+        matrix += 0.0  # no -0.0
+        blocks = np.split(matrix, np.cumsum(sizes)[:-1], axis=1)
+        result = [
+            block.reshape(output + shape) for block, shape in zip(blocks, shapes, strict=True)
+        ]
+        return result[0] if single else result
+
+    def _generated_jacobian(
+        self,
+        checked: list[Any],
+        matrix: FloatArray,
+        output: tuple[int, ...],
+        shapes: list[tuple[int, ...]],
+    ) -> bool:
+        """Fill ``matrix`` by generated VJPs (a row each) or JVPs (a column each); False
+        where that code does not run, or a call was refused or flagged (nothing kept)."""
+        m, n = matrix.shape
+        mode = "vjp" if m <= n else "jvp"
+        code = cast("blockcode.BlockCode", self._code)
+        rows = self._call_rows(checked)
+        with self._lock:
+            if not self._generated(mode):
+                return False
+            for line in range(m if mode == "vjp" else n):
+                if mode == "vjp":
+                    u = _unit(line, [output])[0]
+                    seed = float(u) if not output else u
+                    status, _, found = code.run("vjp", checked, None, rows, seed)
+                    if status != blockcode.OK:
+                        return False
+                    matrix[line] = np.concatenate([np.reshape(g, -1) for g in found])
+                else:
+                    moved = [blockcode.kernel_argument(d) for d in _unit(line, shapes)]
+                    status, _, found = code.run("jvp", checked, None, rows, directions=moved)
+                    if status != blockcode.OK:
+                        return False
+                    matrix[:, line] = np.reshape(found, -1)
+        return True
+
+    def _interpreted_jacobian(
+        self,
+        checked: list[Any],
+        matrix: FloatArray,
+        output: tuple[int, ...],
+        shapes: list[tuple[int, ...]],
+    ) -> None:
+        """Fill ``matrix`` by the interpreter's sweeps, after one replay."""
+        m, n = matrix.shape
 
         def sweeps(ids: list[int]) -> None:  # after one replay: every sweep reads its values
             tape = self._tape
@@ -1448,12 +1511,6 @@ class BlockFunction:
                     matrix[:, column] = np.reshape(tangent, -1)
 
         self._swept(checked, sweeps)
-        matrix += 0.0  # no -0.0
-        blocks = np.split(matrix, np.cumsum(sizes)[:-1], axis=1)
-        result = [
-            block.reshape(output + shape) for block, shape in zip(blocks, shapes, strict=True)
-        ]
-        return result[0] if single else result
 
     def hessian(self, arguments: Iterable[ArrayLike]) -> Any:
         """The Hessian at the arguments (a scalar output): for an int ``wrt`` one array of

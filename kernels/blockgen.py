@@ -58,9 +58,12 @@ from typing import NamedTuple
 
 from . import blas, codegen
 
-MODES = ("values", "grad", "vjp")
+MODES = ("values", "grad", "vjp", "jvp")
 """``values``: the output (a scalar returned, an array written into its
-buffer). ``grad``: a scalar output and the gradients of the ``wrt`` inputs."""
+buffer). ``grad``: a scalar output and the gradients of the ``wrt`` inputs.
+``vjp``: the gradients from the caller's cotangent of the output. ``jvp``:
+the output and its tangent along the caller's directions of the ``wrt``
+inputs (forward mode, one pass)."""
 
 OK = -1
 """Status: the call ran; a guard's index says that guard failed instead."""
@@ -115,9 +118,14 @@ class Parameter(NamedTuple):
     result), ``scratch`` (a buffer of ``shape``), ``adjoint`` (a buffer for a
     node's adjoint), ``gradient`` (the gradient of argument ``position``, an
     array of its shape), ``scalar_gradients`` (one float per ``wrt``
-    position; the scalar arguments' gradients land there) or ``cotangent``
+    position; the scalar arguments' gradients land there), ``cotangent``
     (mode ``vjp``: the caller's cotangent of the output, a float or an
-    array of its shape, read as the output's adjoint).
+    array of its shape, read as the output's adjoint); in mode ``jvp``
+    ``direction`` (the caller's direction for argument ``position``),
+    ``scalar_directions`` (one float per ``wrt`` position, read for the
+    scalar arguments), ``tangent`` (a buffer for a node's tangent) or
+    ``output_tangent`` (the result: the output's tangent, an array of its
+    shape, ``(1,)`` for a scalar output).
     """
 
     name: str
@@ -239,6 +247,15 @@ class _Writer:
         for i in range(n):
             depends[i] = depends[i] or any(depends[j] for j in self.nodes[i].operands)
         self.needs = [live[i] and depends[i] for i in range(n)]
+        # Tangents (mode jvp): nodes the output itself reads that depend on a wrt input
+        # (a guard reads values only).
+        feeds = [False] * n
+        feeds[program.output] = True
+        for i in reversed(range(n)):
+            if feeds[i]:
+                for j in self.nodes[i].operands:
+                    feeds[j] = True
+        self.moves = [feeds[i] and depends[i] for i in range(n)]
         self.written = [False] * n  # adjoints written so far (backward order)
         self.pending: _Loop | None = None  # the last loop nest, still open to merging
         self.spans: list[tuple[int, int, _Loop]] = []  # lines of each loop nest written
@@ -300,12 +317,13 @@ class _Writer:
     def value(self, i: int) -> str:
         return f"v{i}"
 
-    def read(self, j: int, shape: tuple[int, ...]) -> str:
-        """Node ``j``'s element at the loop indices over ``shape``, broadcasting as NumPy."""
+    def read(self, j: int, shape: tuple[int, ...], prefix: str = "v") -> str:
+        """Node ``j``'s element (its value; its tangent for ``prefix`` ``t``) at the loop
+        indices over ``shape``, broadcasting as NumPy."""
         own = self.shape(j)
         if not own:
-            return f"v{j}"
-        return f"v{j}[{', '.join(self.broadcast_index(own, shape))}]"
+            return f"{prefix}{j}"
+        return f"{prefix}{j}[{', '.join(self.broadcast_index(own, shape))}]"
 
     @staticmethod
     def broadcast_index(own: tuple[int, ...], shape: tuple[int, ...]) -> list[str]:
@@ -322,6 +340,8 @@ class _Writer:
         for i, node in enumerate(self.nodes):
             if self.live[i]:
                 self.forward(i, node)
+                if self.mode == "jvp" and self.moves[i]:
+                    self.tangent(i, node)
         for index, (guard, truth) in enumerate(program.guards):
             test = "==" if truth else "!="
             self.emit(f"if v{guard} {test} 0.0:")  # the traced outcome no longer holds
@@ -345,6 +365,11 @@ class _Writer:
             self.finish_gradients()
             scalar = f"v{output}" if not self.shape(output) else "0.0"
             returned = f"{scalar}, {OK}, flagged"
+        elif self.mode == "jvp":
+            if output in program.inputs:
+                raise Unsupported("the output is an argument: its tangent is the direction itself")
+            self.finish_tangent()
+            returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, flagged"
         else:
             returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, False"
         self.emit(f"return {returned}")
@@ -365,7 +390,12 @@ class _Writer:
         for start, end, loop in self.spans:
             for name in loop.writes:
                 parameter = next((p for p in self.parameters if p.name == name), None)
-                if parameter is None or parameter.role not in ("adjoint", "scratch", "value"):
+                if parameter is None or parameter.role not in (
+                    "adjoint",
+                    "scratch",
+                    "value",
+                    "tangent",
+                ):
                     continue
                 if parameter.node == self.program.output and parameter.role == "value":
                     continue  # the result
@@ -434,20 +464,25 @@ class _Writer:
 
     def forward_matmul(self, i: int, node: Node) -> None:
         a, b = node.operands
+        self.emit(self.product_call(node, f"v{a}", f"v{b}", f"v{i}"))
+
+    def product_call(self, node: Node, x: str, y: str, target: str) -> str:
+        """The statement ``target = x @ y`` for matmul ``node``'s operand ranks, by the BLAS
+        routine ``np.matmul`` picks (``x``, ``y``: its operands or their tangents)."""
+        a, b = node.operands
         ranks = (len(self.shape(a)), len(self.shape(b)))
         if ranks == (2, 2):
-            self.emit(f"gemm(False, False, v{a}, v{b}, v{i})")
-        elif ranks == (2, 1):
-            self.emit(f"gemv(False, v{a}, v{b}, v{i})")
-        elif ranks == (1, 2):
-            self.emit(f"gemv(True, v{b}, v{a}, v{i})")
-        elif ranks == (1, 1):
-            self.emit(f"v{i} = dot(v{a}, v{b})")
-        else:
-            raise Unsupported(
-                f"generated code has no rule for a product of operands of {ranks[0]} and "
-                f"{ranks[1]} axes (matrices and vectors only)"
-            )
+            return f"gemm(False, False, {x}, {y}, {target})"
+        if ranks == (2, 1):
+            return f"gemv(False, {x}, {y}, {target})"
+        if ranks == (1, 2):
+            return f"gemv(True, {y}, {x}, {target})"
+        if ranks == (1, 1):
+            return f"{target} = dot({x}, {y})"
+        raise Unsupported(
+            f"generated code has no rule for a product of operands of {ranks[0]} and "
+            f"{ranks[1]} axes (matrices and vectors only)"
+        )
 
     def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
         X, W, b = node.operands
@@ -476,30 +511,33 @@ class _Writer:
             f"generated code reduces all axes, or one of two; not axes {axes} of a shape {own}"
         )
 
-    def forward_sum(self, i: int, node: Node, mean: bool = False) -> None:
+    def forward_sum(self, i: int, node: Node, mean: bool = False, prefix: str = "v") -> None:
+        """The sum (``mean``: the mean) of the operand's values, or (``prefix`` ``t``) of
+        its tangents: a sum's tangent is the sum of the tangents."""
         (a,) = node.operands
         kind = self.reduction(i, node)
         own = self.shape(a)
-        count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
+        x, out = f"{prefix}{a}", f"{prefix}{i}"
+        count = f"{x}.size" if kind == "all" else f"{x}.shape[{0 if kind == 'columns' else 1}]"
         scale = f" / {count}" if mean else ""
         if kind == "all":
-            total = f"(0.0 + pairwise(v{a}.reshape(v{a}.size), 0, v{a}.size))"
+            total = f"(0.0 + pairwise({x}.reshape({x}.size), 0, {x}.size))"
             if node.shape:  # keepdims: an array of ones
-                self.emit(f"v{i}.reshape(v{i}.size)[0] = {total}{scale}")
+                self.emit(f"{out}.reshape({out}.size)[0] = {total}{scale}")
             else:
-                self.emit(f"v{i} = {total}{scale}")
+                self.emit(f"{out} = {total}{scale}")
             return
-        element = f"v{i}[{self.reduced_index(kind, node)}]"
+        element = f"{out}[{self.reduced_index(kind, node)}]"
         if kind == "columns":  # NumPy adds the rows in order: in the loop making them
             # The result written by name, never through a view: the loop merging
             # must see that it is a partial sum until this loop ends.
-            self.loop(f"v{a}", own, [f"{element} += v{a}[i0, i1]"], [f"v{i}[:] = 0.0"])
+            self.loop(x, own, [f"{element} += {x}[i0, i1]"], [f"{out}[:] = 0.0"])
             if mean:
-                self.emit(f"for i1 in range(v{a}.shape[1]):")
+                self.emit(f"for i1 in range({x}.shape[1]):")
                 self.emit(f"{element} = {element}{scale}", 2)
         else:  # each row pairwise
-            self.emit(f"for i0 in range(v{a}.shape[0]):")
-            self.emit(f"{element} = (0.0 + pairwise(v{a}[i0], 0, v{a}.shape[1])){scale}", 2)
+            self.emit(f"for i0 in range({x}.shape[0]):")
+            self.emit(f"{element} = (0.0 + pairwise({x}[i0], 0, {x}.shape[1])){scale}", 2)
 
     @staticmethod
     def reduced_index(kind: str, node: Node) -> str:
@@ -515,10 +553,10 @@ class _Writer:
     def forward_mse_loss(self, i: int, node: Node) -> None:
         Y, T = node.operands
         self.emit(f"y{i} = v{Y}.reshape(v{Y}.size)")
-        self.emit(f"t{i} = v{T}.reshape(v{T}.size)")
+        self.emit(f"q{i} = v{T}.reshape(v{T}.size)")
         self.emit("total = 0.0")
         self.emit(f"for i0 in range(y{i}.size):")
-        self.emit(f"d = y{i}[i0] - t{i}[i0]", 2)
+        self.emit(f"d = y{i}[i0] - q{i}[i0]", 2)
         self.emit("total += d * d", 2)
         self.emit(f"v{i} = total / y{i}.size")
 
@@ -839,7 +877,7 @@ class _Writer:
                 self.emit(f"m{slot}_{i} = {target}.reshape({target}.size)")
                 sinks.append((slot, j, target, added, sign))
         self.emit(f"for i0 in range(y{i}.size):")
-        self.emit(f"d = y{i}[i0] - t{i}[i0]", 2)
+        self.emit(f"d = y{i}[i0] - q{i}[i0]", 2)
         for slot, _, _, _, sign in sinks:
             self.emit(f"m{slot}_{i}[i0] = {sign}(scale * d)", 2)
         for _, j, target, added, _ in sinks:
@@ -916,6 +954,198 @@ class _Writer:
             )
             if added:
                 self.add_into(T, target)
+
+    # -- tangents (mode jvp) ---------------------------------------------------------------
+    # Forward mode, plain as the backward pass: node i's tangent t<i> is the sum
+    # of every operand's term (partial * tangent), in the interpreter's order, so
+    # the kernel flags a nan in the output's tangent and the exact rules compute
+    # that call again. A tangent is a local for a scalar, else a buffer.
+    def tangent(self, i: int, node: Node) -> None:
+        """Node ``i``'s tangent ``t<i>``, after its value, from its operands' tangents."""
+        shape = node.shape
+        if node.op == "input":
+            position = self.program.inputs.index(i)
+            if shape:
+                self.parameter(f"t{i}", "direction", i, shape, position)
+            else:
+                wrt = self.program.wrt
+                self.parameter("scalar_directions", "scalar_directions", -1, (len(wrt),))
+                self.emit(f"t{i} = scalar_directions[{wrt.index(position)}]")
+            return
+        if shape:
+            role = "output_tangent" if i == self.program.output else "tangent"
+            self.parameter(f"t{i}", role, i, shape)
+        getattr(self, f"tangent_{node.op}")(i, node)
+
+    def terms(self, node: Node, names: dict[str, str], shape: tuple[int, ...] | None) -> str:
+        """``partial * tangent`` summed over the operands that move, in operand order
+        (``shape``: the loop's, None for scalar nodes)."""
+        terms = []
+        for slot, j in enumerate(node.operands):
+            if self.moves[j]:
+                moved = f"t{j}" if shape is None else self.read(j, shape, "t")
+                terms.append(f"({self.expression(node, 'partial', names, slot)}) * {moved}")
+        return " + ".join(terms)
+
+    def tangent_scalar(self, i: int, node: Node) -> None:
+        self.emit(f"t{i} = {self.terms(node, self.scalar_names(i, node), None)}")
+
+    def tangent_elementwise(self, i: int, node: Node) -> None:
+        index = ", ".join(_indices(len(node.shape)))
+        terms = self.terms(node, self.element_names(i, node), node.shape)
+        self.loop(f"v{i}", node.shape, [f"t{i}[{index}] = {terms}"])
+
+    def tangent_matmul(self, i: int, node: Node) -> None:
+        """``tA @ B + A @ tB``: the first product into the tangent, the second added."""
+        a, b = node.operands
+        factors = [(f"t{a}", f"v{b}")] if self.moves[a] else []
+        if self.moves[b]:
+            factors.append((f"v{a}", f"t{b}"))
+        first, *rest = factors
+        self.emit(self.product_call(node, *first, f"t{i}"))
+        for x, y in rest:
+            if not node.shape:
+                self.emit(f"t{i} = t{i} + dot({x}, {y})")
+                continue
+            second = self.scratch(f"{i}_tb", node.shape)
+            self.emit(self.product_call(node, x, y, second))
+            index = ", ".join(_indices(len(node.shape)))
+            self.loop(f"t{i}", node.shape, [f"t{i}[{index}] = t{i}[{index}] + {second}[{index}]"])
+
+    def tangent_linear(self, i: int, node: Node, relu: bool = False) -> None:
+        """``(tX @ W + X @ tW) + tb``, through the ReLU's mask for ``linear_relu``."""
+        X, W, b = node.operands
+        T = f"t{i}"
+        summed = []
+        if self.moves[X]:
+            self.emit(f"gemm(False, False, t{X}, v{W}, {T})")
+            summed.append(f"{T}[i0, i1]")
+        if self.moves[W]:
+            target = T if not summed else self.scratch(f"{i}_tw", node.shape)
+            self.emit(f"gemm(False, False, v{X}, t{W}, {target})")
+            summed.append(f"{target}[i0, i1]")
+        if self.moves[b]:
+            summed.append(f"t{b}[i1]")
+        body = [f"z = {' + '.join(summed)}"]
+        if relu:  # relu'(z) from the output, as the backward pass reads it
+            body.append(f"h = v{i}[i0, i1]")
+            body.append(f"{T}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * z")
+        else:
+            body.append(f"{T}[i0, i1] = z")
+        self.loop(T, node.shape, body)
+
+    def tangent_linear_relu(self, i: int, node: Node) -> None:
+        self.tangent_linear(i, node, relu=True)
+
+    def tangent_sum(self, i: int, node: Node) -> None:
+        self.forward_sum(i, node, prefix="t")
+
+    def tangent_mean(self, i: int, node: Node) -> None:
+        self.forward_sum(i, node, mean=True, prefix="t")
+
+    def tangent_mse_loss(self, i: int, node: Node) -> None:
+        """``sum(p tY + (-p) tT)`` with ``p = 2 (Y - T) / size``, summed pairwise."""
+        Y, T = node.operands
+        terms = self.scratch(f"{i}_terms", self.shape(Y))
+        self.emit(f"w{i} = {terms}.reshape({terms}.size)")
+        moved = []
+        for j, sign, name in ((Y, "", f"ty{i}"), (T, "-", f"tt{i}")):
+            if self.moves[j]:
+                self.emit(f"{name} = t{j}.reshape(t{j}.size)")
+                moved.append(f"({sign}p) * {name}[i0]")
+        self.emit(f"for i0 in range(y{i}.size):")
+        self.emit(f"p = 2.0 * (y{i}[i0] - q{i}[i0]) / y{i}.size", 2)
+        self.emit(f"w{i}[i0] = {' + '.join(moved)}", 2)
+        self.emit(f"t{i} = 0.0 + pairwise(w{i}, 0, w{i}.size)")
+
+    def moved_by_softmax(self, i: int, a: int) -> str:
+        """Per row, ``P tX`` into a scratch buffer and ``inner``, its sum (pairwise)."""
+        moved = self.scratch(f"{i}_moved", self.shape(a))
+        self.emit(f"for i0 in range(v{a}.shape[0]):")
+        self.emit(f"for i1 in range(v{a}.shape[1]):", 2)
+        self.emit(f"{moved}[i0, i1] = {self.softmax_of(i)} * t{a}[i0, i1]", 3)
+        self.emit(f"inner = 0.0 + pairwise({moved}[i0], 0, {moved}.shape[1])", 2)
+        return moved
+
+    def tangent_log_softmax(self, i: int, node: Node) -> None:
+        """log_softmax: ``tX - inner``; softmax: ``P tX + (-P) inner``, per row."""
+        (a,) = node.operands
+        self.rows(i, node)
+        moved = self.moved_by_softmax(i, a)
+        self.emit(f"for i1 in range(v{a}.shape[1]):", 2)
+        if node.op == "log_softmax":
+            self.emit(f"t{i}[i0, i1] = t{a}[i0, i1] + (-1.0) * inner", 3)
+        else:
+            self.emit(f"t{i}[i0, i1] = {moved}[i0, i1] + (-{self.softmax_of(i)}) * inner", 3)
+
+    def tangent_softmax(self, i: int, node: Node) -> None:
+        self.tangent_log_softmax(i, node)
+
+    def tangent_logsumexp(self, i: int, node: Node) -> None:
+        """The row sums of ``P tX``."""
+        (a,) = node.operands
+        self.rows(i, node)
+        self.emit(f"ot{i} = t{i}.reshape(t{i}.size)")
+        self.moved_by_softmax(i, a)
+        self.emit(f"ot{i}[i0] = inner", 2)
+
+    def tangent_cross_entropy(self, i: int, node: Node) -> None:
+        """``sum(dX tX)``, plus ``sum(dT tT)`` for probability targets, each pairwise, with
+        ``dX``, ``dT`` the backward pass's (the gradients of the loss)."""
+        X, T = node.operands
+        labels, mean = node.params
+        a = f"v{X}"
+        self.emit(f"w = {f'(1.0 / {a}.shape[0])' if mean else '1.0'}")
+        P = self.softmax_of(i)
+        sums = []
+        if self.moves[X]:
+            terms = self.scratch(f"{i}_tx", self.shape(X))
+            self.emit(f"for i0 in range({a}.shape[0]):")
+            if labels:
+                self.emit(f"c = int(v{T}[i0])", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"p = {P}", 3)
+                self.emit("dx = w * (p - 1.0) if i1 == c else w * p", 3)
+            else:
+                self.emit("total = 0.0", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"total += v{T}[i0, i1]", 3)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"dx = w * ({P} * total - v{T}[i0, i1])", 3)
+            self.emit(f"{terms}[i0, i1] = dx * t{X}[i0, i1]", 3)
+            sums.append(terms)
+        if not labels and self.moves[T]:
+            terms = self.scratch(f"{i}_tt", self.shape(X))
+            depth = self.loops(a, 2)
+            self.emit(
+                f"{terms}[i0, i1] = (-(({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]) * w) "
+                f"* t{T}[i0, i1]",
+                depth,
+            )
+            sums.append(terms)
+        self.emit(
+            f"t{i} = " + " + ".join(f"pairwise({x}.reshape({x}.size), 0, {x}.size)" for x in sums)
+        )
+
+    def finish_tangent(self) -> None:
+        """The output's tangent (zeros where nothing moves it), ``+ 0.0``, and the nan flag."""
+        output = self.program.output
+        shape = self.shape(output)
+        self.emit("flagged = False")
+        if not shape:
+            self.parameter("output_tangent", "output_tangent", output, (1,))
+            self.emit(f"output_tangent[0] = {f't{output} + 0.0' if self.moves[output] else '0.0'}")
+            self.emit("flagged = output_tangent[0] != output_tangent[0]")
+            return
+        T = self.parameter(f"t{output}", "output_tangent", output, shape)
+        self.emit(f"f{output} = {T}.reshape({T}.size)")
+        if not self.moves[output]:
+            self.emit(f"f{output}[:] = 0.0")
+            return
+        self.emit(f"for i0 in range(f{output}.size):")
+        self.emit(f"x = f{output}[i0] + 0.0", 2)
+        self.emit(f"f{output}[i0] = x", 2)
+        self.emit("flagged |= x != x", 2)
 
     def finish_gradients(self) -> None:
         """Zero gradients nothing reached, ``+ 0.0`` on the way out, and the nan flag."""

@@ -746,6 +746,96 @@ def test_vjp_of_an_argument_stays_interpreted_and_cotangents_are_checked(rng):
         g.vjp((X, X.T), np.full((B, B), np.nan))
 
 
+@pytest.mark.parametrize("output", ["array", "scalar"])
+def test_generated_jvp_equals_the_interpreters_bit_for_bit(rng, output):
+    def layer(X, W, b, s):
+        Y = fa.tanh(fa.linear_relu(X, W, b) * s)
+        Z = Y - Y.mean(axis=0) + (X @ W).sum(axis=1, keepdims=True)
+        return Z if output == "array" else (Z * Z).sum() + fa.mse_loss(Z, Y)
+
+    X, W, b = rng.normal(size=(B, N)), rng.normal(size=(N, H)), rng.normal(size=H)
+    X[:, 1] = 0.0
+    example = (X, W, b, 0.5)
+    f = fa.compile(layer, example=example, wrt=(0, 1, 2, 3), batch=0, backend="codegen")
+    reference = fa.compile(layer, example=example, wrt=(0, 1, 2, 3), batch=0, backend="interpret")
+    assert f.tier("jvp").name == "codegen"
+    before = blockcode.recheck_count()
+    for rows in (B, 3):
+        arguments = (X[:rows], W, b, 0.5)
+        directions = [rng.normal(size=(rows, N)), rng.normal(size=(N, H)), np.zeros(H), -0.25]
+        directions[1][2] = 0.0
+        value, tangent = f.jvp(arguments, directions)
+        want_value, want = reference.jvp(arguments, directions)
+        np.testing.assert_array_equal(value, want_value)
+        np.testing.assert_array_equal(tangent, want)
+        assert type(tangent) is type(want)
+    assert blockcode.recheck_count() == before  # finite data never goes back
+
+
+def test_generated_jvp_agrees_with_the_gradient_and_keeps_strong_zeros(rng):
+    # <grad, v> is J v for a scalar output: the generated forward pass against the
+    # generated backward one, on an MLP with labels (within rounding: other sums).
+    def mlp(X, W1, b1, W2, b2, y):
+        return fa.cross_entropy(fa.linear(fa.linear_relu(X, W1, b1), W2, b2), y)
+
+    X = rng.normal(size=(B, N))
+    X[rng.random(X.shape) < 0.4] = 0.0
+    arguments = (
+        X,
+        rng.normal(size=(N, H)),
+        rng.normal(size=H),
+        rng.normal(size=(H, 3)),
+        rng.normal(size=3),
+        rng.integers(0, 3, B),
+    )
+    f = fa.compile(mlp, example=arguments, wrt=(1, 2, 3, 4), backend="codegen")
+    directions = [rng.normal(size=np.shape(a)) for a in arguments[1:5]]
+    value, tangent = f.jvp(arguments, directions)
+    gradients = f.grad(arguments)
+    inner = sum(float(np.sum(g * d)) for g, d in zip(gradients, directions, strict=True))
+    assert tangent == pytest.approx(inner, rel=1e-12)
+    assert value == f(arguments)
+    # A zero direction where the partial is inf: plain arithmetic gives 0 * inf =
+    # nan, so the call is computed again by the exact rules, which send nothing.
+    c = np.ones((B, N))
+    c[2, 3] = np.inf
+    g = fa.compile(lambda X, c: X * c, example=(X, c), wrt=0, backend="codegen")
+    v = np.ones((B, N))
+    v[2, 3] = 0.0
+    before = blockcode.recheck_count()
+    _, moved = g.jvp((X, c), v)
+    assert blockcode.recheck_count() == before + 1
+    assert moved[2, 3] == 0.0 and not np.signbit(moved[2, 3])
+    np.testing.assert_array_equal(np.delete(moved.ravel(), 2 * N + 3), 1.0)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_generated_jacobians_equal_the_interpreters(rng, wide):
+    # Fewer outputs than inputs: a generated VJP per row; more: a JVP per column.
+    def layer(X, W, b):
+        return fa.tanh(fa.linear(X, W, b)).sum(axis=1)
+
+    rows = 2 if wide else 12
+    arguments = (rng.normal(size=(rows, 3)), rng.normal(size=(3, 2)), rng.normal(size=2))
+    f = fa.compile(layer, example=arguments, wrt=(1, 2), backend="codegen")
+    reference = fa.compile(layer, example=arguments, wrt=(1, 2), backend="interpret")
+    assert f.tier("jvp" if wide else "vjp").name == "codegen"
+    calls = blockcode.recheck_count()
+    got, want = f.jacobian(arguments), reference.jacobian(arguments)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert [a.shape for a in got] == [(rows, 3, 2), (rows, 2)]
+    assert blockcode.recheck_count() == calls
+
+
+def test_jvp_of_an_argument_stays_interpreted(rng):
+    X = rng.normal(size=(B, N))
+    f = fa.compile(lambda X, W: X, example=(X, X.T), backend="auto")
+    assert f.tier("jvp") == ("interpret", "the output is an argument: its JVP is the direction")
+    d = rng.normal(size=X.shape)
+    np.testing.assert_array_equal(f.jvp((X, X.T), [d, np.zeros_like(X.T)])[1], d)
+
+
 def test_sums_of_one_column_are_numpys_pairwise_sums(rng):
     # A (rows, 1) array summed over its rows is one contiguous run to NumPy, which
     # sums it pairwise; so do the generated forward sum and the gradient of a (1,)

@@ -2,8 +2,9 @@
 
 Each program is compiled with ``backend="codegen"`` and ``backend="interpret"``
 at one example and called on fresh data several times in a row: the values
-(``f(args)``), the gradients (``f.value_and_grad``) and the vector-Jacobian
-products (``f.vjp``) of the generated kernels must be the interpreter's, bit
+(``f(args)``), the gradients (``f.value_and_grad``), the vector-Jacobian
+products (``f.vjp``) and the Jacobian-vector products (``f.jvp``) of the
+generated kernels must be the interpreter's, bit
 for bit, or within 1e-13 of the largest element where the softmax family or
 the cross-entropy runs (NumPy's vectorised ``exp`` against libm's). With
 ``batch=`` the calls take several numbers of rows, more than the plans kept,
@@ -93,6 +94,16 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
                 want_value, want = interpreted.value_and_grad(arguments)
                 assert_same(value, want_value, exact)
                 assert_all_same(gradients, want, exact)
+            elif mode == "jvp":
+                positions = generated.wrt or range(len(arguments))
+                directions = [
+                    sparse(rng, np.shape(arguments[p])) if np.ndim(arguments[p]) else 0.625
+                    for p in positions
+                ]
+                value, tangent = generated.jvp(arguments, directions)
+                want_value, want = interpreted.jvp(arguments, directions)
+                assert_same(value, want_value, exact)
+                assert_same(tangent, want, exact)
             else:
                 output = interpreted(arguments)
                 u = sparse(rng, np.shape(output)) if np.ndim(output) else -1.75
@@ -147,7 +158,9 @@ def test_a_funnel_shares_buffers_and_gives_the_interpreters_bits(rng, buffers):
     # More numbers of rows than the plans keep (blockcode.ROW_PLANS), and back again.
     rows = (B, 5, 1, 30, 12, 7, 2, 9, 5, B, 1)
     calls = [funnel_arguments(rng, n) for n in rows]
-    compare_calls(generated, interpreted, calls, ("grad", "values", "vjp"), True, buffers, rng)
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), True, buffers, rng
+    )
     held, one_each = generated._code.buffer_bytes("grad")
     assert held < 0.75 * one_each  # the test is about shared memory: there is some
     held, one_each = generated._code.buffer_bytes("grad", 30)
@@ -176,7 +189,9 @@ def broadcasts_arguments(rng, rows):
 def test_broadcast_sums_at_several_rows(rng, buffers):
     generated, interpreted = both(broadcasts, broadcasts_arguments(rng, B), batch=(0, 2))
     calls = [broadcasts_arguments(rng, n) for n in (B, 3, 1, 25, B, 3)]
-    compare_calls(generated, interpreted, calls, ("grad", "vjp", "values"), True, buffers, rng)
+    compare_calls(
+        generated, interpreted, calls, ("grad", "vjp", "jvp", "values"), True, buffers, rng
+    )
     assert generated._code.buffer_bytes("grad")[0] < generated._code.buffer_bytes("grad")[1]
 
 
@@ -206,7 +221,7 @@ def test_vjp_of_an_array_output_at_several_rows(rng, buffers):
     assert generated.tier("vjp").name == "codegen"
     assert generated.tier("grad").name == "interpret"  # an array output
     calls = [two_paths_arguments(rng, n) for n in (B, B, 4, 1, 40, 4, B)]
-    compare_calls(generated, interpreted, calls, ("vjp", "values"), True, buffers, rng)
+    compare_calls(generated, interpreted, calls, ("vjp", "jvp", "values"), True, buffers, rng)
     held, one_each = generated._code.buffer_bytes("vjp")
     assert held < one_each
 
@@ -242,7 +257,9 @@ def test_softmaxes_and_cross_entropies_within_rounding(rng, buffers):
     example = classifier_arguments(rng, B)
     generated, interpreted = both(classifier, example, wrt=(0, 1, 2, 4), batch=(0, 3, 4))
     calls = [classifier_arguments(rng, n) for n in (B, 2, 33, B, 1, 2)]
-    compare_calls(generated, interpreted, calls, ("grad", "values", "vjp"), False, buffers, rng)
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), False, buffers, rng
+    )
 
 
 # -- a regression whose gradient NumPy gives by hand ----------------------------------------
@@ -304,7 +321,7 @@ def test_one_row_arguments_broadcast_at_one_row(rng, buffers):
     # merge: the traced kernel, its parameters and its buffers' shapes must serve.
     generated, interpreted = both(scaled, scaled_arguments(rng, B), wrt=(1, 2), batch=0)
     calls = [scaled_arguments(rng, n) for n in (B, 1, 3, 1, B)]
-    compare_calls(generated, interpreted, calls, ("vjp", "values"), True, buffers, rng)
+    compare_calls(generated, interpreted, calls, ("vjp", "jvp", "values"), True, buffers, rng)
     generated, interpreted = both(scaled_sum, scaled_arguments(rng, B), wrt=(1, 2), batch=0)
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
 
@@ -330,4 +347,6 @@ def test_sums_over_the_rows_of_one_column(rng, buffers):
     # pairwise sum of one column in the last bit for about one data set in three.
     generated, interpreted = both(column, column_arguments(rng, B), batch=0)
     calls = [column_arguments(rng, n) for n in (B, B, 40, 9, B, 40, B, 17)]
-    compare_calls(generated, interpreted, calls, ("grad", "values", "vjp"), True, buffers, rng)
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), True, buffers, rng
+    )
