@@ -819,7 +819,7 @@ def test_generated_jacobians_equal_the_interpreters(rng, wide):
     arguments = (rng.normal(size=(rows, 3)), rng.normal(size=(3, 2)), rng.normal(size=2))
     f = fa.compile(layer, example=arguments, wrt=(1, 2), backend="codegen")
     reference = fa.compile(layer, example=arguments, wrt=(1, 2), backend="interpret")
-    assert f.tier("jvp" if wide else "vjp").name == "codegen"
+    assert f.tier("vjp" if wide else "jvp").name == "codegen"
     calls = blockcode.recheck_count()
     got, want = f.jacobian(arguments), reference.jacobian(arguments)
     for a, b in zip(got, want, strict=True):
