@@ -178,13 +178,19 @@ class BlockCode:
         modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp", "jvp")
         if program.output in program.inputs:  # its VJP (JVP) is the cotangent (direction)
             modes = tuple(mode for mode in modes if mode not in ("vjp", "jvp"))
-        self.modes = modes
         # Per mode and kernel parameter, the axes of its shape that follow the rows.
         self._parameter_axes: dict[str, list[tuple[int, ...]]] = {}
-        for mode in self.modes:
-            text = self._source(mode)[0]  # raises Unsupported now, not at the first call
-            if self._rows is not None:
-                self._parameter_axes[mode] = self._axes_of_parameters(mode, text)
+        self.unsupported: dict[str, str] = {}  # the modes past grad that generated code lacks
+        for mode in modes:
+            try:  # raises Unsupported now, not at the first call
+                text = self._source(mode)[0]
+                if self._rows is not None:
+                    self._parameter_axes[mode] = self._axes_of_parameters(mode, text)
+            except Unsupported as error:
+                if mode in ("values", "grad"):
+                    raise
+                self.unsupported[mode] = str(error)
+        self.modes = tuple(mode for mode in modes if mode not in self.unsupported)
 
     def _axes_of_parameters(self, mode: str, text: str) -> list[tuple[int, ...]]:
         """Which axes of each of ``mode``'s kernel parameters follow the rows.
@@ -226,8 +232,9 @@ class BlockCode:
         return BUDGET_ROWS
 
     def rows(self, mode: str) -> int:
-        """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit)."""
-        return len(self.program.nodes) * (1 if mode == "values" else 2)
+        """The size of ``mode``'s code, nodes times passes (the compile-time estimate's unit:
+        ``hvp`` makes three, the values with their tangents and two backward)."""
+        return len(self.program.nodes) * {"values": 1, "hvp": 3}.get(mode, 2)
 
     def expected_seconds(self, size: int) -> float:
         """The cold compile time the measured curve predicts for ``size`` rows."""

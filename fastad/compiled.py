@@ -1171,14 +1171,18 @@ class BlockFunction:
 
     def tier(self, call: str = "grad") -> Tier:
         """Which tier runs ``call`` now, and why: ``"grad"`` (:meth:`value_and_grad`,
-        :meth:`grad`), ``"values"`` (:meth:`__call__`), ``"vjp"`` (:meth:`vjp`) or
-        ``"jvp"`` (:meth:`jvp`). A question: it starts nothing."""
+        :meth:`grad`), ``"values"`` (:meth:`__call__`), ``"vjp"`` (:meth:`vjp`),
+        ``"jvp"`` (:meth:`jvp`) or ``"hvp"`` (:meth:`hvp`, :meth:`hessian`). A question:
+        it starts nothing."""
         if call not in blockcode.MODES:
-            raise ValueError(f'call must be "grad", "values", "vjp" or "jvp", got {call!r}')
+            raise ValueError(f'call must be "grad", "values", "vjp", "jvp" or "hvp", got {call!r}')
         if self._code is None or self._tiers is None:
             return Tier("interpret", self._no_code)
         if call not in self._code.modes:
-            if call == "grad":
+            reason = self._code.unsupported.get(call)
+            if reason is not None:
+                return Tier("interpret", f"no generated code: {reason}")
+            if call in ("grad", "hvp"):
                 return Tier("interpret", "the output is an array: it has no gradient")
             if call == "jvp":
                 return Tier("interpret", "the output is an argument: its JVP is the direction")
@@ -1353,15 +1357,25 @@ class BlockFunction:
 
         ``directions`` holds one array per argument of :meth:`value_and_grad`'s
         gradients (a single one for an int ``wrt``), shaped like it; the
-        result has the gradients' form. Forward-over-reverse through the
-        block rules (:func:`fastad.hvp`), on the interpreter; a block op
-        without a second-order rule raises ``NotImplementedError`` naming
-        it. Needs a scalar output.
+        result has the gradients' form. Forward-over-reverse: generated
+        code where ``f.tier("hvp")`` says so (a result holding a nan is
+        computed again by the interpreter), else through the block rules
+        (:func:`fastad.hvp`) on the interpreter, where a block op without a
+        second-order rule raises ``NotImplementedError`` naming it. Needs a
+        scalar output.
         """
         if isinstance(self._output, Block):
             raise ValueError("hvp needs a scalar output; this function returns an array")
         checked = self._checked(arguments)
         along = self._directions(directions, self._call_shapes(checked))
+        with self._lock:
+            if self._generated("hvp"):
+                moved = [blockcode.kernel_argument(d) for d in along]
+                status, _, found = cast("blockcode.BlockCode", self._code).run(
+                    "hvp", checked, None, self._call_rows(checked), directions=moved
+                )
+                if status == blockcode.OK:
+                    return _by_argument(cast("list[Any]", found), self._wrt_positions()[1])
         _, products = self._swept(checked, lambda ids: self._tape.hvp(self._output, ids, along))
         return _by_argument(products, self._wrt_positions()[1])
 
@@ -1489,6 +1503,24 @@ class BlockFunction:
                     matrix[:, line] = np.reshape(found, -1)
         return True
 
+    def _generated_hessian(
+        self, checked: list[Any], rows: FloatArray, shapes: list[tuple[int, ...]]
+    ) -> bool:
+        """Fill ``rows`` by generated Hessian-vector products, one per row; False where
+        that code does not run, or a call was refused or flagged (nothing kept)."""
+        code = cast("blockcode.BlockCode", self._code)
+        batch_rows = self._call_rows(checked)
+        with self._lock:
+            if not self._generated("hvp"):
+                return False
+            for row in range(rows.shape[0]):
+                moved = [blockcode.kernel_argument(d) for d in _unit(row, shapes)]
+                status, _, found = code.run("hvp", checked, None, batch_rows, directions=moved)
+                if status != blockcode.OK:
+                    return False
+                rows[row] = np.concatenate([np.reshape(p, -1) for p in found])
+        return True
+
     def _interpreted_jacobian(
         self,
         checked: list[Any],
@@ -1528,13 +1560,14 @@ class BlockFunction:
         n = sum(sizes)
         check_fits(8 * n * n, f"the Hessian of {n} inputs", "compute H v with f.hvp")
         rows = np.zeros((n, n))
+        if not self._generated_hessian(checked, rows, shapes):
 
-        def sweeps(ids: list[int]) -> None:  # one replay, a product per row
-            for row in range(n):
-                product = self._tape.hvp(self._output, ids, _unit(row, shapes))
-                rows[row] = np.concatenate([np.reshape(p, -1) for p in product])
+            def sweeps(ids: list[int]) -> None:  # one replay, a product per row
+                for row in range(n):
+                    product = self._tape.hvp(self._output, ids, _unit(row, shapes))
+                    rows[row] = np.concatenate([np.reshape(p, -1) for p in product])
 
-        self._swept(checked, sweeps)
+            self._swept(checked, sweeps)
         cuts = np.cumsum(sizes)[:-1]
         blocks = [np.split(band, cuts, axis=1) for band in np.split(rows, cuts, axis=0)]
         result = [

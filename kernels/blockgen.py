@@ -53,12 +53,12 @@ no sizes (the loops read them from the arrays).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from . import blas, codegen
 
-MODES = ("values", "grad", "vjp", "jvp")
+MODES = ("values", "grad", "vjp", "jvp", "hvp")
 """``values``: the output (a scalar returned, an array written into its
 buffer). ``grad``: a scalar output and the gradients of the ``wrt`` inputs.
 ``vjp``: the gradients from the caller's cotangent of the output. ``jvp``:
@@ -218,6 +218,20 @@ class _Loop:
         return True
 
 
+class _Pass:
+    """One backward pass's state: its names (adjoints of scalars ``<scalar><id>``, of
+    arrays ``<array><id>``; scratch buffers and loop locals tagged ``tag``), the nodes
+    it sends to, those written so far, and whether the inputs' adjoints are results."""
+
+    def __init__(self, scalar: str, array: str, tag: str, needs: list[bool], results: bool):
+        self.scalar, self.array, self.tag = scalar, array, tag
+        self.needs = needs
+        self.results = results
+        self.written = [False] * len(needs)  # adjoints written so far (backward order)
+        # Gradients made by one BLAS product alone, straight into them: (factor, factor).
+        self.products: dict[int, tuple[str, str]] = {}
+
+
 class _Writer:
     """Writes one kernel: its parameters and its lines."""
 
@@ -246,7 +260,16 @@ class _Writer:
             depends[program.inputs[position]] = True
         for i in range(n):
             depends[i] = depends[i] or any(depends[j] for j in self.nodes[i].operands)
-        self.needs = [live[i] and depends[i] for i in range(n)]
+        needs = [live[i] and depends[i] for i in range(n)]
+        # The backward pass: the gradients (mode hvp: the adjoints its second pass reads,
+        # so not the inputs'), and mode hvp's second pass, their tangents, whose inputs'
+        # are the products H v.
+        if mode == "hvp":
+            inner = [needs[i] and self.nodes[i].op != "input" for i in range(n)]
+            self.p = self.first = _Pass("g", "d", "", inner, results=False)
+            self.second = _Pass("k", "k", "h", needs, results=True)
+        else:
+            self.p = self.first = self.second = _Pass("g", "d", "", needs, results=True)
         # Tangents (mode jvp): nodes the output itself reads that depend on a wrt input
         # (a guard reads values only).
         feeds = [False] * n
@@ -256,11 +279,27 @@ class _Writer:
                 for j in self.nodes[i].operands:
                     feeds[j] = True
         self.moves = [feeds[i] and depends[i] for i in range(n)]
-        self.written = [False] * n  # adjoints written so far (backward order)
         self.pending: _Loop | None = None  # the last loop nest, still open to merging
         self.spans: list[tuple[int, int, _Loop]] = []  # lines of each loop nest written
-        # Gradients made by one BLAS product alone, straight into them: (factor, factor).
-        self.products: dict[int, tuple[str, str]] = {}
+
+    @property
+    def needs(self) -> list[bool]:
+        """The nodes the current backward pass sends to."""
+        return self.p.needs
+
+    @property
+    def written(self) -> list[bool]:
+        """The current pass's adjoints written so far."""
+        return self.p.written
+
+    @property
+    def products(self) -> dict[int, tuple[str, str]]:
+        """The current pass's results made by one BLAS product alone: (factor, factor)."""
+        return self.p.products
+
+    def own(self, i: int) -> str:
+        """Node ``i``'s adjoint in the current pass (a local for a scalar, else a buffer)."""
+        return f"{self.p.scalar if not self.shape(i) else self.p.array}{i}"
 
     # -- parameters and lines -----------------------------------------------------------
     def parameter(
@@ -272,7 +311,7 @@ class _Writer:
         return name
 
     def scratch(self, tag: str, shape: tuple[int, ...]) -> str:
-        return self.parameter(f"s_{tag}", "scratch", -1, shape)
+        return self.parameter(f"s_{self.p.tag}{tag}", "scratch", -1, shape)
 
     def emit(self, line: str, depth: int = 1) -> None:
         self.flush()
@@ -342,13 +381,15 @@ class _Writer:
                 self.forward(i, node)
                 if self.mode == "jvp" and self.moves[i]:
                     self.tangent(i, node)
+                elif self.mode == "hvp" and self.moves[i] and i != program.output:
+                    self.tangent(i, node)  # what the second pass reads
         for index, (guard, truth) in enumerate(program.guards):
             test = "==" if truth else "!="
             self.emit(f"if v{guard} {test} 0.0:")  # the traced outcome no longer holds
             self.emit(f"return {self.failure(index)}", 2)
         output = program.output
-        if self.mode in ("grad", "vjp"):
-            if self.mode == "grad":
+        if self.mode in ("grad", "vjp", "hvp"):
+            if self.mode in ("grad", "hvp"):
                 self.emit(f"g{output} = 1.0")
             elif output in program.inputs:
                 raise Unsupported("the output is an argument: its VJP is the cotangent itself")
@@ -360,8 +401,13 @@ class _Writer:
             self.written[output] = True
             for i in reversed(range(len(self.nodes))):
                 node = self.nodes[i]
-                if self.needs[i] and node.op not in ("input", "constant", "array"):
+                if not self.second.needs[i] or node.op in ("input", "constant", "array"):
+                    continue
+                if self.mode == "hvp":
+                    self.second_order(i, node)
+                else:
                     self.backward(i, node)
+            self.p = self.second
             self.finish_gradients()
             scalar = f"v{output}" if not self.shape(output) else "0.0"
             returned = f"{scalar}, {OK}, flagged"
@@ -663,13 +709,14 @@ class _Writer:
     # -- backward --------------------------------------------------------------------------
     def adjoint(self, j: int) -> str:
         """The name of node ``j``'s adjoint (registering its buffer): ``g<j>`` or ``d<j>``."""
+        p = self.p
         if not self.shape(j):
-            return f"g{j}"
+            return f"{p.scalar}{j}"
         node = self.nodes[j]
-        if node.op == "input":
+        if node.op == "input" and p.results:
             position = self.program.inputs.index(j)
-            return self.parameter(f"d{j}", "gradient", j, node.shape, position)
-        return self.parameter(f"d{j}", "adjoint", j, node.shape)
+            return self.parameter(f"{p.array}{j}", "gradient", j, node.shape, position)
+        return self.parameter(f"{p.array}{j}", "adjoint", j, node.shape)
 
     def sink(self, j: int, tag: str) -> tuple[str, bool]:
         """Where a contribution to array ``j`` goes: ``(buffer, add it to j's adjoint after)``.
@@ -700,10 +747,10 @@ class _Writer:
 
     def add_scalar(self, j: int, value: str) -> None:
         if self.written[j]:
-            self.emit(f"g{j} += {value}")
+            self.emit(f"{self.p.scalar}{j} += {value}")
         else:
             self.written[j] = True
-            self.emit(f"g{j} = {value}")
+            self.emit(f"{self.p.scalar}{j} = {value}")
 
     def backward(self, i: int, node: Node) -> None:
         if not self.written[i]:  # nothing the output reads came through this node
@@ -713,7 +760,7 @@ class _Writer:
             for slot, j in enumerate(node.operands):
                 if self.needs[j]:
                     partial = self.expression(node, "partial", names, slot)
-                    self.add_scalar(j, f"({partial}) * g{i}")
+                    self.add_scalar(j, f"({partial}) * {self.own(i)}")
             return
         getattr(self, f"backward_{node.op}")(i, node)
 
@@ -727,8 +774,9 @@ class _Writer:
         for slot, j in enumerate(node.operands):
             if not self.needs[j]:
                 continue
-            partial = self.expression(node, "partial", names, slot)
-            term = f"({partial}) * d{i}[{index}]"
+            term = self.elementwise_term(i, node, names, slot)
+            if not term:
+                continue
             own = self.shape(j)
             if own == shape:
                 target, added = self.sink(j, f"{i}_{slot}")
@@ -776,42 +824,76 @@ class _Writer:
 
     def backward_matmul(self, i: int, node: Node) -> None:
         a, b = node.operands
+        for slot, (j, other) in enumerate(((a, f"v{b}"), (b, f"v{a}"))):
+            if self.needs[j]:
+                G = self.own(i)
+                self.contribute(j, f"{i}_{'ab'[slot]}", [self.matmul_adjoint(node, slot, G, other)])
+
+    def matmul_adjoint(self, node: Node, slot: int, G: str, other: str) -> Callable[[str], None]:
+        """What writes the contribution of matmul ``node``'s adjoint ``G`` (a buffer, or
+        a local for a scalar product) to operand ``slot`` into a target: ``G B^T`` or
+        ``A^T G`` by rank, ``other`` the other operand's values (or tangents)."""
+        a, b = node.operands
+        j = node.operands[slot]
         ranks = (len(self.shape(a)), len(self.shape(b)))
-        G = f"d{i}"
-        if self.needs[a]:
-            target, added = self.sink(a, f"{i}_a")
+
+        def first(target: str) -> None:
             if ranks == (2, 2):
-                self.product(f"gemm(False, True, {G}, v{b}, {target})", target, a, (G, f"v{b}"))
+                self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
             elif ranks == (1, 1):  # one term per element
                 self.emit(f"for i0 in range({target}.size):")
-                self.emit(f"{target}[i0] = g{i} * v{b}[i0]", 2)
+                self.emit(f"{target}[i0] = {G} * {other}[i0]", 2)
             elif ranks == (2, 1):  # dA = outer(G, x): one term per element
                 self.emit(f"for i0 in range({target}.shape[0]):")
                 self.emit(f"for i1 in range({target}.shape[1]):", 2)
-                self.emit(f"{target}[i0, i1] = {G}[i0] * v{b}[i1]", 3)
+                self.emit(f"{target}[i0, i1] = {G}[i0] * {other}[i1]", 3)
             else:  # x @ B: dx = B @ G
-                self.product(f"gemv(False, v{b}, {G}, {target})", target, a, (f"v{b}", G))
-            if added:
-                self.add_into(a, target)
-        if self.needs[b]:
-            target, added = self.sink(b, f"{i}_b")
+                self.product(f"gemv(False, {other}, {G}, {target})", target, j, (other, G))
+
+        def second(target: str) -> None:
             if ranks == (2, 2):
-                self.product(f"gemm(True, False, v{a}, {G}, {target})", target, b, (f"v{a}", G))
+                self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
             elif ranks == (1, 1):
                 self.emit(f"for i0 in range({target}.size):")
-                self.emit(f"{target}[i0] = v{a}[i0] * g{i}", 2)
+                self.emit(f"{target}[i0] = {other}[i0] * {G}", 2)
             elif ranks == (2, 1):  # A @ x: dx = A^T G
-                self.product(f"gemv(True, v{a}, {G}, {target})", target, b, (f"v{a}", G))
+                self.product(f"gemv(True, {other}, {G}, {target})", target, j, (other, G))
             else:  # dB = outer(x, G)
                 self.emit(f"for i0 in range({target}.shape[0]):")
                 self.emit(f"for i1 in range({target}.shape[1]):", 2)
-                self.emit(f"{target}[i0, i1] = v{a}[i0] * {G}[i1]", 3)
-            if added:
-                self.add_into(b, target)
+                self.emit(f"{target}[i0, i1] = {other}[i0] * {G}[i1]", 3)
 
-    def backward_linear(self, i: int, node: Node, relu: bool = False) -> None:
+        return first if slot == 0 else second
+
+    def contribute(self, j: int, tag: str, parts: Sequence[Callable[[str], None]]) -> None:
+        """Send array ``j`` one contribution, the sum of ``parts`` in order (each writes a
+        whole term into the buffer it is given), as the interpreter adds a rule's terms
+        before delivering them."""
+        target, added = self.sink(j, tag)
+        parts[0](target)
+        for n, part in enumerate(parts[1:]):
+            extra = self.scratch(f"{tag}_{n}", self.shape(j))
+            part(extra)
+            self.emit(f"xa = {target}.reshape({target}.size)")
+            self.emit(f"xb = {extra}.reshape({extra}.size)")
+            self.emit("for i0 in range(xa.size):")
+            self.emit("xa[i0] += xb[i0]", 2)
+            self.products.pop(j, None)  # a sum: no longer one product's
+        if added:
+            self.add_into(j, target)
+
+    def backward_linear(
+        self,
+        i: int,
+        node: Node,
+        relu: bool = False,
+        moved: tuple[list[Callable[[str], None]], list[Callable[[str], None]]] = ([], []),
+    ) -> None:
+        """``dX = dZ W^T``, ``dW = X^T dZ``, ``db`` the rows of ``dZ`` summed, with ``dZ`` the
+        adjoint through the ReLU's mask; ``moved``: terms added to ``dX`` and ``dW``
+        before they are sent (mode hvp's second pass)."""
         X, W, b = node.operands
-        G = f"d{i}"
+        G = self.own(i)
         dZ = self.scratch(f"{i}_dz", node.shape) if relu else G
         bias = self.sink(b, f"{i}_db") if self.needs[b] else None
         if relu or bias is not None:  # one pass: the ReLU mask and the bias sum
@@ -826,16 +908,17 @@ class _Writer:
             self.loop(G, node.shape, body, [f"{bias[0]}[:] = 0.0"] if bias is not None else [])
         if bias is not None and bias[1]:
             self.add_into(b, bias[0])
-        if self.needs[X]:
-            target, added = self.sink(X, f"{i}_dx")
+
+        def dx(target: str) -> None:
             self.product(f"gemm(False, True, {dZ}, v{W}, {target})", target, X, (dZ, f"v{W}"))
-            if added:
-                self.add_into(X, target)
-        if self.needs[W]:
-            target, added = self.sink(W, f"{i}_dw")
+
+        def dw(target: str) -> None:
             self.product(f"gemm(True, False, v{X}, {dZ}, {target})", target, W, (f"v{X}", dZ))
-            if added:
-                self.add_into(W, target)
+
+        if self.needs[X]:
+            self.contribute(X, f"{i}_dx", [dx, *moved[0]])
+        if self.needs[W]:
+            self.contribute(W, f"{i}_dw", [dw, *moved[1]])
 
     def backward_linear_relu(self, i: int, node: Node) -> None:
         self.backward_linear(i, node, relu=True)
@@ -850,10 +933,15 @@ class _Writer:
         target, added = self.sink(a, f"{i}_spread")
         index = ", ".join(_indices(len(own)))
         if kind == "all":
-            g = f"d{i}.reshape(d{i}.size)[0]" if node.shape else f"g{i}"
-            self.loop(f"v{a}", own, [f"{target}[{index}] = spread{i}"], [f"spread{i} = {g}{scale}"])
+            g = f"{self.own(i)}.reshape({self.own(i)}.size)[0]" if node.shape else f"{self.own(i)}"
+            self.loop(
+                f"v{a}",
+                own,
+                [f"{target}[{index}] = spread{self.p.tag}{i}"],
+                [f"spread{self.p.tag}{i} = {g}{scale}"],
+            )
         else:  # the reduced adjoint read by name (it may be a sum the loop before makes)
-            reduced = f"d{i}[{self.reduced_index(kind, node)}]"
+            reduced = f"{self.own(i)}[{self.reduced_index(kind, node)}]"
             self.loop(f"v{a}", own, [f"{target}[i0, i1] = {reduced}{scale}"])
         if added:
             self.add_into(a, target)
@@ -869,7 +957,7 @@ class _Writer:
 
     def backward_mse_loss(self, i: int, node: Node) -> None:
         Y, T = node.operands
-        self.emit(f"scale = 2.0 * g{i} / y{i}.size")
+        self.emit(f"scale = 2.0 * {self.own(i)} / y{i}.size")
         sinks = []  # named by slot: Y and T may be one node (mse_loss(X, X))
         for slot, (j, sign) in enumerate(((Y, ""), (T, "-"))):
             if self.needs[j]:
@@ -892,7 +980,7 @@ class _Writer:
         if not self.needs[a]:
             return
         target, added = self.sink(a, f"{i}_dx")
-        G, P = f"d{i}", self.softmax_of(i)
+        G, P = self.own(i), self.softmax_of(i)
         self.emit(f"for i0 in range({G}.shape[0]):")
         self.emit("s = 0.0", 2)
         self.emit(f"for i1 in range({G}.shape[1]):", 2)
@@ -916,8 +1004,8 @@ class _Writer:
             return
         target, added = self.sink(a, f"{i}_dx")
         if node.shape:
-            self.emit(f"r{i} = d{i}.reshape(d{i}.size)")
-        g = f"r{i}[i0]" if node.shape else f"g{i}"
+            self.emit(f"r{i} = {self.own(i)}.reshape({self.own(i)}.size)")
+        g = f"r{i}[i0]" if node.shape else f"{self.own(i)}"
         depth = self.loops(target, 2)
         self.emit(f"{target}[i0, i1] = {g} * {self.softmax_of(i)}", depth)
         if added:
@@ -928,7 +1016,7 @@ class _Writer:
         labels, mean = node.params
         a = f"v{X}"
         weight = f" * (1.0 / {a}.shape[0])" if mean else ""
-        self.emit(f"w = g{i}{weight}")
+        self.emit(f"w = {self.own(i)}{weight}")
         P = self.softmax_of(i)
         if self.needs[X]:
             target, added = self.sink(X, f"{i}_dx")
@@ -954,6 +1042,126 @@ class _Writer:
             )
             if added:
                 self.add_into(T, target)
+
+    # -- second order (mode hvp) ---------------------------------------------------------
+    # Forward-over-reverse, node by node: the gradient's step (the first pass, adjoints
+    # g<i> and d<i>), then that step's tangent (the second pass, k<i>): each operand gets
+    # partial * k<i> plus the partial's tangent times the adjoint, the interpreter's
+    # second_vjp, summed in its order; the inputs' k are the products H v.
+    def second_order(self, i: int, node: Node) -> None:
+        self.p = self.first
+        if self.needs[i]:
+            self.backward(i, node)
+        self.p = self.second
+        op = node.op
+        if op not in ("scalar", "elementwise", "matmul", "linear", "linear_relu", "sum", "mean"):
+            raise Unsupported(f"the block op {op!r} has no second-order rule")
+        if not (self.first.written[i] or self.second.written[i]):
+            return
+        if op == "scalar":
+            self.second_scalar(i, node)
+        elif op == "elementwise":
+            self.backward_elementwise(i, node)  # its terms by elementwise_term
+        elif op == "matmul":
+            self.second_matmul(i, node)
+        elif op in ("linear", "linear_relu"):
+            self.second_linear(i, node, op == "linear_relu")
+        elif self.written[i]:  # sum, mean: linear, their VJP of k
+            getattr(self, f"backward_{op}")(i, node)
+
+    def first_own(self, i: int) -> str:
+        """Node ``i``'s adjoint in the first pass (the gradient's)."""
+        return f"{self.first.scalar if not self.shape(i) else self.first.array}{i}"
+
+    def second_terms(
+        self, node: Node, names: dict[str, str], slot: int, shape: tuple[int, ...] | None
+    ) -> str:
+        """The tangent of the partial for operand ``slot``: ``d2/da2 ta + d2/da db tb``
+        (``d2/da db ta + d2/db2 tb`` for the second), zero second partials and operands
+        that do not move left out; empty where nothing is left."""
+        second = self.rules[node.code].second
+        pairs = ((0, 0), (1, 1)) if slot == 0 else ((1, 0), (2, 1))
+        terms = []
+        for which, other in pairs:
+            if which >= len(second) or other >= len(node.operands):
+                continue
+            expression = second[which].format(**names)
+            j = node.operands[other]
+            if expression == "0.0" or not self.moves[j]:
+                continue
+            moved = f"t{j}" if shape is None else self.read(j, shape, "t")
+            terms.append(f"({expression}) * {moved}")
+        return " + ".join(terms)
+
+    def elementwise_term(self, i: int, node: Node, names: dict[str, str], slot: int) -> str:
+        """What elementwise node ``i`` sends operand ``slot`` per element in the current
+        pass: ``partial * d<i>``, or in the second ``partial * k<i> + (tangent of the
+        partial) * d<i>`` (empty where nothing is sent)."""
+        index = ", ".join(_indices(len(node.shape)))
+        partial = self.expression(node, "partial", names, slot)
+        if self.p is self.first:
+            return f"({partial}) * {self.own(i)}[{index}]"
+        terms = [f"({partial}) * {self.own(i)}[{index}]"] if self.written[i] else []
+        if self.first.written[i]:
+            moved = self.second_terms(node, names, slot, node.shape)
+            if moved:
+                terms.append(f"({moved}) * {self.first_own(i)}[{index}]")
+        return " + ".join(terms)
+
+    def second_scalar(self, i: int, node: Node) -> None:
+        names = self.scalar_names(i, node)
+        for slot, j in enumerate(node.operands):
+            if not self.needs[j]:
+                continue
+            partial = self.expression(node, "partial", names, slot)
+            terms = [f"({partial}) * {self.own(i)}"] if self.written[i] else []
+            if self.first.written[i]:
+                moved = self.second_terms(node, names, slot, None)
+                if moved:
+                    terms.append(f"({moved}) * {self.first_own(i)}")
+            if terms:
+                self.add_scalar(j, " + ".join(terms))
+
+    def second_matmul(self, i: int, node: Node) -> None:
+        """``(K B^T + G tB^T, A^T K + tA^T G)``: the VJP of k, plus the VJP of g with the
+        other operand's tangent."""
+        a, b = node.operands
+        for slot, (j, other) in enumerate(((a, b), (b, a))):
+            if not self.needs[j]:
+                continue
+            parts = []
+            if self.written[i]:
+                parts.append(self.matmul_adjoint(node, slot, self.own(i), f"v{other}"))
+            if self.first.written[i] and self.moves[other]:
+                parts.append(self.matmul_adjoint(node, slot, self.first_own(i), f"t{other}"))
+            if parts:
+                self.contribute(j, f"{i}_{'ab'[slot]}", parts)
+
+    def second_linear(self, i: int, node: Node, relu: bool) -> None:
+        """As matmul's, through the ReLU's mask (``relu'' = 0``: the mask has no tangent)
+        and the bias (linear: only k reaches it). ``dZ`` of the gradient is the first
+        pass's (its scratch buffer, or ``d<i>``)."""
+        X, W, _ = node.operands
+        dZ = f"s_{self.first.tag}{i}_dz" if relu else self.first_own(i)
+        on = self.first.written[i]
+
+        def dx(target: str) -> None:
+            self.emit(f"gemm(False, True, {dZ}, t{W}, {target})")
+
+        def dw(target: str) -> None:
+            self.emit(f"gemm(True, False, t{X}, {dZ}, {target})")
+
+        Parts = list[Callable[[str], None]]
+        moved: tuple[Parts, Parts] = (
+            [dx] if on and self.moves[W] else [],
+            [dw] if on and self.moves[X] else [],
+        )
+        if self.written[i]:
+            self.backward_linear(i, node, relu, moved)
+            return
+        for j, tag, parts in ((X, "dx", moved[0]), (W, "dw", moved[1])):
+            if self.needs[j] and parts:
+                self.contribute(j, f"{i}_{tag}", parts)
 
     # -- tangents (mode jvp) ---------------------------------------------------------------
     # Forward mode, plain as the backward pass: node i's tangent t<i> is the sum
@@ -1155,7 +1363,7 @@ class _Writer:
             j = program.inputs[position]
             if not self.shape(j):
                 self.parameter("scalar_gradients", "scalar_gradients", -1, (len(program.wrt),))
-                value = f"g{j} + 0.0" if self.written[j] else "0.0"
+                value = f"{self.p.scalar}{j} + 0.0" if self.written[j] else "0.0"
                 self.emit(f"scalar_gradients[{slot}] = {value}")
                 self.emit(f"flagged |= scalar_gradients[{slot}] != scalar_gradients[{slot}]")
                 continue

@@ -3,8 +3,9 @@
 Each program is compiled with ``backend="codegen"`` and ``backend="interpret"``
 at one example and called on fresh data several times in a row: the values
 (``f(args)``), the gradients (``f.value_and_grad``), the vector-Jacobian
-products (``f.vjp``) and the Jacobian-vector products (``f.jvp``) of the
-generated kernels must be the interpreter's, bit
+products (``f.vjp``), the Jacobian-vector products (``f.jvp``) and the
+Hessian-vector products (``f.hvp``, where every op has a second-order rule)
+of the generated kernels must be the interpreter's, bit
 for bit, or within 1e-13 of the largest element where the softmax family or
 the cross-entropy runs (NumPy's vectorised ``exp`` against libm's). With
 ``batch=`` the calls take several numbers of rows, more than the plans kept,
@@ -94,12 +95,20 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
                 want_value, want = interpreted.value_and_grad(arguments)
                 assert_same(value, want_value, exact)
                 assert_all_same(gradients, want, exact)
-            elif mode == "jvp":
+            elif mode in ("jvp", "hvp"):
+                assert generated.tier(mode).name == "codegen"
                 positions = generated.wrt or range(len(arguments))
                 directions = [
                     sparse(rng, np.shape(arguments[p])) if np.ndim(arguments[p]) else 0.625
                     for p in positions
                 ]
+                if mode == "hvp":
+                    assert_all_same(
+                        generated.hvp(arguments, directions),
+                        interpreted.hvp(arguments, directions),
+                        exact,
+                    )
+                    continue
                 value, tangent = generated.jvp(arguments, directions)
                 want_value, want = interpreted.jvp(arguments, directions)
                 assert_same(value, want_value, exact)
@@ -159,7 +168,7 @@ def test_a_funnel_shares_buffers_and_gives_the_interpreters_bits(rng, buffers):
     rows = (B, 5, 1, 30, 12, 7, 2, 9, 5, B, 1)
     calls = [funnel_arguments(rng, n) for n in rows]
     compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), True, buffers, rng
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
     held, one_each = generated._code.buffer_bytes("grad")
     assert held < 0.75 * one_each  # the test is about shared memory: there is some
@@ -190,7 +199,7 @@ def test_broadcast_sums_at_several_rows(rng, buffers):
     generated, interpreted = both(broadcasts, broadcasts_arguments(rng, B), batch=(0, 2))
     calls = [broadcasts_arguments(rng, n) for n in (B, 3, 1, 25, B, 3)]
     compare_calls(
-        generated, interpreted, calls, ("grad", "vjp", "jvp", "values"), True, buffers, rng
+        generated, interpreted, calls, ("grad", "vjp", "jvp", "hvp", "values"), True, buffers, rng
     )
     assert generated._code.buffer_bytes("grad")[0] < generated._code.buffer_bytes("grad")[1]
 
@@ -323,7 +332,7 @@ def test_one_row_arguments_broadcast_at_one_row(rng, buffers):
     calls = [scaled_arguments(rng, n) for n in (B, 1, 3, 1, B)]
     compare_calls(generated, interpreted, calls, ("vjp", "jvp", "values"), True, buffers, rng)
     generated, interpreted = both(scaled_sum, scaled_arguments(rng, B), wrt=(1, 2), batch=0)
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    compare_calls(generated, interpreted, calls, ("grad", "values", "hvp"), True, buffers, rng)
 
 
 # -- one column: NumPy sums a (rows, 1) array over its rows pairwise, as one run ----------
@@ -348,5 +357,5 @@ def test_sums_over_the_rows_of_one_column(rng, buffers):
     generated, interpreted = both(column, column_arguments(rng, B), batch=0)
     calls = [column_arguments(rng, n) for n in (B, B, 40, 9, B, 40, B, 17)]
     compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), True, buffers, rng
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
