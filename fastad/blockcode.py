@@ -1,10 +1,11 @@
 """Generated code for a compiled function of arrays: the program, its buffers, its calls.
 
 :mod:`fastad.kernels.blockgen` writes the source of one kernel per kind of
-call (``values``, ``grad``) from a :class:`~fastad.kernels.blockgen.BlockProgram`;
-this module builds that program from a traced tape, keeps the modules on
-disk and loads them (:mod:`fastad.codegen`'s cache, the same one functions
-of scalars use), allocates the kernel's buffers once, and calls it.
+call (``values``, ``grad``, ``vjp``, ``jvp``, ``hvp``) from a
+:class:`~fastad.kernels.blockgen.BlockProgram`; this module builds that
+program from a traced tape, keeps the modules on disk and loads them
+(:mod:`fastad.codegen`'s cache, the same one functions of scalars use),
+allocates the kernel's buffers once, and calls it.
 
 A call is one kernel call. The buffers (intermediate values, adjoints,
 scratch rows) belong to the :class:`BlockCode` and are reused by every call

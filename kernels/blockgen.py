@@ -5,8 +5,9 @@ replayed by the interpreter op by op: a Python call, a registry rule and an
 allocation per block op, each way. This module writes instead the source of
 a module with one ``@kernel`` that runs the whole program: the forward pass,
 and for ``grad`` the backward pass from the scalar output (for ``vjp`` from
-the caller's cotangent of the output, a float or an array), as loops and
-BLAS calls in one compiled function. Each elementwise op is one loop (its
+the caller's cotangent of the output, a float or an array; for ``jvp`` the
+tangents beside the values; for ``hvp`` those, then the backward pass and
+its tangent), as loops and BLAS calls in one compiled function. Each elementwise op is one loop (its
 rule's expression from the op table, broadcasting by index), each product one call of NumPy's own
 ``cblas_dgemm`` or ``cblas_dgemv`` (``kernels/blas.py``; transposes are BLAS
 arguments, never copies), the softmax family and the cross-entropy row loops,

@@ -460,7 +460,7 @@ def test_auto_interprets_then_switches(rng, monkeypatch):
 def test_unknown_mode_is_refused(rng):
     f = compiled("mlp", mlp_args(rng, False), "codegen")
     with pytest.raises(ValueError, match="call must be"):
-        f.tier("jvp")
+        f.tier("hessian")
     with pytest.raises(ValueError, match="unknown mode"):
         blockgen.kernel_source(f._code.program, "hessian")
 
