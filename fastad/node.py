@@ -514,6 +514,13 @@ def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     arity = optable.OPS[code].arity
     if len(operands) != arity:
         raise TypeError(f"{optable.OPS[code].name} takes {arity} operand(s), got {len(operands)}")
+    # The common case first, with nothing to convert: blocks of one tape (``_append``
+    # checks that each is live).
+    first = operands[0]
+    if type(first) is Block and all(
+        [type(x) is Block and x._tape is first._tape for x in operands]
+    ):
+        return _append(first._tape, code, operands, None)
     tape = tape_of(*operands)
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)

@@ -73,6 +73,8 @@ def reach_sum(
 ) -> Any:
     """``x.sum(axis)`` that keeps strong zeros: a sum of UNREACHED elements only is
     UNREACHED (NumPy's own sum starts at +0.0, which would mark it reached)."""
+    if type(x) is np.ndarray and x.ndim:  # np.add.reduce is np.sum without its wrapper
+        return np.add.reduce(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
     return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
 
 

@@ -205,6 +205,9 @@ def _shape(value: RuleValue) -> Shape:
     return value.shape if type(value) is np.ndarray else np.shape(value)
 
 
+_ADD = optable.BY_NAME["add"].code
+
+
 class Elementwise(BlockRule):
     """A scalar op (``kernels/optable.py``) applied per element, with broadcasting."""
 
@@ -228,6 +231,15 @@ class Elementwise(BlockRule):
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
         shape = out.shape  # an elementwise block op's value is an array
+        if self.code == _ADD and type(g) is np.ndarray and g.shape == shape:
+            # d(a + b) = g for each, bit for bit map_vjp's contribution(1.0, g): g
+            # itself where reached (+ 0.0 changes nothing but -0.0), -0.0 where not.
+            return tuple(
+                unbroadcast(g.copy(), _shape(value)) if want else None
+                for value, want in zip(
+                    values, (True, True) if needs is None else needs, strict=True
+                )
+            )
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
@@ -235,6 +247,8 @@ class Elementwise(BlockRule):
         da_operand = unbroadcast(da.reshape(shape), _shape(values[0]))
         if self.arity == 1:
             return (da_operand,)
+        if needs is not None and not needs[1]:  # data (a constant): nothing to sum
+            return da_operand, None
         return da_operand, unbroadcast(db.reshape(shape), _shape(values[1]))
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:

@@ -1,9 +1,9 @@
 """The eager path's own pieces, each against an independent reference: the shape
 broadcast (NumPy's), the log-softmax rows (the formula in NumPy), what a
 rule's forward saves for its VJP (the VJP that computes it again), the
-first-element shortcut of the reach test, and the backward's skipping of
+first-element shortcut of the reach test, the backward's skipping of
 runs that hold only array leaves (a long chain of them against NumPy's
-hand-written gradients)."""
+hand-written gradients), and add's VJP without a kernel (the kernel's)."""
 
 import math
 import warnings
@@ -157,3 +157,28 @@ def test_a_0d_array_beside_scalar_nodes_is_a_number():
         assert type(z) is fa.Var
         z.backward()
     assert z.value == 12.0 and x.grad == 12.0  # d(3 x^2)/dx at 2
+
+
+@pytest.mark.parametrize("b_shape", [(6, 5), (5,), (1, 5), (6, 1), ()])
+def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
+    # Add's VJP sends the adjoint itself (no kernel call): the same bits as map_vjp's
+    # contribution(1.0, g), strong zeros (-0.0), reached zeros, infs and nans included.
+    from fastad.kernels import sweeps
+
+    g = rng.normal(size=(6, 5))
+    g[0] = -0.0
+    g[1] = 0.0
+    g[2, :3] = [np.inf, -np.inf, np.nan]
+    a, b = rng.normal(size=(6, 5)), rng.normal(size=b_shape)
+    out = a + b
+    add = registry.RULES[optable.BY_NAME["add"].code]
+    da, db = np.empty(out.size), np.empty(out.size)
+    full = np.broadcast_to(b, out.shape).copy().reshape(-1)
+    with np.errstate(invalid="ignore"):  # inf - inf in a column's sum, as in a sweep
+        sent = add.vjp((a, b), out, g, None, None)
+        sweeps.map_vjp(add.code, a.reshape(-1), full, out.reshape(-1), g.reshape(-1), da, db)
+        want = (da.reshape(out.shape), reach.unbroadcast(db.reshape(out.shape), b_shape))
+    for got, expected in zip(sent, want, strict=True):
+        assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+    assert sent[0] is not g  # a copy: the rule's result becomes another node's adjoint
+    assert add.vjp((a, b), out, g, None, (True, False))[1] is None
