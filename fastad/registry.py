@@ -498,9 +498,10 @@ def log_softmax_rows(rows: FloatArray) -> tuple[FloatArray, FloatArray]:
     overflow at logits of 1e4 or more), and the log-softmax is ``(x - m) -
     log(sum(exp(x - m)))``: ``x - m`` is exact near the maximum, where ``x -
     logsumexp(x)`` would lose the digits of logsumexp's rounding (1e-12
-    relative at 1e4). A row whose maximum is infinite or nan gets ``x - m``
-    and logsumexp ``m``: IEEE's answers (inf for a row holding inf, -inf for
-    a row of -inf, nan with a nan). NumPy's vectorised exp does the exps (a
+    relative at 1e4). A row whose maximum is infinite or nan gets
+    logsumexp ``m`` (inf for a row holding inf, -inf for a row of -inf, nan
+    with a nan) and a log-softmax of nan throughout (so a softmax of nan
+    throughout, as JAX, PyTorch and SciPy give). NumPy's vectorised exp does the exps (a
     compiled loop calling exp per element is several times slower), two
     compiled passes the rest: the maxima and the shift, then the sums, their
     logs and the subtraction.

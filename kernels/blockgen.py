@@ -627,8 +627,10 @@ class _Writer:
         """Per row: ``m`` (the maximum), ``E = exp(x - m)``, ``total``, ``lt = log(total)``.
 
         As the interpreter's ``log_softmax_rows``: a row whose maximum is not
-        finite keeps ``x - m`` (``lt = 0``). Leaves ``m``, ``total`` and
-        ``lt`` in scratch rows for the backward pass.
+        finite has a nan ``total`` (``exp(inf - inf)``), so its log-softmax
+        ``(x - m) - lt`` and its softmax ``E / total`` are nan throughout, and
+        its logsumexp is ``m``. Leaves ``m``, ``total`` and ``lt`` in scratch
+        rows for the backward pass.
         """
         a, shape = f"v{operand}", self.shape(operand)
         E = self.scratch(f"{i}_exp", shape)
@@ -651,7 +653,7 @@ class _Writer:
         self.emit("total += e", 3)
         self.emit(f"{M}[i0] = m", 2)
         self.emit(f"{S}[i0] = total", 2)
-        self.emit(f"{L}[i0] = log(total) if isfinite(m) else 0.0", 2)
+        self.emit(f"{L}[i0] = log(total)", 2)
 
     def forward_log_softmax(self, i: int, node: Node) -> None:
         operand = self.rows(i, node)
@@ -661,12 +663,7 @@ class _Writer:
         if node.op == "log_softmax":
             self.emit(f"v{i}[i0, i1] = ({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]", depth)
         elif node.op == "softmax":
-            # exp(x - m) where the row's maximum is not finite, as exp(log_softmax)
-            self.emit(
-                f"v{i}[i0, i1] = s_{i}_exp[i0, i1] / s_{i}_total[i0] if isfinite(s_{i}_max[i0]) "
-                f"else s_{i}_exp[i0, i1]",
-                depth,
-            )
+            self.emit(f"v{i}[i0, i1] = s_{i}_exp[i0, i1] / s_{i}_total[i0]", depth)
 
     def forward_softmax(self, i: int, node: Node) -> None:
         self.forward_log_softmax(i, node)
@@ -677,7 +674,8 @@ class _Writer:
         a = f"v{operand}"
         self.emit(f"o{i} = v{i}.reshape(v{i}.size)")
         self.emit(f"for i0 in range({a}.shape[0]):")
-        self.emit(f"o{i}[i0] = s_{i}_max[i0] + s_{i}_log[i0]", 2)
+        self.emit(f"m = s_{i}_max[i0]", 2)
+        self.emit(f"o{i}[i0] = m + s_{i}_log[i0] if isfinite(m) else m", 2)
 
     def forward_cross_entropy(self, i: int, node: Node) -> None:
         X, T = node.operands

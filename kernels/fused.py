@@ -168,15 +168,21 @@ def finish_log_softmax(shifted: FloatArray, E: FloatArray, shift: FloatArray) ->
     """``log(sum(E[r]))`` per row, subtracted in place from ``shifted``; ``E = exp(shifted)``.
 
     ``shifted`` is ``X - shift`` (:func:`shifted_rows`) and becomes the
-    log-softmax. A row whose maximum is infinite or nan keeps ``X - shift``
-    as its log-softmax and ``shift`` as its logsumexp (its log-sum is 0):
-    IEEE's answers. Returns the log-sums (the logsumexp is ``shift`` plus
-    them).
+    log-softmax. A row whose maximum is infinite or nan has ``shift`` as
+    its logsumexp (its log-sum is 0): inf for a row holding inf, -inf for a
+    row of -inf, nan with a nan. Its log-softmax is nan throughout, as
+    ``(X - shift) - log(sum(E))`` gives, the sum being nan (``inf - inf``
+    in the row): JAX's and PyTorch's answer (``X - shift`` alone is nan
+    already, except in a row holding +inf, whose other elements would read
+    -inf). Returns the log-sums (the logsumexp is ``shift`` plus them).
     """
     out = np.zeros(E.shape[0])
     for r in range(E.shape[0]):
         m = shift[r]
-        if m != m or m == np.inf or m == -np.inf:
+        if m == np.inf:
+            shifted[r, :] = np.nan
+            continue
+        if m != m or m == -np.inf:
             continue
         total = 0.0
         for c in range(E.shape[1]):

@@ -111,6 +111,45 @@ def test_logsumexp_follows_ieee_at_infinite_and_nan_rows():
     np.testing.assert_array_equal(got, [inf, -inf, np.nan, 3.0])
 
 
+@pytest.mark.parametrize("backend", ["tape", "codegen"])
+def test_softmax_of_a_row_holding_inf_is_nan_throughout(backend):
+    # The textbook formula with IEEE arithmetic (SciPy's, JAX's and PyTorch's answer):
+    # exp(x - max) / sum, where x - max is nan at the inf and the sum is nan. The
+    # log-softmax is nan there too, the logsumexp inf; the other rows are untouched.
+    inf = math.inf
+    X = np.array([[inf, -inf, 2.0], [1.0, -inf, 2.0], [0.5, 0.25, -1.0]])
+    with np.errstate(invalid="ignore"):
+        shifted = X - X.max(axis=1, keepdims=True)
+        by_formula = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    assert np.isnan(by_formula[0]).all()
+    weights = np.arange(9.0).reshape(3, 3)
+
+    def family(X):
+        return (
+            (fa.softmax(X, axis=1) * weights).sum()
+            + fa.log_softmax(X, axis=1).sum()
+            + fa.logsumexp(X, axis=1) @ np.array([0.0, 1.0, 1.0])
+        )
+
+    if backend == "tape":
+        with fa.Tape():
+            x = fa.var(X)
+            values = [fa.softmax(x, axis=1).value, fa.log_softmax(x, axis=1).value]
+            lse = fa.logsumexp(x, axis=1).value
+            family(x).backward()
+            gradient = x.grad
+    else:
+        f = fa.compile(lambda X: fa.softmax(X, axis=1), example=(X,), backend="codegen")
+        g = fa.compile(lambda X: fa.log_softmax(X, axis=1), example=(X,), backend="codegen")
+        h = fa.compile(lambda X: fa.logsumexp(X, axis=1), example=(X,), backend="codegen")
+        values, lse = [f((X,)), g((X,))], h((X,))
+        gradient = fa.compile(family, example=(X,), backend="codegen").grad((X,))[0]
+    np.testing.assert_allclose(values[0], by_formula, rtol=1e-15)
+    assert np.isnan(values[1][0]).all() and np.isfinite(values[1][1:]).sum() == 5  # one -inf
+    assert lse[0] == inf and lse[1] == pytest.approx(2.0 + math.log1p(math.exp(-1.0)))
+    assert np.isnan(gradient[0]).all() and np.isfinite(gradient[1:]).all()
+
+
 # -- cross-entropy --------------------------------------------------------------------------
 def _numpy_cross_entropy(X, labels):
     """Mean softmax cross-entropy and its gradient, by hand."""
