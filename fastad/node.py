@@ -772,6 +772,41 @@ class Block(Node, Operators["Block", "Block"]):
         """The axes reversed, as ``ndarray.T``."""
         return self.transpose()
 
+    def squeeze(self, axis: Axes = None) -> Block | Var:
+        """The block without its axes of length 1 (only ``axis``, which must have length
+        1, where given), as ``np.squeeze``; a scalar node where no axis is left."""
+        shape = self.shape
+        if axis is None:
+            dropped = {t for t, n in enumerate(shape) if n == 1}
+        else:
+            dropped = set(reduction(shape, axis, False, self).axes or ())
+            longer = [t for t in sorted(dropped) if shape[t] != 1]
+            if longer:
+                raise ValueError(
+                    f"cannot squeeze axis {longer[0]} of {self!r}: it has length "
+                    f"{shape[longer[0]]}, not 1"
+                )
+        kept = tuple(n for t, n in enumerate(shape) if t not in dropped)
+        if not kept:
+            return self.sum()  # one element: a scalar node, the element itself
+        return self.reshape(kept)
+
+    def copy(self) -> Block:
+        """The block itself: a node's value never changes, so it needs no copy (as a
+        JAX array's)."""
+        return self
+
+    def astype(self, dtype: Any) -> Block:
+        """The block itself for float64, the one type fastad computes in; another type
+        raises (``x.value.astype(dtype)`` gives a NumPy copy)."""
+        if np.dtype(dtype) != np.float64:
+            raise TypeError(
+                f"fastad computes in float64 only; {self!r}.astype({np.dtype(dtype)}) is not "
+                f"recorded. Use x.value.astype({np.dtype(dtype)}) for a NumPy array of the "
+                "values (no gradient flows through it)"
+            )
+        return self
+
 
 def reduction(
     shape: tuple[int, ...], axis: object, keepdims: object, owner: object

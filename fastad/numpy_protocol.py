@@ -214,6 +214,14 @@ def _ravel(a: object, order: str = "C") -> Block:
     return _block(a, "ravel").ravel()
 
 
+def _squeeze(a: object, axis: Any = None) -> Block | Var:
+    return _block(a, "squeeze").squeeze(axis)
+
+
+def _copy(a: object, order: str = "K", subok: bool = False) -> Block:
+    return _block(a, "copy").copy()
+
+
 def _concatenate(arrays: Any, axis: Any = 0, out: Any = None, **options: Any) -> Any:
     _plain("concatenate", out=out, **options)
     return blocks.concatenate(list(arrays), axis)
@@ -270,6 +278,8 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.reshape: _reshape,
     np.transpose: _transpose,
     np.ravel: _ravel,
+    np.squeeze: _squeeze,
+    np.copy: _copy,
     np.concatenate: _concatenate,
     np.stack: _stack,
     np.where: _where,
@@ -290,7 +300,6 @@ _FUNCTION_HINTS = {
     "hstack": "fa.concatenate or fa.stack",
     "asarray": ".value for the numbers (no gradient), or keep the block",
     "array": ".value for the numbers (no gradient), or keep the block",
-    "copy": "the block itself (blocks are never written into)",
 }
 
 

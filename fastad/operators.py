@@ -16,7 +16,7 @@ identity, as for PyTorch tensors.
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 import numpy as np
 
@@ -37,12 +37,23 @@ EQ, NE = _op["eq"].code, _op["ne"].code
 
 
 def is_number(x: object) -> bool:
-    """True for real Python/NumPy scalars (0-d arrays too) that may appear beside a node."""
+    """True for real Python/NumPy scalars (0-d arrays and NumPy bools too) that may appear
+    beside a node."""
     return (
         type(x) is float
         or type(x) is int
-        or isinstance(x, numbers.Real)
+        or isinstance(x, (numbers.Real, np.bool_))
         or (isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "biuf")
+    )
+
+
+def _no_steps(operator: str, written: str) -> NoReturn:
+    raise TypeError(
+        f"fastad nodes have no {operator} ({written}): it is a step function, whose "
+        "derivative is 0 except at the jumps, so fastad records no rule for it. Compute it "
+        "on values (x.value), or write what you mean from differentiable ops: the "
+        "remainder x - y * n, with n = (x.value // y) held as a constant, has derivative 1 "
+        "in x"
     )
 
 
@@ -186,6 +197,25 @@ class Operators(Generic[S, A]):
     def __rpow__(self, base: NumericArray) -> A: ...
     def __rpow__(self, base: Any) -> Any:
         return self._record(POW, base, self)
+
+    # The remainder and the floor division: steps, with no derivative fastad records.
+    def __mod__(self, other: object) -> NoReturn:
+        _no_steps("%", "x % y")
+
+    def __rmod__(self, other: object) -> NoReturn:
+        _no_steps("%", "y % x")
+
+    def __floordiv__(self, other: object) -> NoReturn:
+        _no_steps("//", "x // y")
+
+    def __rfloordiv__(self, other: object) -> NoReturn:
+        _no_steps("//", "y // x")
+
+    def __divmod__(self, other: object) -> NoReturn:
+        _no_steps("divmod", "divmod(x, y)")
+
+    def __rdivmod__(self, other: object) -> NoReturn:
+        _no_steps("divmod", "divmod(y, x)")
 
     def __neg__(self) -> S:
         return self._record_unary(NEG, self)

@@ -386,6 +386,9 @@ NUMPY_CALLS = {
     "np.reshape": (lambda x: np.reshape(x, (3, 2)), lambda x: x.reshape(3, 2)),
     "np.transpose": (lambda x: np.transpose(x), lambda x: x.T),
     "np.ravel": (lambda x: np.ravel(x), lambda x: x.ravel()),
+    "np.squeeze": (lambda x: np.squeeze(x.reshape(1, 2, 1, 3), axis=2), lambda x: x[None]),
+    "np.copy": (lambda x: np.copy(x) * 2.0, lambda x: x * 2.0),
+    "np.where(np.True_)": (lambda x: np.where(np.True_, x, 0.0), lambda x: x),
     "np.concatenate": (
         lambda x: np.concatenate([x, x * 2.0], axis=1),
         lambda x: fa.concatenate([x, x * 2.0], axis=1),
@@ -428,6 +431,11 @@ def test_numpy_functions_on_scalar_nodes():
         x = fa.var(0.5)
         for got, expected in ((np.sin(x), math.sin(0.5)), (np.float64(2.0) * x, 1.0)):
             assert isinstance(got, fa.Var) and got.value == expected
+        for condition, value, slope in ((np.True_, 0.5, 1.0), (np.False_, 2.0, 0.0)):
+            for select in (fa.where, np.where):  # a NumPy bool is a condition like True
+                picked = select(condition, x, 2.0)
+                assert isinstance(picked, fa.Var) and picked.value == value
+                assert fa.grad(picked, x) == slope
         pair = np.array([1.0, 2.0]) * x  # an array and a scalar node: a block
         assert isinstance(pair, fa.Block) and pair.value.tolist() == [0.5, 1.0]
         nodes = fa.scalar_nodes(np.ones(2))
@@ -452,6 +460,12 @@ def test_numpy_functions_on_scalar_nodes():
         (lambda X: np.linalg.norm(X), "norm is not recorded"),
         (lambda X: scipy.special.erf(X), "fa.erf"),
         (lambda X: np.sum(X.sum()), "scalar node"),
+        (lambda X: X % 2, r"no % \(x % y\): it is a step function"),
+        (lambda X: 2.0 % X, r"no % \(y % x\)"),
+        (lambda X: X // 2, "no //"),
+        (lambda X: divmod(X, 2), "no divmod"),
+        (lambda X: X.sum() % 2, r"no %"),
+        (lambda X: X.astype(np.float32), r"float64 only.*x.value.astype\(float32\)"),
     ],
 )
 def test_numpy_functions_without_a_fastad_op_raise_naming_what_to_use(call, match):
@@ -459,6 +473,20 @@ def test_numpy_functions_without_a_fastad_op_raise_naming_what_to_use(call, matc
         X = fa.var(np.ones((2, 3)))
         with pytest.raises(TypeError, match=match):
             call(X)
+
+
+def test_squeeze_copy_and_astype_methods():
+    with fa.Tape():
+        X = fa.var(np.arange(6.0).reshape(1, 2, 1, 3))
+        assert X.squeeze().shape == (2, 3) and X.squeeze((0, 2)).shape == (2, 3)
+        assert X.squeeze(-2).shape == (1, 2, 3)
+        with pytest.raises(ValueError, match="cannot squeeze axis 1 .* length 2, not 1"):
+            X.squeeze(1)
+        one = fa.var(np.full((1, 1), 4.0)).squeeze()  # no axis left: a scalar node
+        assert isinstance(one, fa.Var) and one.value == 4.0
+        assert X.copy() is X and X.astype(np.float64) is X and X.astype("float64") is X
+        (X.squeeze() * np.arange(6.0).reshape(2, 3)).sum().backward()
+        np.testing.assert_array_equal(X.grad, np.arange(6.0).reshape(1, 2, 1, 3))
 
 
 def test_numpy_metadata_functions_read_the_shape():
