@@ -36,6 +36,7 @@ from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.errors import (
     BranchError,
     ConcurrentRecordingError,
+    NodeIdError,
     NonFiniteError,
     NonFiniteOrigin,
     StaleNodeError,
@@ -101,6 +102,7 @@ __all__ = [
     "OptimizationReport",
     "optimize",
     "NonFiniteOrigin",
+    "NodeIdError",
     "StaleNodeError",
     "Tape",
     "Var",

@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad import batch_axis, blockcode, blockfile, npz
 from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
-from fastad.errors import BranchError, NonFiniteError
+from fastad.errors import BranchError, NonFiniteError, not_real
 from fastad.kernels import optable, sweeps
 from fastad.memory import check_fits
 from fastad.node import Block, Var, is_number
@@ -850,9 +850,16 @@ class CompiledFunction:
         elif array.ndim == 2 and array.shape[1] == k:
             array, single = _kernel_array(array), False
         else:
+            hint = (
+                ""
+                if self._traced
+                else ". fastad reads a plain array as one point: the values of the "
+                f"function's {k} scalar arguments. For a function of arrays, compile with "
+                "one array per argument in a tuple: fa.compile(fn, example=(x,)) for fn(x)"
+            )
             raise ValueError(
                 f"expected one point of shape ({k},) or a batch of shape (N, {k}) for a "
-                f"function of {k} inputs, got shape {array.shape}"
+                f"function of {k} inputs, got shape {array.shape}{hint}"
             )
         if not self._traced and array.shape[0]:
             self._trace(array[0])
@@ -1649,9 +1656,7 @@ class BlockFunction:
                 continue
             array = np.asarray(value)
             if array.dtype.kind not in "biuf":
-                raise TypeError(
-                    f"argument {position} must hold real numbers, got dtype {array.dtype}"
-                )
+                raise not_real(value, f"argument {position}")
             if array.shape != shape:
                 raise ValueError(self._shape_error(position, array.shape, shape))
             checked.append(array)
@@ -1835,7 +1840,7 @@ def _trace(
 def _block_argument(value: ArrayLike, position: int) -> FloatArray | float:
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
-        raise TypeError(f"argument {position} must hold real numbers, got dtype {array.dtype}")
+        raise not_real(value, f"argument {position}")
     return array.astype(np.float64) if array.ndim else float(array)
 
 
@@ -2202,7 +2207,7 @@ def _real_array(values: ArrayLike, what: str) -> FloatArray:
     array = np.asarray(values)
     if array.dtype.kind in "biuf":
         return array.astype(np.float64, copy=False)
-    raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+    raise not_real(values, what)
 
 
 def _thread_count(threads: int | None) -> int:

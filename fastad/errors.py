@@ -9,6 +9,31 @@ import numpy as np
 from numpy.typing import NDArray
 
 
+def not_real(value: object, what: str) -> TypeError:
+    """The error for ``value`` that should hold real numbers and does not: it names the
+    dtype and, for objects, the first element that is not a real number and where."""
+    array = np.asarray(value)
+    found = ""
+    if array.dtype == object:
+        for index, item in np.ndenumerate(array):
+            if not isinstance(item, (int, float, np.integer, np.floating, np.bool_)):
+                text = repr(item)
+                text = text if len(text) <= 40 else text[:37] + "..."
+                where = f" at index {index}" if array.ndim else ""
+                found = f" ({type(item).__name__} {text}{where})"
+                break
+    return TypeError(
+        f"{what} must hold real numbers, got dtype {array.dtype}{found}: fastad "
+        "differentiates real numbers and NumPy arrays of them; pass those (the arrays "
+        "themselves, not a dict or list that holds them)"
+    )
+
+
+class NodeIdError(IndexError, ValueError):
+    """A node id out of range for its tape: an ``IndexError``, as an index past the end
+    is in Python, and a ``ValueError``, as any bad argument to fastad is."""
+
+
 class StaleNodeError(ValueError):
     """A node was used after its tape was reset."""
 

@@ -137,7 +137,7 @@ def record_unary(code: int, x: Var) -> Var:
         value = _eager[code](a, 0.0)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, 0.0)
-    return Var(tape, tape.push(code, x._id, -1, value), value)
+    return Var(tape, tape._push(code, x._id, -1, value), value)
 
 
 @overload
@@ -169,7 +169,7 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
             value = _eager[code](a, b)
         except (ArithmeticError, ValueError):
             value = _ieee_value(code, a, b)
-        return Var(tape, tape.push(code, x._id, y._id, value), value)
+        return Var(tape, tape._push(code, x._id, y._id, value), value)
     return _record_with_number(code, x, y)
 
 
@@ -192,7 +192,7 @@ def _record_with_number(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, b)
-    return Var(tape, tape.push(code, i, j, value), value)
+    return Var(tape, tape._push(code, i, j, value), value)
 
 
 def _check_operands(x: Node | None, y: Node | None) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.errors import ConcurrentRecordingError, TraceError
+from fastad.errors import ConcurrentRecordingError, NodeIdError, TraceError
 from fastad.kernels import optable, sweeps
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ OPCODE_DTYPE = np.uint8
 INDEX_DTYPE = np.int32
 VALUE_DTYPE = np.float64
 INITIAL_CAPACITY = 64
+MAX_NODES = np.iinfo(INDEX_DTYPE).max
+"""The most nodes a tape holds: ids are int32."""
 # Recording appends rows to Python lists, which costs a fraction of four
 # NumPy scalar writes; the lists are moved into the arrays in bulk before any
 # sweep or read, and at least every 2**14 nodes to bound their memory.
@@ -206,6 +208,12 @@ class BlockTable:
         return self._extra_nodes.view(), self._extra_start.view(), self._extra_ids.view()
 
 
+def _described(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array of shape {value.shape}"
+    return f"{type(value).__name__} {value!r}"
+
+
 def _owned_bytes(array: FloatArray) -> int:
     # A reshape's value is a view of its operand's array: count memory once.
     return array.nbytes if fresh(array) else 0
@@ -224,12 +232,22 @@ class TapeStorage:
     def __init__(
         self, capacity: int = INITIAL_CAPACITY, trace: bool = False, debug: bool = False
     ) -> None:
-        capacity = max(int(capacity), 1)
+        if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(
+                f"capacity must be an int (the rows to allocate first), got "
+                f"{type(capacity).__name__} {capacity!r}"
+            )
+        if not 1 <= capacity <= MAX_NODES:
+            raise ValueError(
+                f"capacity must be between 1 and {MAX_NODES:,} (node ids are int32), got "
+                f"{capacity:,}; the tape grows as it needs, so the default will do"
+            )
+        capacity = int(capacity)
         # Debug recording keeps (file, line) of the user's code for every
         # node; it swaps in a push of its own so ordinary tapes pay nothing.
         self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
         if debug:
-            self.push = self._push_with_source  # type: ignore[method-assign]
+            self._push = self._push_with_source  # type: ignore[method-assign]
         self.guards: list[tuple[int, bool]] | None = [] if trace else None
         # Held by every sweep and every move of staged rows into the arrays, so
         # that no sweep of one thread meets another's growth or sweep. Not by
@@ -284,12 +302,15 @@ class TapeStorage:
 
     def widen_adjoints(self, lo: int, hi: int) -> None:
         """Note that a sweep writes adjoints ``[lo, hi)``."""
+        if not 0 <= lo <= hi <= self._n:
+            raise ValueError(f"adjoint span [{lo}, {hi}) is not within the tape's {self._n} nodes")
         old_lo, old_hi = self._adjoint_span
         self._adjoint_span = (lo, hi) if old_hi == 0 else (min(lo, old_lo), max(hi, old_hi))
 
     # -- recording ---------------------------------------------------------------
-    def push(self, code: int, in0: int, in1: int, value: float) -> int:
-        """Append one node and return its id; operands must already exist."""
+    def _push(self, code: int, in0: int, in1: int, value: float) -> int:
+        """Append one node and return its id, unchecked: the recorders' path (operands
+        must already exist; ``Tape.push`` checks what a user gives)."""
         n = self._n
         self._push_opcode(code)
         self._push_in0(in0)
@@ -301,7 +322,7 @@ class TapeStorage:
         return n
 
     def _push_with_source(self, code: int, in0: int, in1: int, value: float) -> int:
-        node = TapeStorage.push(self, code, in0, in1, value)
+        node = TapeStorage._push(self, code, in0, in1, value)
         assert self._sources is not None  # debug tapes keep sources
         self._sources[node] = _user_location()
         return node
@@ -320,12 +341,12 @@ class TapeStorage:
         )
         node = self._constants.get(key)
         if node is None or node < self._n - CONSTANT_REACH:
-            node = self._constants[key] = self.push(optable.CONST, -1, -1, value)
+            node = self._constants[key] = self._push(optable.CONST, -1, -1, value)
         return node
 
     def push_block(self, code: int, array: FloatArray) -> int:
         """Append a block leaf or constant holding ``array`` (read-only float64, kept as is)."""
-        node = self.push(code, -1, -1, 0.0)
+        node = self._push(code, -1, -1, 0.0)
         self._store(node, array)
         return node
 
@@ -343,10 +364,10 @@ class TapeStorage:
         in1 = operands[1] if len(operands) > 1 else -1
         ops = self.blocks.ops
         if isinstance(value, np.ndarray):
-            node = self.push(code, in0, in1, 0.0)
+            node = self._push(code, in0, in1, 0.0)
             self._store(node, value)
         else:
-            node = self.push(code, in0, in1, value)
+            node = self._push(code, in0, in1, value)
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self._corrupted = True
             raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
@@ -446,7 +467,7 @@ class TapeStorage:
         """
         self.sync()
         self._owner = owner
-        self.push = self._refuse_push  # type: ignore[method-assign]
+        self._push = self._refuse_push  # type: ignore[method-assign]
 
     @property
     def frozen(self) -> bool:
@@ -492,7 +513,7 @@ class TapeStorage:
             raise TypeError(f"{what} must be an integer, got {type(node).__name__} {node!r}")
         node = int(node)
         if not 0 <= node < self._n:
-            raise IndexError(
+            raise NodeIdError(
                 f"{what} {node} is out of range for a tape of {self._n} nodes "
                 f"(ids are 0..{self._n - 1}; negative ids do not wrap around)"
             )
@@ -503,6 +524,7 @@ class TapeStorage:
         block = self.blocks.values.get(node)
         if block is not None:
             return block
+        node = self.check_id(node)
         if node >= self._synced:  # still staged
             self.sync()  # (checks the staged rows: reading one is rare)
         return float(self._val[node])
@@ -513,16 +535,43 @@ class TapeStorage:
 
     def operands(self, node: int) -> tuple[int, ...]:
         """The operand ids of a node, in order (any number for a block op)."""
+        node = self.check_id(node)
         if self.blocks.is_op(node):
             return self.blocks.operands(node)
         self.sync()
         return tuple(int(j) for j in (self._in0[node], self._in1[node]) if j >= 0)
 
     def set_leaf_value(self, node: int, value: FloatArray | float) -> None:
-        """Give a leaf a new value (a compiled function's replay); arrays are kept as they are."""
-        if isinstance(value, np.ndarray):
+        """Give a leaf a new value (a compiled function's replay); arrays are kept as they are.
+
+        ``node`` is a leaf (an input or a constant) and ``value`` of its kind:
+        a float64 array of as many axes for a block (a compiled function with
+        ``batch=`` replays at other numbers of rows), a real number for a
+        scalar.
+        """
+        node = self.check_id(node, "leaf id")
+        if self.operands(node):
+            raise ValueError(f"node {node} is not a leaf: it has operands {self.operands(node)}")
+        held = self.blocks.values.get(node)
+        if held is not None:
+            if not (
+                isinstance(value, np.ndarray)
+                and value.dtype == np.float64
+                and value.ndim == held.ndim
+            ):
+                raise ValueError(
+                    f"leaf {node} is a block of shape {held.shape}: its value must be a float64 "
+                    f"array of {held.ndim} axes, got {_described(value)}"
+                )
             self._store(node, value)
         else:
+            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
+                value, bool
+            ):
+                raise TypeError(
+                    f"leaf {node} is a scalar node: its value must be a real "
+                    f"number, got {_described(value)}"
+                )
             self.sync()
             self._val[node] = value
 
@@ -530,7 +579,7 @@ class TapeStorage:
         return self._labels.get(node)
 
     def set_label(self, node: int, label: str) -> None:
-        self._labels[node] = str(label)
+        self._labels[self.check_id(node)] = str(label)
 
     @property
     def labels(self) -> dict[int, str]:
@@ -551,6 +600,14 @@ class TapeStorage:
         """Record where ``node`` was made (a debug tape rebuilt from a trace or a file)."""
         if self._sources is None:
             raise ValueError("only a debug tape (fa.Tape(debug=True)) keeps source lines")
+        node = self.check_id(node)
+        if not (
+            isinstance(location, tuple)
+            and len(location) == 2
+            and isinstance(location[0], str)
+            and isinstance(location[1], int)
+        ):
+            raise TypeError(f"location must be (file, line), a str and an int; got {location!r}")
         self._sources[node] = location
 
     @property
@@ -574,6 +631,7 @@ class TapeStorage:
 
     def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
         """A mask of ``root`` and every node it depends on, and the lowest such id."""
+        root = self.check_id(root, "root")
         _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
@@ -586,6 +644,7 @@ class TapeStorage:
         mask kept with the tape and cleared again over the span they used,
         so the cost is that span, not the tape's length.
         """
+        root = self.check_id(root, "root")
         _, in0, in1, _, _ = self.columns()
         if self._scratch.size <= root:
             self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
@@ -604,6 +663,10 @@ class TapeStorage:
     def descendants(self, sources: list[int], lowest: int, root: int) -> NDArray[np.bool_]:
         """A mask over ``[0, root]``: ``sources`` and the nodes in ``[lowest, root]``
         that depend on one of them (the nodes whose adjoints a gradient wrt ``sources`` uses)."""
+        root = self.check_id(root, "root")
+        sources = [self.check_id(node, "source") for node in sources]
+        if not (isinstance(lowest, (int, np.integer)) and 0 <= lowest <= root):
+            raise ValueError(f"lowest must be an id in [0, root {root}], got {lowest!r}")
         _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         mark[[node for node in sources if node <= root]] = True
@@ -612,6 +675,7 @@ class TapeStorage:
 
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
         """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
+        root = self.check_id(root, "root")
         opcode, in0, in1, val, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         is_block = np.zeros(root + 1, np.bool_)

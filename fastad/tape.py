@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad import diagnose, draw, registry, sweep, tapefile
-from fastad.errors import NonFiniteError, NonFiniteOrigin
+from fastad.errors import NonFiniteError, NonFiniteOrigin, not_real
 from fastad.kernels import optable, sweeps
 from fastad.node import Block, Node, Var, check_live, is_number
 from fastad.storage import VALUE_DTYPE, TapeStorage, as_stored
@@ -93,8 +93,55 @@ class Tape(TapeStorage):
 
     # -- recording -------------------------------------------------------------
     def append(self, code: int, in0: int, in1: int, value: float) -> Var:
-        """Append one scalar node and return its ``Var``; operands must already exist."""
-        return Var(self, self.push(code, in0, in1, value), value)
+        """Append one scalar node and return its ``Var``; checked as :meth:`push`."""
+        return Var(self, self.push(code, in0, in1, value), float(value))
+
+    def push(self, code: int, in0: int, in1: int, value: float) -> int:
+        """Append one scalar node, a raw row ``(code, in0, in1, value)``, and return its id.
+
+        Checked before anything is written: ``code`` is a scalar op of the op
+        table (``fastad.kernels.optable.OPS``; block ops are recorded by their
+        functions), ``in0``/``in1`` are the ids of earlier scalar nodes for
+        the operands the op takes and ``-1`` for the others (a leaf takes
+        none, a unary op one), ``value`` is a real number. The value is kept
+        as given, as :meth:`from_arrays` keeps raw rows.
+        """
+        op = self._scalar_op(code)
+        for slot, j in enumerate((in0, in1)):
+            field = ("in0", "in1")[slot]
+            if slot >= op.arity:
+                if (
+                    isinstance(j, (bool, np.bool_))
+                    or not isinstance(j, (int, np.integer))
+                    or j != -1
+                ):
+                    raise ValueError(
+                        f"{op.name} takes {op.arity} operand(s): {field} must be -1, got {j!r}"
+                    )
+                continue
+            node = self.check_id(j, f"{field} (operand {slot + 1} of {op.name})")
+            if self.block_value(node) is not None:
+                raise ValueError(
+                    f"{field} {node} is a block node: a scalar op reads scalar nodes (record "
+                    "ops on blocks with fastad's functions, e.g. fa.sin(X))"
+                )
+        if not is_number(value):
+            raise TypeError(f"value must be a real number, got {type(value).__name__} {value!r}")
+        return self._push(int(code), int(in0), int(in1), float(value))
+
+    @staticmethod
+    def _scalar_op(code: object) -> optable.Op:
+        """The scalar op ``code`` names, else raises naming it."""
+        if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
+            raise TypeError(f"opcode must be an integer, got {type(code).__name__} {code!r}")
+        if not 0 <= int(code) < optable.NUM_OPS:
+            block = int(code) in optable.ALL
+            what = "a block op, recorded by its function" if block else "not an opcode"
+            raise ValueError(
+                f"opcode {code} is {what}; scalar opcodes are 0..{optable.NUM_OPS - 1} "
+                "(fastad.kernels.optable.OPS)"
+            )
+        return optable.OPS[int(code)]
 
     @overload
     def input(self, value: RealNumber, name: str | None = None) -> Var: ...
@@ -118,7 +165,7 @@ class Tape(TapeStorage):
             node = Block(self, self.push_block(optable.INPUT, _block_copy(value)))
         else:
             number = _as_float(value, "fa.var")
-            node = Var(self, self.push(optable.INPUT, -1, -1, number), number)
+            node = Var(self, self._push(optable.INPUT, -1, -1, number), number)
         if name is not None:
             self.set_label(node.id, name)
         return node
@@ -679,7 +726,7 @@ def _real_direction(direction: object, what: str) -> FloatArray:
     """``direction`` as float64, refusing what is not real (a complex part would be dropped)."""
     array = np.asarray(direction)
     if array.dtype.kind not in "biuf":
-        raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+        raise not_real(direction, what)
     return array.astype(VALUE_DTYPE)
 
 
