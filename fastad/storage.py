@@ -402,9 +402,13 @@ class TapeStorage:
                 self._grow(n)
             arrays: tuple[NDArray[Any], ...] = (self._opcode, self._in0, self._in1, self._val)
             columns: tuple[list[Any], ...] = self._staged_columns()
-            for array, column in zip(arrays, columns, strict=True):
-                array[start:n] = column
-                column.clear()
+            try:
+                for array, column in zip(arrays, columns, strict=True):
+                    array[start:n] = column
+                    column.clear()
+            except ValueError:  # another thread appended rows while these moved
+                self._corrupted = True
+                raise ConcurrentRecordingError(_CONCURRENT_RECORDING) from None
             self._synced = n
 
     def _staged_columns(self) -> tuple[list[int], list[int], list[int], list[float]]:

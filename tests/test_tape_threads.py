@@ -75,6 +75,37 @@ def test_threads_recording_onto_one_tape_never_get_silently_wrong_gradients(fast
     assert refused > 0, (refused, correct)
 
 
+def test_rows_appended_while_staged_rows_move_are_the_documented_error(monkeypatch):
+    # Growing the arrays copies them with the GIL released: another thread recording
+    # then appends rows after the count was checked, and the move of the staged rows
+    # met longer lists (NumPy's "could not broadcast input array", raised in the
+    # recording thread). The growth is where that thread runs, so it appends there.
+    from fastad.storage import TapeStorage
+
+    grow = TapeStorage._grow
+
+    def grow_while_another_thread_records(self, needed):
+        grow(self, needed)
+        for column, value in zip(self._staged_columns(), (2, 0, 0, 1.0), strict=True):
+            column.append(value)
+
+    monkeypatch.setattr(TapeStorage, "_grow", grow_while_another_thread_records)
+    tape = fa.Tape()
+    with tape:
+        x = fa.var(0.5)
+        with pytest.raises(fa.ConcurrentRecordingError, match="several threads recorded"):
+            for _ in range(100):  # past the first capacity (64 rows): a growth
+                x = x * 1.0001
+            tape.sync()
+    with pytest.raises(fa.ConcurrentRecordingError):  # refused until reset
+        tape.sync()
+    monkeypatch.undo()
+    tape.reset()
+    with tape:
+        y = fa.var(2.0)
+        assert fa.grad(y * y, y) == 4.0
+
+
 def test_a_lost_id_is_refused_before_any_sweep_and_reset_recovers():
     tape = fa.Tape()
     with tape:
