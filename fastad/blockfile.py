@@ -187,7 +187,7 @@ def rebuild(
             tape.push_block_op(code, operands, value, param)
             shapes.append(shape)
         else:
-            tape.push(code, int(in0[node]), int(in1[node]), float(values[node]))
+            tape._push(code, int(in0[node]), int(in1[node]), float(values[node]))
             if any(shapes[j] != () for j in tape.operands(node)):
                 raise ValueError(f"{where}: a scalar op with an array operand")
             shapes.append(())
@@ -205,8 +205,10 @@ def rebuild(
         )
     try:
         tape.forward()
-    except (ValueError, TypeError, IndexError) as error:
-        raise ValueError(f"{source}: replaying the tape failed ({error})") from None
+    except (ValueError, TypeError, IndexError, AttributeError, KeyError) as error:
+        raise ValueError(
+            f"{source}: replaying the tape failed ({type(error).__name__}: {error})"
+        ) from None
     return tape
 
 
@@ -269,11 +271,22 @@ def _block_ops(
 def _op_shape(
     code: int, operands: tuple[int, ...], param: Any, shapes: list[tuple[int, ...]], where: str
 ) -> tuple[int, ...]:
+    arity = optable.ALL[code].arity
+    if code < optable.NUM_OPS and arity == 0 or arity >= 0 and len(operands) != arity:
+        raise ValueError(
+            f"{where}: the op {optable.ALL[code].name!r} takes {arity} operand(s), the file "
+            f"gives {len(operands)}"
+        )
     try:
         rule = registry.rule(code)
         shape = tuple(rule.shape(tuple(shapes[j] for j in operands), param))
     except (ValueError, TypeError, IndexError, NotImplementedError) as error:
         raise ValueError(f"{where}: {error}") from None
+    except (AttributeError, KeyError) as error:  # parameters of another op (a damaged file)
+        raise ValueError(
+            f"{where}: the parameters {param!r} do not fit the op {optable.ALL[code].name!r} "
+            f"({type(error).__name__}: {error})"
+        ) from None
     if not all(isinstance(size, (int, np.integer)) and size >= 0 for size in shape):
         raise ValueError(f"{where}: the {optable.ALL[code].name} rule gave the shape {shape}")
     return tuple(int(size) for size in shape)

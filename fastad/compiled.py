@@ -1007,6 +1007,10 @@ class CompiledFunction:
         return {"npz": _npz_bytes(self._state())}
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping):
+            raise ValueError(
+                f"pickle: not a fastad compiled function (its state is {type(state).__name__})"
+            )
         if set(state) == {"npz"} and isinstance(state["npz"], bytes):
             arrays = npz.read_npz(io.BytesIO(state["npz"]), "compiled function", "pickle")
         else:
@@ -1763,8 +1767,15 @@ class BlockFunction:
             return {"npz": _npz_bytes(self._state())}
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
-        if set(state) != {"npz"} or not isinstance(state["npz"], bytes):
-            raise ValueError("pickle: not a fastad function of arrays")
+        if (
+            not isinstance(state, Mapping)
+            or set(state) != {"npz"}
+            or not isinstance(state["npz"], bytes)
+        ):
+            raise ValueError(
+                f"pickle: not a fastad function of arrays (its state is {type(state).__name__}"
+                + (f" with keys {sorted(map(str, state))})" if isinstance(state, Mapping) else ")")
+            )
         arrays = npz.read_npz(io.BytesIO(state["npz"]), "function of arrays", "pickle")
         self.__dict__.update(_block_function(arrays, "pickle").__dict__)
 

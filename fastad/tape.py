@@ -583,7 +583,11 @@ class Tape(TapeStorage):
     ) -> None:
         """Seed a tangent sweep: a float for each scalar node of ``wrt``, an array per block."""
         if len(direction) != len(wrt):
-            raise ValueError(f"{len(direction)} directions for {len(wrt)} nodes")
+            raise ValueError(
+                f"{len(direction)} directions for {len(wrt)} wrt nodes: give one direction "
+                "per node, in a list (a float for a scalar node, an array of its shape for "
+                "a block)"
+            )
         for node, d in zip(wrt, direction, strict=True):
             if node > root:
                 continue
@@ -598,8 +602,15 @@ class Tape(TapeStorage):
                     )
                 d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
                 block_tangents[node] = block_tangents.get(node, UNREACHED) + d
-            elif float(_real_direction(d, f"the direction for node {node}")) != 0.0:
-                tangents[node] += float(d)
+            else:
+                d = _real_direction(d, f"the direction for node {node}")
+                if d.ndim:
+                    raise ValueError(
+                        f"the direction for node {node}, a scalar node, must be a number; got "
+                        f"an array of shape {d.shape}"
+                    )
+                if float(d) != 0.0:
+                    tangents[node] += float(d)
 
     # -- finding where nan/inf came from ---------------------------------------
     @_holding_lock

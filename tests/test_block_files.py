@@ -3,6 +3,7 @@
 import io
 import json
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -151,6 +152,44 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
             continue
         with pytest.raises(ValueError, match=message):
             target.__setstate__(state)
+
+
+def test_every_opcode_in_place_of_a_block_op_loads_or_is_refused_with_a_value_error(arrays):
+    # An op swapped for another in a file: its parameters or operands are then the
+    # other op's (a sum's None for a reshape's shape, a matmul's two operands for a
+    # unary op), which reached the rules and the code generator (AttributeError,
+    # IndexError). Every opcode in every block op's place: a ValueError naming the
+    # node, or a file that loads.
+    def program(X, W, b, T, labels):
+        return (fa.tanh(X @ W).sum(axis=0) * 2.0).mean() + fa.logsumexp(X, axis=1).sum()
+
+    f = fa.compile(program, example=arrays)
+    codes = [*range(registry.optable.NUM_OPS), 38, 63, 70, 82, 255]
+    codes += [op.code for op in registry.optable.BLOCK_OPS]
+    refused = loaded = 0
+    for node in f.tape.blocks.ops:
+        for code in codes:
+
+            def swap(state, meta, node=node, code=code):
+                state["opcode"][node] = code
+
+            g = object.__new__(fa.BlockFunction)
+            try:
+                g.__setstate__(damaged(f, swap))
+            except ValueError as error:
+                # The node, or one it feeds whose operands no longer fit, or the replay.
+                assert re.search(r"node \d+: |replaying the tape failed", str(error)), error
+                refused += 1
+                continue
+            loaded += 1  # another op that fits (sin for tanh): it runs
+            assert np.ndim(g(arrays)) == 0
+    assert refused > 0 and loaded > 0
+
+
+def test_pickle_states_that_are_not_mappings_are_refused():
+    for cls, what in ((fa.BlockFunction, "function of arrays"), (fa.CompiledFunction, "compiled")):
+        with pytest.raises(ValueError, match=f"pickle: not a fastad {what}.*NoneType"):
+            object.__new__(cls).__setstate__(None)
 
 
 def test_crafted_shapes_and_params_are_refused_before_anything_is_allocated(arrays):

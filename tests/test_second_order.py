@@ -481,6 +481,28 @@ def test_directions_must_be_real():
             fa.hvp(x * x, 1.0, 1.0)
 
 
+def test_directions_that_do_not_fit_the_nodes_say_how_to_give_them():
+    # On a tape with blocks: an array direction for a scalar node was "only 0-dimensional
+    # arrays can be converted to Python scalars".
+    with fa.Tape():
+        x, X = fa.var(0.5), fa.var(np.ones((2, 2)))
+        L = (X * x).sum() * x
+        for call in (fa.hvp, fa.jvp):
+            with pytest.raises(
+                ValueError,
+                match="node 0, a scalar node, must be a number; got "
+                r"an array of shape \(2, 2\)",
+            ):
+                call(L, [x, X], [np.ones((2, 2)), 1.0])
+            with pytest.raises(
+                ValueError,
+                match="2 directions for 1 wrt nodes: give one direction per node, in a list",
+            ):
+                call(L, x, np.ones((2, 2)))
+        product = fa.hvp(L, [x, X], [1.0, np.ones((2, 2))])  # d2L: 2 sum(X), and 2x
+        assert product[0] == 8.0 + 4.0 and np.array_equal(product[1], np.ones((2, 2)))
+
+
 def test_function_of_arrays_names_the_argument_of_a_bad_direction():
     X, w0 = np.ones((4, 3)), np.ones(3)
     f = fa.compile(lambda X, w: (X @ w).sum(), example=(X, w0), wrt=1)
