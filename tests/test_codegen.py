@@ -1,5 +1,6 @@
 """Generated code (backend="codegen") equals the interpreter bit for bit, and its cache."""
 
+import logging
 import os
 import pickle
 import subprocess
@@ -421,15 +422,53 @@ def test_backend_survives_pickling_and_files(tmp_path):
 
 
 # -- progress --------------------------------------------------------------------------
-def test_progress_speaks_only_for_slow_steps(capfd):
+def test_progress_speaks_only_for_slow_steps(caplog):
+    caplog.set_level(logging.INFO, logger="fastad")
     with progress("a quick step", delay=0.5):
         pass
-    assert capfd.readouterr().err == ""
+    assert caplog.messages == []
     with progress("a slow step", lambda: "3 of 7 parts", delay=0.05, interval=10.0):
         time.sleep(0.3)
-    lines = capfd.readouterr().err.splitlines()
-    assert lines[0].startswith("fastad: a slow step, 3 of 7 parts, 0 s so far")
-    assert lines[-1].startswith("fastad: a slow step: done in")
+    assert caplog.messages[0].startswith("a slow step, 3 of 7 parts, 0 s so far")
+    assert caplog.messages[-1].startswith("a slow step: done in")
+    assert {record.name for record in caplog.records} == {"fastad"}
+
+
+PROGRESS_RUN = textwrap.dedent(
+    """
+    import logging, sys, time
+    import fastad.progress as p
+    if sys.argv[1] == "quiet":
+        logging.getLogger("fastad").setLevel(logging.WARNING)
+    elif sys.argv[1] == "configured":
+        logging.basicConfig(level=logging.INFO, format="%(name)s | %(message)s")
+    p.DELAY_SECONDS = 0.05  # read at each call
+    with p.progress("a slow step"):
+        time.sleep(0.3)
+    """
+)
+
+
+@pytest.mark.parametrize("logging_set_up", ["not", "quiet", "configured"])
+def test_progress_goes_to_stderr_until_logging_is_set_up(logging_set_up):
+    # Nothing set up: stderr, as "fastad: ..." lines. The fastad logger's level
+    # silences it; a program's own logging set-up receives the records.
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRESS_RUN, logging_set_up],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    if logging_set_up == "not":
+        assert lines[0].startswith("fastad: a slow step, 0 s so far"), lines
+        assert lines[-1].startswith("fastad: a slow step: done in"), lines
+    elif logging_set_up == "quiet":
+        assert lines == []
+    else:
+        assert lines[0].startswith("fastad | a slow step, 0 s so far"), lines
+        assert len(lines) == 2
 
 
 # -- the cache on disk -----------------------------------------------------------------
