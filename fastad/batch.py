@@ -121,7 +121,7 @@ class Diagnosis:
         if tape is None:
             source = self._tape
             tape = Tape(capacity=max(len(source), 1), debug=True)
-            tape.fill(source.opcode, source.in0, source.in1, source.val)
+            tape._fill(source.opcode, source.in0, source.in1, source.val)
             for node, label in source.labels.items():
                 tape.set_label(node, label)
             for node, location in self._sources.items():

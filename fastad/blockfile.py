@@ -176,7 +176,7 @@ def rebuild(
             if code not in _LEAVES:
                 raise ValueError(f"{where}: an array value belongs to a leaf or a constant")
             block = leaves[node]
-            tape.push_block(code, block)
+            tape._push_block(code, block)
             shapes.append(block.shape)
         elif node in ops:
             operands, param = ops[node]
@@ -184,7 +184,7 @@ def rebuild(
             planned += 8 * math.prod(shape)
             # A stand-in that allocates nothing: the forward sweep computes the value.
             value: FloatArray | float = 0.0 if shape == () else np.broadcast_to(0.0, shape)
-            tape.push_block_op(code, operands, value, param)
+            tape._push_block_op(code, operands, value, param)
             shapes.append(shape)
         else:
             tape._push(code, int(in0[node]), int(in1[node]), float(values[node]))

@@ -463,13 +463,13 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
         result, saved = result
     if shape == ():
         scalar = float(result)
-        return Var(tape, tape.push_block_op(code, tuple(ids), scalar, params, saved), scalar)
+        return Var(tape, tape._push_block_op(code, tuple(ids), scalar, params, saved), scalar)
     array = as_stored(result)
     if array.shape != shape:
         raise AssertionError(
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
-    return Block(tape, tape.push_block_op(code, tuple(ids), array, params, saved))
+    return Block(tape, tape._push_block_op(code, tuple(ids), array, params, saved))
 
 
 def record_block(

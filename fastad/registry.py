@@ -144,13 +144,24 @@ class BlockRule:
             raise NotImplementedError(
                 f"the block op {self.name!r} (opcode {self.code}) has no second-order rule "
                 "yet, so no Hessian-vector product can pass through it: record this part "
-                "with scalar ops or with blocks that have one (elementwise ops, matmul, "
-                "linear, linear_relu, sum, mean, reshape, transpose, index, concatenate, "
-                "max, min)"
+                "with scalar ops or with blocks that have one "
+                f"({', '.join(second_order_ops())})"
             )
         if h is None:
             return (None,) * len(values)
         return self.vjp(values, out, h, params, needs)
+
+
+def second_order_ops() -> list[str]:
+    """The block ops that have a second-order rule, by name (the elementwise ops as one
+    entry), read from the registry."""
+    found = [
+        rule.name
+        for rule in RULES.values()
+        if not isinstance(rule, Elementwise)
+        and (rule.linear_adjoint or type(rule).second_vjp is not BlockRule.second_vjp)
+    ]
+    return ["elementwise ops", *found]
 
 
 # -- elementwise: the scalar op table, per element ---------------------------------------------

@@ -24,24 +24,6 @@ from fastad.kernels import optable
 
 EagerRule: TypeAlias = Callable[[float, float], float]
 
-_MATH_NAMES = (
-    "atan",
-    "atan2",
-    "cos",
-    "cosh",
-    "erf",
-    "exp",
-    "expm1",
-    "fabs",
-    "log",
-    "log1p",
-    "pow",
-    "sin",
-    "sinh",
-    "sqrt",
-    "tan",
-    "tanh",
-)
 # Where NumPy's name differs; math.erf never raises, so it is its own fallback.
 _NUMPY_EQUIVALENT = {
     "fabs": np.fabs,
@@ -52,9 +34,9 @@ _NUMPY_EQUIVALENT = {
 }
 
 _helpers = {helper.__name__: helper for helper in optable.HELPERS}
-_math_namespace = {name: getattr(math, name) for name in _MATH_NAMES} | _helpers
+_math_namespace = {name: getattr(math, name) for name in optable.MATH_NAMES} | _helpers
 _numpy_namespace = {
-    name: _NUMPY_EQUIVALENT.get(name, getattr(np, name, None)) for name in _MATH_NAMES
+    name: _NUMPY_EQUIVALENT.get(name, getattr(np, name, None)) for name in optable.MATH_NAMES
 } | _helpers
 
 

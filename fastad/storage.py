@@ -155,7 +155,7 @@ class BlockTable:
                 self.nbytes += _owned_bytes(array)  # a view of a value is counted there
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
-        """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""
+        """List a block op; ids must rise (``TapeStorage._push_block_op`` checks it first)."""
         self._ops.append(node)
         self._operands[node] = operands
         if params is not None:
@@ -344,13 +344,13 @@ class TapeStorage:
             node = self._constants[key] = self._push(optable.CONST, -1, -1, value)
         return node
 
-    def push_block(self, code: int, array: FloatArray) -> int:
+    def _push_block(self, code: int, array: FloatArray) -> int:
         """Append a block leaf or constant holding ``array`` (read-only float64, kept as is)."""
         node = self._push(code, -1, -1, 0.0)
         self._store(node, array)
         return node
 
-    def push_block_op(
+    def _push_block_op(
         self,
         code: int,
         operands: tuple[int, ...],
@@ -757,7 +757,7 @@ class TapeStorage:
             setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
         self._column_views = _NO_VIEWS
 
-    def fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
+    def _fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
         """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
         n = len(opcode)
         if n > self._opcode.size:

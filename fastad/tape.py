@@ -162,7 +162,7 @@ class Tape(TapeStorage):
         """
         node: Var | Block
         if _is_array_like(value):
-            node = Block(self, self.push_block(optable.INPUT, _block_copy(value)))
+            node = Block(self, self._push_block(optable.INPUT, _block_copy(value)))
         else:
             number = _as_float(value, "fa.var")
             node = Var(self, self._push(optable.INPUT, -1, -1, number), number)
@@ -177,7 +177,7 @@ class Tape(TapeStorage):
 
     def block_constant(self, value: NumericArray | list[Any] | tuple[Any, ...]) -> Block:
         """A constant block node holding a copy of the array ``value``."""
-        return Block(self, self.push_block(optable.CONST, _block_copy(value)))
+        return Block(self, self._push_block(optable.CONST, _block_copy(value)))
 
     def node(self, node_id: NodeRef) -> Var | Block:
         """The handle of an existing node id (e.g. on a loaded tape): a ``Var``, or a
@@ -713,7 +713,7 @@ class Tape(TapeStorage):
         """
         arrays = tapefile.validated_arrays(opcode, in0, in1, val)
         tape = cls(capacity=max(arrays[0].size, 1))
-        tape.fill(*arrays)
+        tape._fill(*arrays)
         for node, label in tapefile.validated_labels(tape, labels).items():
             tape.set_label(node, label)
         tape.forward()

@@ -575,7 +575,7 @@ def module_source(program: Program, mode: str) -> str:
     return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels]) + "\n"
 
 
-MATH_NAMES = (
-    "atan atan2 copysign cos cosh erf exp expm1 fabs inf isfinite log log1p nan pow sin "
-    "sinh sqrt tan tanh"
-).split()
+MATH_NAMES = sorted({*optable.MATH_NAMES, "copysign", "isfinite"})
+"""What a generated module imports from :mod:`math`: the rules' names, and ``copysign``
+and ``isfinite``, which the kernels' own code calls (``kernels/sweeps.py`` imports the
+same; a test compares the two)."""

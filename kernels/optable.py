@@ -32,6 +32,7 @@ minimum-norm subgradient, as PyTorch; JAX uses 1 for abs), and at a tie
 JAX do).
 """
 
+import math as _math
 from collections.abc import Callable
 from math import (  # noqa: F401  (rule namespace)
     atan,
@@ -54,6 +55,12 @@ from math import (  # noqa: F401  (rule namespace)
     tanh,
 )
 from typing import NamedTuple
+
+MATH_NAMES: tuple[str, ...] = tuple(
+    sorted(name for name, value in dict(globals()).items() if getattr(_math, name, 0) is value)
+)
+"""The :mod:`math` names the rules may call: those imported above, the one list of them
+(the eager rules, the compiled sweeps and generated code take theirs from it)."""
 
 
 class Op(NamedTuple):

@@ -204,3 +204,27 @@ def test_vjp_and_jvp_agree_with_central_differences(case, rng):
     scale = max(1.0, abs(difference))
     assert along == pytest.approx(difference, rel=1e-6, abs=1e-6 * scale)
     assert tangent == pytest.approx(along, rel=1e-12, abs=1e-12 * scale)
+
+
+def test_the_math_names_are_one_list():
+    # The op table's import from math is the list; the eager rules take it, and the
+    # compiled sweeps and generated modules import it and the kernels' own two.
+    import ast
+    import pathlib
+
+    from fastad import rules
+    from fastad.kernels import codegen, sweeps
+
+    def imported_from_math(module):
+        tree = ast.parse(pathlib.Path(module.__file__).read_text())
+        return sorted(
+            alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module == "math"
+            for alias in node.names
+        )
+
+    assert list(optable.MATH_NAMES) == imported_from_math(optable)
+    assert imported_from_math(sweeps) == codegen.MATH_NAMES
+    assert set(codegen.MATH_NAMES) - set(optable.MATH_NAMES) == {"copysign", "isfinite"}
+    assert set(rules._math_namespace) >= set(optable.MATH_NAMES)

@@ -258,6 +258,12 @@ def test_block_ops_without_a_second_order_rule_raise_naming_the_op(name, build):
         W = fa.var(np.array([0.5, -1.0, 2.0]))
         with pytest.raises(NotImplementedError, match=f"block op '{name}' .* no second-order rule"):
             fa.hvp(build(W), W, np.ones(3))
+        with pytest.raises(NotImplementedError) as raised:
+            fa.hvp(build(W), W, np.ones(3))
+    # The ops the message offers instead, read from the registry: each has a rule.
+    offered = str(raised.value).rsplit("(", 1)[1].rstrip(")").split(", ")
+    assert offered[0] == "elementwise ops" and name not in offered
+    assert {"matmul", "linear_relu", "sum", "reshape", "max"} <= set(offered)
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -562,6 +562,12 @@ def test_raw_tape_methods_refuse_bad_ids_opcodes_and_values_without_crashing():
     assert result.stdout.startswith("ok ")
 
 
+def test_the_unchecked_row_writers_are_not_public():
+    # Rows written without checks (what from_arrays and the loaders validate first).
+    for name in ("fill", "push_block", "push_block_op"):
+        assert not hasattr(fa.Tape, name), name
+
+
 def test_tape_capacity_is_checked():
     with pytest.raises(TypeError, match="capacity must be an int .* got float inf"):
         fa.Tape(capacity=float("inf"))
