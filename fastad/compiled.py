@@ -311,7 +311,7 @@ class CompiledFunction:
             if not outputs:
                 raise ValueError("the traced function returned no outputs")
             # Tracing is over: the tape is an ordinary tape now.
-            guards = np.array(tape.end_trace(), dtype=np.int64).reshape(-1, 2)
+            guards = np.array(tape._end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
             sources = tape.sources
@@ -334,7 +334,7 @@ class CompiledFunction:
         sources: dict[int, tuple[str, int]],
     ) -> None:
         name = getattr(self._function, "__name__", "function")
-        tape.freeze(f"the compiled function {name!r}")
+        tape._freeze(f"the compiled function {name!r}")
         self._tape = tape
         self._replay = Replay(tape, inputs, outputs, guards, self._backend, repr(name))
         self._fast_points = self._replay.fast_points
@@ -1019,6 +1019,7 @@ class CompiledFunction:
 
     def save(self, path: StrPath) -> None:
         """Write the traced function to a compressed NumPy ``.npz`` file (no pickle inside)."""
+        path = npz.file_path(path, "save")
         with open(path, "wb") as file:
             file.write(_npz_bytes(self._state()))
 
@@ -1101,7 +1102,7 @@ class BlockFunction:
                 tape, second, rows, (self._guards, guards), [node.id for node in self._inputs]
             )
         self._name = getattr(function, "__name__", "function")
-        tape.freeze(f"the compiled function of arrays {self._name!r}")
+        tape._freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
         self._shapes = [np.shape(v) for v in values]
         self.optimization: OptimizationReport | None = None  # BlockFunction does not optimise
@@ -1786,6 +1787,7 @@ class BlockFunction:
         """
         with self._lock:
             data = _npz_bytes(self._state())
+        path = npz.file_path(path, "save")
         with open(path, "wb") as file:
             file.write(data)
 
@@ -1837,7 +1839,7 @@ def _trace(
             tape.input(v, name) for v, name in zip(values, names, strict=True)
         ]
         result = function(*inputs)
-    guards = tape.end_trace()
+    guards = tape._end_trace()
     if isinstance(result, (tuple, list)):
         raise ValueError("a function of arrays returns one output (a scalar or an array)")
     output = (
@@ -1864,6 +1866,7 @@ def load(path: StrPath) -> CompiledFunction | BlockFunction:
     shapes), and input, output and guard ids are checked, before any kernel
     sees them.
     """
+    path = npz.file_path(path, "fa.load")
     arrays = npz.read_npz(path, "compiled function")
     if "format" in arrays and npz.text_field(arrays, "format", str(path)) == _BLOCK_FORMAT:
         return _block_function(arrays, str(path))
@@ -1911,7 +1914,7 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     function._guards = [(int(node), bool(truth)) for node, truth in guards.tolist()]
     function._output = tape.node(int(output[0]))
     function._name = name
-    tape.freeze(f"the compiled function of arrays {name!r}")
+    tape._freeze(f"the compiled function of arrays {name!r}")
     function._tape = tape
     function._shapes = [np.shape(tape.value(node.id)) for node in function._inputs]
     function.optimization = None

@@ -47,7 +47,7 @@ def table(
     if len(ids) > max_rows:
         half = max_rows // 2
         ids = ids[:half] + [None] + ids[-half:]
-    opcode, _, _, val, adjoint = tape.columns()
+    opcode, _, _, val, adjoint = tape._columns()
     shown = [i for i in ids if i is not None]
     symbols = {i: optable.ALL[opcode[i]].symbol for i in shown}
     values = {}

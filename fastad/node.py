@@ -184,10 +184,10 @@ def _record_with_number(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
         _check_operands(node, None)  # before a constant lands on the reset tape
     if node is x:
         a, b = x._value, float(y)
-        i, j = x._id, tape.constant_id(b)
+        i, j = x._id, tape._constant_id(b)
     else:
         a, b = float(x), y._value
-        i, j = tape.constant_id(a), y._id
+        i, j = tape._constant_id(a), y._id
     try:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):

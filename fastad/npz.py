@@ -44,6 +44,18 @@ _DAMAGED = (
 _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
+def file_path(path: object, what: str) -> str | os.PathLike[str]:
+    """``path`` as a file's path (a ``str``, ``bytes`` or ``os.PathLike``), else a
+    TypeError naming it: an int would be read as an open file descriptor, and closed."""
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{what} takes a file path (str or os.PathLike), got {type(path).__name__} {path!r}"
+        )
+    return path
+
+
 def read_npz(
     path: str | os.PathLike[str] | IO[bytes], kind: str, name: str | None = None
 ) -> dict[str, np.ndarray[Any, Any]]:

@@ -243,6 +243,8 @@ class TapeStorage:
                 f"{capacity:,}; the tape grows as it needs, so the default will do"
             )
         capacity = int(capacity)
+        if not isinstance(debug, (bool, np.bool_)):
+            raise TypeError(f"debug must be True or False, got {type(debug).__name__} {debug!r}")
         # Debug recording keeps (file, line) of the user's code for every
         # node; it swaps in a push of its own so ordinary tapes pay nothing.
         self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
@@ -294,13 +296,13 @@ class TapeStorage:
     # Sweeps touch only the span of ids from the lowest node their root depends
     # on to the root, so zeroing adjoints zeroes that span, not the whole tape:
     # on a long-lived tape, earlier history costs nothing per backward.
-    def clear_adjoints(self) -> None:
+    def _clear_adjoints(self) -> None:
         """Zero every scalar adjoint (those outside the span written since are zero)."""
         lo, hi = self._adjoint_span
         self._grad[lo:hi] = 0.0
         self._adjoint_span = (0, 0)
 
-    def widen_adjoints(self, lo: int, hi: int) -> None:
+    def _widen_adjoints(self, lo: int, hi: int) -> None:
         """Note that a sweep writes adjoints ``[lo, hi)``."""
         if not 0 <= lo <= hi <= self._n:
             raise ValueError(f"adjoint span [{lo}, {hi}) is not within the tape's {self._n} nodes")
@@ -327,7 +329,7 @@ class TapeStorage:
         self._sources[node] = _user_location()
         return node
 
-    def constant_id(self, value: float) -> int:
+    def _constant_id(self, value: float) -> int:
         """The id of the constant node holding ``value``; repeated constants share one.
 
         Sharing reaches back ``CONSTANT_REACH`` nodes: past that a constant is
@@ -445,11 +447,11 @@ class TapeStorage:
     def clear(self) -> None:
         """Forget every node but keep the allocated memory; older handles become stale."""
         if self._owner is not None:
-            self.refuse("reset")
+            self._refuse("reset")
         with self.lock:  # never under another thread's sweep
             for column in self._staged_columns():  # dropped unread: a reset forgets them
                 column.clear()
-            self.clear_adjoints()
+            self._clear_adjoints()
             self._n = self._synced = 0
             self._corrupted = False
             self.generation += 1
@@ -461,7 +463,7 @@ class TapeStorage:
             if self.guards is not None:
                 self.guards.clear()
 
-    def freeze(self, owner: str) -> None:
+    def _freeze(self, owner: str) -> None:
         """Make the recording final: no more nodes, no reset.
 
         ``fa.compile`` freezes the tape it keeps (``f.tape``), which users may
@@ -475,18 +477,18 @@ class TapeStorage:
 
     @property
     def frozen(self) -> bool:
-        """True for a tape kept by a compiled function (see :meth:`freeze`)."""
+        """True for a tape kept by a compiled function (see :meth:`_freeze`)."""
         return self._owner is not None
 
-    def end_trace(self) -> list[tuple[int, bool]]:
+    def _end_trace(self) -> list[tuple[int, bool]]:
         """Stop tracing: return the guards recorded, and make this an ordinary tape."""
         guards, self.guards = self.guards, None
         return list(guards or ())
 
     def _refuse_push(self, code: int, in0: int, in1: int, value: float) -> NoReturn:
-        self.refuse("record new nodes on")
+        self._refuse("record new nodes on")
 
-    def refuse(self, action: str) -> NoReturn:
+    def _refuse(self, action: str) -> NoReturn:
         raise ValueError(
             f"cannot {action} this tape: it belongs to {self._owner}, which replays it as "
             "traced. Record on a new fa.Tape(), or compile the function again."
@@ -525,17 +527,17 @@ class TapeStorage:
 
     def value(self, node: int) -> RuleValue:
         """A node's value: its array for blocks, a float for scalars."""
+        node = self.check_id(node)
         block = self.blocks.values.get(node)
         if block is not None:
             return block
-        node = self.check_id(node)
         if node >= self._synced:  # still staged
             self.sync()  # (checks the staged rows: reading one is rare)
         return float(self._val[node])
 
     def block_value(self, node: int) -> FloatArray | None:
         """The array of a block node, None for a scalar node."""
-        return self.blocks.values.get(node)
+        return self.blocks.values.get(self.check_id(node))
 
     def operands(self, node: int) -> tuple[int, ...]:
         """The operand ids of a node, in order (any number for a block op)."""
@@ -548,14 +550,17 @@ class TapeStorage:
     def set_leaf_value(self, node: int, value: FloatArray | float) -> None:
         """Give a leaf a new value (a compiled function's replay); arrays are kept as they are.
 
-        ``node`` is a leaf (an input or a constant) and ``value`` of its kind:
+        ``node`` is an input (a constant may be shared by nodes recorded later:
+        it keeps its value) and ``value`` of its kind:
         a float64 array of as many axes for a block (a compiled function with
         ``batch=`` replays at other numbers of rows), a real number for a
         scalar.
         """
         node = self.check_id(node, "leaf id")
-        if self.operands(node):
-            raise ValueError(f"node {node} is not a leaf: it has operands {self.operands(node)}")
+        self.sync()
+        if self._opcode[node] != optable.INPUT:
+            name = optable.ALL[int(self._opcode[node])].name
+            raise ValueError(f"node {node} is not an input ({name}): only inputs take new values")
         held = self.blocks.values.get(node)
         if held is not None:
             if not (
@@ -576,11 +581,13 @@ class TapeStorage:
                     f"leaf {node} is a scalar node: its value must be a real "
                     f"number, got {_described(value)}"
                 )
-            self.sync()
+            if isinstance(value, int) and abs(value) > sys.float_info.max:
+                raise ValueError(f"leaf {node}: {value!r} is too large for a float64")
             self._val[node] = value
 
     def label(self, node: int) -> str | None:
-        return self._labels.get(node)
+        """A node's label (None: it has none)."""
+        return self._labels.get(self.check_id(node))
 
     def set_label(self, node: int, label: str) -> None:
         self._labels[self.check_id(node)] = str(label)
@@ -619,7 +626,7 @@ class TapeStorage:
         """True for a tape that keeps the source line of every node."""
         return self._sources is not None
 
-    def columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
+    def _columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
         """``opcode, in0, in1, val, grad`` of the first ``len(tape)`` rows, writable.
 
         For the sweep driver and the kernels; users get read-only views.
@@ -636,7 +643,7 @@ class TapeStorage:
     def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
         """A mask of ``root`` and every node it depends on, and the lowest such id."""
         root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self.columns()
+        _, in0, in1, _, _ = self._columns()
         mark = np.zeros(root + 1, np.bool_)
         lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         return mark, lowest
@@ -649,7 +656,7 @@ class TapeStorage:
         so the cost is that span, not the tape's length.
         """
         root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self.columns()
+        _, in0, in1, _, _ = self._columns()
         if self._scratch.size <= root:
             self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
         mark = self._scratch
@@ -671,7 +678,7 @@ class TapeStorage:
         sources = [self.check_id(node, "source") for node in sources]
         if not (isinstance(lowest, (int, np.integer)) and 0 <= lowest <= root):
             raise ValueError(f"lowest must be an id in [0, root {root}], got {lowest!r}")
-        _, in0, in1, _, _ = self.columns()
+        _, in0, in1, _, _ = self._columns()
         mark = np.zeros(root + 1, np.bool_)
         mark[[node for node in sources if node <= root]] = True
         sweeps.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
@@ -680,7 +687,7 @@ class TapeStorage:
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
         """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
         root = self.check_id(root, "root")
-        opcode, in0, in1, val, _ = self.columns()
+        opcode, in0, in1, val, _ = self._columns()
         mark = np.zeros(root + 1, np.bool_)
         is_block = np.zeros(root + 1, np.bool_)
         is_block[[node for node in self.blocks.ops if node <= root]] = True
@@ -750,7 +757,7 @@ class TapeStorage:
         self.sync()
         return sum(getattr(self, name).nbytes for name in _COLUMNS)
 
-    def trim_columns(self) -> None:
+    def _trim_columns(self) -> None:
         """Release the arrays' spare capacity (``Tape.trim``)."""
         self.sync()
         for name in _COLUMNS:
@@ -768,7 +775,7 @@ class TapeStorage:
 
 
 _NO_VIEWS: tuple[int, None, tuple[()]] = (-1, None, ())
-"""``TapeStorage.columns``' cache when it holds nothing."""
+"""``TapeStorage._columns``' cache when it holds nothing."""
 
 _CONCURRENT_RECORDING = (
     "several threads recorded onto this tape at the same time (or one read it while "

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import diagnose, draw, registry, sweep, tapefile
+from fastad import diagnose, draw, npz, registry, sweep, tapefile
 from fastad.errors import NonFiniteError, NonFiniteOrigin, not_real
 from fastad.kernels import optable, sweeps
 from fastad.node import Block, Node, Var, check_live, is_number
@@ -125,9 +125,7 @@ class Tape(TapeStorage):
                     f"{field} {node} is a block node: a scalar op reads scalar nodes (record "
                     "ops on blocks with fastad's functions, e.g. fa.sin(X))"
                 )
-        if not is_number(value):
-            raise TypeError(f"value must be a real number, got {type(value).__name__} {value!r}")
-        return self._push(int(code), int(in0), int(in1), float(value))
+        return self._push(int(code), int(in0), int(in1), _as_float(value, "the value"))
 
     @staticmethod
     def _scalar_op(code: object) -> optable.Op:
@@ -173,7 +171,7 @@ class Tape(TapeStorage):
     def constant(self, value: RealNumber) -> Var:
         """The constant node holding ``value``; repeated constants share one node."""
         number = _as_float(value, "a constant")
-        return Var(self, self.constant_id(number), number)
+        return Var(self, self._constant_id(number), number)
 
     def block_constant(self, value: NumericArray | list[Any] | tuple[Any, ...]) -> Block:
         """A constant block node holding a copy of the array ``value``."""
@@ -219,7 +217,7 @@ class Tape(TapeStorage):
             raise TypeError(
                 f"node {node} is a block node: its adjoint is tape.block_adjoint({node})"
             )
-        return float(self.columns()[4][node])
+        return float(self._columns()[4][node])
 
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
         """The adjoint array of a block node (zeros before any backward), read-only.
@@ -237,7 +235,7 @@ class Tape(TapeStorage):
                 raise TypeError(
                     f"node {node} is a scalar node: its adjoint is tape.adjoint({node})"
                 )
-        if self.columns()[0][node] == optable.CONST:
+        if self._columns()[0][node] == optable.CONST:
             raise ValueError(
                 f"node {node} is an array constant (data, such as a NumPy array in an "
                 "expression): constants get no gradient. Record it with fa.var(array) to "
@@ -261,7 +259,7 @@ class Tape(TapeStorage):
 
     def trim(self) -> Tape:
         """Release the spare capacity: 25 bytes per node on a finished tape."""
-        self.trim_columns()
+        self._trim_columns()
         return self
 
     # -- sweeps ----------------------------------------------------------------
@@ -273,7 +271,7 @@ class Tape(TapeStorage):
     @_holding_lock
     def zero_grad(self) -> None:
         """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
-        self.clear_adjoints()
+        self._clear_adjoints()
         self.blocks.adjoints = {}
 
     @_holding_lock
@@ -287,11 +285,12 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("backward()")
         node = self._scalar_root(root, "backward")
+        check, accumulate = _flag(check, "check"), _flag(accumulate, "accumulate")
         if check:
             origin = diagnose.first_nonfinite(self, node + 1, node)
             if origin is not None:
                 raise NonFiniteError(origin)
-        grad = self.columns()[4]
+        grad = self._columns()[4]
         block_adjoints: dict[int, FloatArray] = {}
         visits = sweep.plan(self, node)
         lowest, stop = visits[1], node + 1  # the sweep touches adjoints[lowest:stop] only
@@ -303,14 +302,14 @@ class Tape(TapeStorage):
             )
             with sweep.ieee():  # inf + -inf is nan, silently, as within the sweep
                 grad[lowest:stop] += adjoints[lowest:]
-                self.widen_adjoints(lowest, stop)
+                self._widen_adjoints(lowest, stop)
                 for i, gradient in block_adjoints.items():
                     held = self.blocks.adjoints.get(i)
                     self.blocks.adjoints[i] = gradient if held is None else held + gradient
         else:  # sweep straight into the tape's adjoints: no buffer, no copy
-            self.clear_adjoints()  # the last sweep's span, not the whole tape
+            self._clear_adjoints()  # the last sweep's span, not the whole tape
             grad[lowest:stop] = UNREACHED
-            self.widen_adjoints(lowest, stop)
+            self._widen_adjoints(lowest, stop)
             try:
                 found = sweep.backward(
                     self, registry.rule, node, grad, block_adjoints, check, visits
@@ -378,7 +377,7 @@ class Tape(TapeStorage):
         node = self.node_id(root, "output")
         ids = [self.node_id(i, "wrt") for i in wrt]
         block = self.block_value(node)
-        u = np.asarray(cotangent, dtype=np.float64)
+        u = _real_direction(cotangent, "the cotangent")
         shape = () if block is None else block.shape
         if u.shape != shape:
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
@@ -589,28 +588,25 @@ class Tape(TapeStorage):
                 "a block)"
             )
         for node, d in zip(wrt, direction, strict=True):
-            if node > root:
+            block = self.block_value(node)
+            d = _real_direction(d, f"the direction for node {node}")
+            if block is not None and d.shape != block.shape:
+                raise ValueError(
+                    f"direction for node {node} has shape {d.shape}, the block has {block.shape}"
+                )
+            if block is None and d.ndim:
+                raise ValueError(
+                    f"the direction for node {node}, a scalar node, must be a number; got "
+                    f"an array of shape {d.shape}"
+                )
+            if node > root:  # recorded after the root: it moves nothing (checked all the same)
                 continue
             seeded[node] = True
-            block = self.block_value(node)
             if block is not None:
-                d = _real_direction(d, f"the direction for node {node}")
-                if d.shape != block.shape:
-                    raise ValueError(
-                        f"direction for node {node} has shape {d.shape}, the block has "
-                        f"{block.shape}"
-                    )
                 d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
                 block_tangents[node] = block_tangents.get(node, UNREACHED) + d
-            else:
-                d = _real_direction(d, f"the direction for node {node}")
-                if d.ndim:
-                    raise ValueError(
-                        f"the direction for node {node}, a scalar node, must be a number; got "
-                        f"an array of shape {d.shape}"
-                    )
-                if float(d) != 0.0:
-                    tangents[node] += float(d)
+            elif float(d) != 0.0:
+                tangents[node] += float(d)
 
     # -- finding where nan/inf came from ---------------------------------------
     @_holding_lock
@@ -653,7 +649,7 @@ class Tape(TapeStorage):
                     "vector-Jacobian product, it has no local partial per operand"
                 )
         partials = np.zeros((ids.size, 2), VALUE_DTYPE)
-        opcode, in0, in1, val, _ = self.columns()
+        opcode, in0, in1, val, _ = self._columns()
         sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
         return partials
 
@@ -721,12 +717,12 @@ class Tape(TapeStorage):
 
     def save(self, path: StrPath) -> None:
         """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
-        tapefile.write(self, path)
+        tapefile.write(self, npz.file_path(path, "Tape.save"))
 
     @classmethod
     def load(cls, path: StrPath) -> Tape:
         """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
-        arrays, labels = tapefile.read(path)
+        arrays, labels = tapefile.read(npz.file_path(path, "Tape.load"))
         try:
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:
@@ -757,6 +753,13 @@ def _block_copy(value: object) -> FloatArray:
     return as_stored(np.array(array, dtype=np.float64))  # a copy the caller cannot change
 
 
+def _flag(value: object, name: str) -> bool:
+    """A switch given as True or False (NumPy's bools too), else a TypeError naming it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def _as_float(value: Any, what: str) -> float:
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
         return float(value)
@@ -765,7 +768,10 @@ def _as_float(value: Any, what: str) -> float:
     if not is_number(value) or isinstance(value, complex):
         shape = f" of shape {value.shape}" if hasattr(value, "shape") else ""
         raise TypeError(f"{what} expects a real number, got {type(value).__name__}{shape}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{what}: {value!r} is too large for a float64") from None
 
 
 # -- the current tape -------------------------------------------------------------

@@ -396,7 +396,7 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
         data = np.ones((2, 3))
         Y = fa.linear(X, W, np.zeros(2))
         Z = fa.linear(fa.relu(Y), data, np.zeros(3))
-        opcode = tape.columns()[0]
+        opcode = tape._columns()[0]
         blocks = tape.blocks
         need = lambda node: sweep.operand_needs(  # noqa: E731
             blocks.operands(node), opcode, blocks.values, None

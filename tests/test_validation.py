@@ -525,7 +525,7 @@ with fa.Tape() as t:
             ("operands", lambda b=bad: t.operands(b)),
             ("set_label", lambda b=bad: t.set_label(b, "z")),
             ("set_leaf_value", lambda b=bad: t.set_leaf_value(b, 1.0)),
-            ("widen_adjoints", lambda b=bad: t.widen_adjoints(-5, b)),
+
         ]
     for code in (38, 65, 255, 4.5, True, "4"):
         cases.append(("opcode", lambda c=code: t.push(c, 0, 1, 1.0)))
@@ -563,9 +563,70 @@ def test_raw_tape_methods_refuse_bad_ids_opcodes_and_values_without_crashing():
 
 
 def test_the_unchecked_row_writers_are_not_public():
-    # Rows written without checks (what from_arrays and the loaders validate first).
-    for name in ("fill", "push_block", "push_block_op"):
+    # Rows written without checks (what from_arrays and the loaders validate first),
+    # the writable columns the kernels sweep, and the storage's own bookkeeping.
+    private = ("fill", "push_block", "push_block_op", "columns", "constant_id")
+    private += ("widen_adjoints", "clear_adjoints", "end_trace", "refuse", "freeze")
+    for name in private:
         assert not hasattr(fa.Tape, name), name
+        assert hasattr(fa.Tape, "_" + name), name
+
+
+def test_what_a_fuzz_of_the_public_surface_found():
+    with fa.Tape() as t:
+        x = fa.var(2.0)
+        c = t.constant(2.5)
+        z = fa.sin(x) * c
+        X = fa.var(np.ones((2, 3)))
+        X.name = "W"
+        u = fa.var(1.0)  # recorded after z
+    for bad in ({}, "1", None, 1.5, [1], 2**63):  # a switch is True or False
+        with pytest.raises(TypeError, match="check must be True or False"):
+            z.backward(check=bad)
+        with pytest.raises(TypeError, match="accumulate must be True or False"):
+            t.backward(z, accumulate=bad)
+    z.backward(check=np.True_)
+    with pytest.raises(ValueError, match=r"node 1 is not an input \(const\)"):
+        t.set_leaf_value(c.id, 9.0)  # shared by later nodes: it keeps its value
+    for call in (
+        lambda: fa.jvp(z, X, "a"),  # wrt nodes recorded after the root: checked too
+        lambda: fa.hvp(z, u, 1j),
+        lambda: fa.jvp(z, [x, X], [1.0, np.ones(7)]),
+    ):
+        with pytest.raises((TypeError, ValueError), match="direction for node"):
+            call()
+    for bad in (1.0, True, np.float64(3.0)):  # not node 1 or 3
+        for read in (t.value, t.block_value, t.label):
+            with pytest.raises(TypeError, match="must be an integer"):
+                read(bad)
+    for bad in (-1, 10**7):
+        with pytest.raises(fa.NodeIdError):
+            t.label(bad)
+        with pytest.raises(fa.NodeIdError):
+            t.block_value(bad)
+    with pytest.raises(TypeError, match="the cotangent must hold real numbers"):
+        t.vjp(z, [x], 1 + 5j)
+    with pytest.raises(TypeError, match="the cotangent must hold real numbers"):
+        t.vjp(z, [x], "2")
+    for call in (
+        lambda: t.push(0, -1, -1, 10**400),
+        lambda: fa.var(10**400),
+        lambda: t.constant(10**400),
+        lambda: t.set_leaf_value(x.id, 10**400),
+    ):
+        with pytest.raises(ValueError, match="too large for a float64"):
+            call()
+    f = fa.compile(lambda a, b: a * b, example=(1.0, 2.0))
+    g = fa.compile(lambda A: A.sum(), example=(np.ones(2),))
+    for call in (
+        lambda: fa.load(42),
+        lambda: fa.Tape.load(None),
+        lambda: f.save(1),
+        lambda: g.save(1),
+        lambda: fa.Tape().save(3),
+    ):
+        with pytest.raises(TypeError, match="takes a file path"):
+            call()
 
 
 def test_tape_capacity_is_checked():
@@ -574,3 +635,5 @@ def test_tape_capacity_is_checked():
     with pytest.raises(ValueError, match="capacity must be between 1 and 2,147,483,647"):
         fa.Tape(capacity=0)
     assert len(fa.Tape(capacity=np.int64(10))) == 0
+    with pytest.raises(TypeError, match="debug must be True or False, got str 'yes'"):
+        fa.Tape(debug="yes")
