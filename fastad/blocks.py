@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad import reach
 from fastad.kernels import optable
 from fastad.node import (
     Block,
@@ -41,8 +40,6 @@ from fastad.node import (
     reduction,
     tape_of,
 )
-from fastad.reach import any_reached, reached_elements
-from fastad.registry import broadcast_shape
 from fastad.tape import current_tape
 
 if TYPE_CHECKING:
@@ -67,13 +64,6 @@ __all__ = [
     "matmul",
     "mse_loss",
     "scalar_nodes",
-    # Defined here before the layers; they live in fastad.reach and
-    # fastad.registry now and keep working from here.
-    "any_reached",
-    "broadcast_shape",
-    "reach_sum",
-    "reached_elements",
-    "unbroadcast",
 ]
 
 _BLOCK = optable.BLOCK_BY_NAME
@@ -135,19 +125,6 @@ def mse_loss(Y: ArrayLike, T: ArrayLike) -> float: ...
 def mse_loss(Y: Any, T: Any) -> Var | float:
     """Mean squared error ``mean((Y - T)**2)`` as one fused node (a scalar)."""
     return _fused(MSE_LOSS, "mse_loss", "((Y - T) * (Y - T)).mean()", (Y, T))
-
-
-# Kept here from before the layers; outside a sweep they need an error state of their own.
-def reach_sum(x: ArrayLike, axis: Axes = None, keepdims: bool = False) -> Any:
-    """``fastad.reach.reach_sum`` with IEEE results and no warnings, for use outside a sweep."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        return reach.reach_sum(x, axis, keepdims)
-
-
-def unbroadcast(gradient: Any, shape: tuple[int, ...]) -> Any:
-    """``fastad.reach.unbroadcast`` with IEEE results and no warnings, for use outside a sweep."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        return reach.unbroadcast(gradient, shape)
 
 
 # -- the softmax family: fused, stable --------------------------------------------------------

@@ -1,7 +1,9 @@
 """Blocks in the tape: the articles' examples 3-6, every block op against finite
 differences, and the fused kernels against the same computation unfused."""
 
+import math
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -427,3 +429,176 @@ def test_checked_mode_with_finite_blocks_passes_and_finds_scalar_origins():
         M = L + fa.log(s)
         with pytest.raises(fa.NonFiniteError, match=r"\(log\) produced -inf"):
             M.backward(check=True)
+
+
+def test_zero_grad_clears_block_gradients():
+    with fa.Tape() as tape:
+        W, s = fa.var(np.array([1.0, 2.0])), fa.var(3.0)
+        L = (W * W).sum() + s * s
+        L.backward()
+        tape.zero_grad()
+        assert W.grad.tolist() == [0.0, 0.0] and s.grad == 0.0
+        L.backward(accumulate=True)
+        assert W.grad.tolist() == [2.0, 4.0] and s.grad == 6.0
+
+
+def test_block_comparisons_record_nodes():
+    with fa.Tape():
+        A = fa.var(np.array([1.0, 3.0]))
+        mask = A > 2.0
+        assert mask.value.tolist() == [0.0, 1.0]
+        B = A * mask
+        B.sum().backward()
+    assert A.grad.tolist() == [0.0, 1.0]
+
+
+def test_stale_block_handles_raise_in_every_block_method():
+    tape = fa.Tape()
+    with tape:
+        X = fa.var(np.array([[1.0, 2.0, 3.0]]))
+    tape.reset()
+    with tape:
+        fa.var(np.array([[10.0], [20.0], [30.0]]))  # takes the stale handle's id
+        for use in (X.sum, X.mean, X.transpose, lambda: X.T, lambda: X[0], lambda: X + 1.0):
+            with pytest.raises(fa.StaleNodeError):
+                use()
+    tape.reset()
+    with pytest.raises(fa.StaleNodeError):
+        X.sum()  # nothing at its id now: still StaleNodeError, not KeyError
+
+
+def test_an_index_key_changed_after_recording_changes_nothing():
+    key = np.array([1, 0])
+    with fa.Tape() as tape:
+        X = fa.var(np.array([1.0, 2.0, 3.0, 4.0]))
+        Y = X[key]
+        L = (Y * np.array([10.0, 100.0])).sum()
+        key[:] = 3  # the caller reuses its array
+        L.backward()
+        tape.forward()
+    assert X.grad.tolist() == [100.0, 10.0, 0.0, 0.0]
+    assert Y.value.tolist() == [2.0, 1.0] and L.value == 120.0
+    f = fa.compile(lambda A: A[key].sum(), example=(np.zeros(4),))
+    key[:] = 0
+    assert f((np.array([1.0, 2.0, 3.0, 4.0]),)) == 8.0  # key [3, 3] as traced
+
+
+def test_scalar_accessors_refuse_block_nodes_by_name():
+    with fa.Tape() as tape:
+        X = fa.var(np.ones(2))
+        S = X * 2.0
+        L = S.sum()
+        L.backward()
+        with pytest.raises(TypeError, match="block_adjoint"):
+            tape.adjoint(X)
+        with pytest.raises(TypeError, match="scalar node"):
+            tape.block_adjoint(L)
+        with pytest.raises(TypeError, match="block op"):
+            tape.local_partials([S])
+        assert isinstance(tape.node(X.id), fa.Block) and isinstance(tape.node(L.id), fa.Var)
+        assert len(tape) == 4  # asking about S recorded nothing (no S[0], S[1])
+        assert "n0 -> n2;" in tape.to_dot()  # S's edges are unlabelled
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0), (0, 3)])
+def test_a_mean_over_nothing_is_nan_with_an_empty_gradient(shape, axis):
+    # NumPy's values (0 / 0 = nan where a mean has no elements), without its
+    # warning, and no ZeroDivisionError in the backward or forward mode rule.
+    with fa.Tape():
+        X = fa.var(np.zeros(shape))
+        Y = X.mean(axis=axis)
+        L = Y if axis is None else Y.sum()
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.zeros(shape).mean(axis=axis)
+        np.testing.assert_array_equal(Y.value, expected)
+        L.backward()
+        assert X.grad.shape == shape
+        assert fa.jvp(L, X, np.ones(shape)) == 0.0  # no element to move
+
+
+def test_block_bytes_count_a_view_once():
+    with fa.Tape() as tape:
+        X = fa.var(np.ones((100, 100)))
+        held = tape.blocks.nbytes
+        X.reshape(10_000).reshape(100, 100)  # views of X's array
+        assert tape.blocks.nbytes == held == 80_000
+
+
+def test_block_forward_and_reverse_mode_give_ieee_values_without_warnings():
+    # tests run with warnings as errors: inf - inf inside a block rule is nan, silently
+    inf = np.inf
+    with fa.Tape():
+        Y, T = fa.var(np.array([inf, 1.0])), fa.var(np.array([inf, -inf]))
+        with np.errstate(invalid="ignore"):
+            L = fa.mse_loss(Y, T)
+        assert math.isnan(fa.jvp(L, [Y, T], [np.ones(2), np.ones(2)]))
+        dY, dT = fa.grad(L, [Y, T])
+        assert math.isnan(dY[0]) and dY[1] == inf and dT[1] == -inf
+
+
+def test_max_and_min_split_ties_evenly_and_follow_nan():
+    # torch.amax's rule; a two-way tie agrees with the scalar fa.maximum.
+    with fa.Tape():
+        X = fa.var(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]))
+        (X.max(axis=1) * np.array([1.0, 3.0])).sum().backward()
+        np.testing.assert_allclose(X.grad, [[0.0, 0.5, 0.5], [1.0, 1.0, 1.0]])
+        assert fa.jvp(X.min(), X, np.arange(6.0).reshape(2, 3)) == pytest.approx(0.0)
+        pair = fa.var(np.array([4.0, 4.0]))
+        a, b = fa.var(4.0), fa.var(4.0)
+        assert fa.grad(pair.max(), pair).tolist() == fa.grad(fa.maximum(a, b), [a, b]).tolist()
+        N = fa.var(np.array([1.0, np.nan, 5.0]))
+        M = N.max()
+        assert math.isnan(M.value)
+        assert fa.grad(M, N)[1] != 0.0 and fa.grad(M, N)[[0, 2]].tolist() == [0.0, 0.0]
+        with pytest.raises(ValueError, match="empty"):
+            fa.var(np.zeros((0, 2))).max(axis=0)
+
+
+def test_empty_batched_products_and_scalar_logsumexp():
+    with fa.Tape():
+        A, B = fa.var(np.ones((2, 3, 0))), fa.var(np.ones((2, 0, 3)))
+        C = A @ B
+        np.testing.assert_array_equal(C.value, np.zeros((2, 3, 3)))
+        assert fa.grad(C.sum(), A).shape == (2, 3, 0)
+        E = fa.var(np.ones((2, 3, 4)))
+        assert fa.jvp(E @ np.ones((4, 0)), E, np.ones((2, 3, 4))).shape == (2, 3, 0)
+        x = fa.var(3.0)
+        y = fa.logsumexp(x)
+        assert isinstance(y, fa.Var) and y.value == 3.0 and fa.grad(y, x) == 1.0
+    assert fa.logsumexp(3.0) == 3.0
+
+
+def test_joins_and_where_read_nested_lists_as_numpy_does():
+    with fa.Tape():
+        X = fa.var(np.ones((1, 3)))
+        joined = np.concatenate([[[1.0, 2.0, 3.0]], X])
+        np.testing.assert_array_equal(joined.value, [[1, 2, 3], [1, 1, 1]])
+        picked = fa.where([[True, False, True]], X * 2.0, [0.0, 5.0, 0.0])
+        np.testing.assert_array_equal(picked.value, [[2.0, 5.0, 2.0]])
+        np.testing.assert_array_equal(fa.grad(picked.sum(), X), [[2.0, 0.0, 2.0]])
+
+
+def test_a_scalar_where_condition_with_an_array_side():
+    # backward raised AttributeError.
+    with fa.Tape():
+        s, X = fa.var(1.0), fa.var(np.array([2.0, 3.0]))
+        L = fa.where(s > 0, X, 1.0).sum()
+        L.backward()
+        assert (s.grad, X.grad.tolist()) == (0.0, [1.0, 1.0])
+
+
+def test_forward_mode_through_the_logsumexp_of_a_scalar_node():
+    with fa.Tape():
+        x = fa.var(3.0)
+        assert fa.jvp(fa.logsumexp(x), x, 1.0) == 1.0
+
+
+def test_reductions_refuse_conflicting_or_non_boolean_keywords():
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        with pytest.raises(ValueError, match="ddof and correction"):
+            np.var(X, ddof=1, correction=1)
+        with pytest.raises(TypeError, match="keepdims"):
+            X.sum(keepdims=1.0)

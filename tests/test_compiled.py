@@ -312,3 +312,37 @@ def test_signature_errors():
     assert f([2.0, 4.0]) == 8.0
     with pytest.raises(TypeError, match="output 0 .* str"):
         fa.compile(lambda x: "x", example=[1.0])
+
+
+def test_block_value_cannot_escape_a_trace():
+    with pytest.raises(fa.TraceError, match=r"\.value"):
+        fa.compile(lambda X: (X * float(X.value.max())).sum(), example=(np.array([1.0, 2.0]),))
+
+
+def test_empty_batch_of_a_guarded_function():
+    def h(x, y):
+        return x * y if x > 0 else y
+
+    f = fa.compile(h, example=np.array([1.0, 2.0]))
+    assert f(np.empty((0, 2))).shape == (0,)
+    values, gradients = f.value_and_grad(np.empty((0, 2)))
+    assert values.shape == (0,) and gradients.shape == (0, 2)
+
+
+def test_load_rejects_missing_outputs(tmp_path):
+    f = fa.compile(lambda x, y: x * y, example=np.array([1.0, 2.0]))
+    f.save(tmp_path / "f.npz")
+    state = dict(np.load(tmp_path / "f.npz"))
+    np.savez(tmp_path / "bad.npz", **(state | {"outputs": np.array([], np.int64)}))
+    with pytest.raises(ValueError, match="at least one input and output"):
+        fa.load(tmp_path / "bad.npz")
+    np.savez(tmp_path / "bad.npz", **(state | {"outputs": np.array([2, 2], np.int64)}))
+    with pytest.raises(ValueError, match="exactly one output"):
+        fa.load(tmp_path / "bad.npz")
+
+
+def test_vjp_accepts_a_one_element_cotangent_for_a_scalar_output():
+    f = fa.compile(lambda x, y: x * y)
+    value, pulled = f.vjp(np.array([2.0, 3.0]), np.array([2.0]))
+    assert value == 6.0 and pulled.tolist() == [6.0, 4.0]
+    assert math.isfinite(value)

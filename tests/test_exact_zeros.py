@@ -443,3 +443,68 @@ def test_values_only_settles_nothing_and_keeps_every_value(rng, fused, infinite)
         assert np.any(np.signbit(settled[settled == 0.0]))  # the full rule's strong zeros
         np.testing.assert_array_equal(settled, quick)  # every value, nan where nan
         np.testing.assert_array_equal(np.isnan(settled), np.isnan(quick))
+
+
+def test_cancelled_tangent_meeting_an_infinite_partial_gives_nan_both_ways():
+    # t = x - x has tangent 1 - 1 = 0 by cancellation, not because nothing
+    # moves it; log'(0) = inf, so forward and reverse mode both give nan.
+    f = fa.compile(lambda x: fa.log(x - x), optimize=False)
+    point = np.array([2.0])
+    assert math.isnan(f.grad(point)[0])
+    assert math.isnan(f.jvp(point, np.array([1.0]))[1])
+    with fa.Tape():
+        x = fa.var(2.0)
+        y = fa.log(x - x)
+        assert math.isnan(fa.grad(y, x)) and math.isnan(fa.jvp(y, [x], [1.0]))
+
+
+def test_nodes_nothing_reached_report_plus_zero():
+    # The sweeps mark unreached adjoints with -0.0 internally; users see +0.0.
+    def positive_zero(value):
+        return value == 0.0 and math.copysign(1.0, value) == 1.0
+
+    with fa.Tape() as tape:
+        x, unused = fa.var(2.0), fa.var(5.0)
+        y = fa.exp(x)
+        y.backward()
+        assert positive_zero(unused.grad) and positive_zero(fa.grad(y, [x, unused])[1])
+        assert all(positive_zero(g) for g in tape.grad[[1]])
+        assert positive_zero(fa.jvp(y, [unused], [1.0]))
+    f = fa.compile(lambda x, unused: fa.exp(x), example=np.array([1.0, 2.0]))
+    for gradient in (f.grad(np.array([1.0, 2.0])), f.grad(np.array([[1.0, 2.0]] * 5))[0]):
+        assert positive_zero(gradient[1])
+    assert positive_zero(f.jvp(np.array([1.0, 2.0]), np.array([0.0, 1.0]))[1])
+    with fa.Tape():
+        X = fa.var(np.array([1.0, 2.0, 3.0]))
+        X[0].backward()
+        assert [math.copysign(1.0, g) for g in X.grad] == [1.0, 1.0, 1.0]
+        assert X.grad.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_prod_sends_nothing_past_a_zero_even_beside_an_inf():
+    # The product of the others was inf * 0 = nan. The rule: an element's
+    # derivative is exactly 0 when another element of its slice is 0, whatever
+    # the others; by hand, and as both chains of scalar multiplies give for
+    # the first row.
+    cases = {
+        (np.inf, 2.0, 0.0): [0.0, 0.0, np.inf],
+        (0.0, np.inf, 3.0, 1.0): [np.inf, 0.0, 0.0, 0.0],
+        (np.nan, 0.0, 1.0): [0.0, np.nan, np.nan],  # a nan among the others: nan
+        (2.0, 0.0, 3.0): [0.0, 6.0, 0.0],
+    }
+    for row, expected in cases.items():
+        with fa.Tape():
+            x = fa.var(np.array(row))
+            np.testing.assert_array_equal(fa.grad(x.prod(), x), expected)
+            tangents = [fa.jvp(x.prod(), x, direction) for direction in np.eye(len(row))]
+            np.testing.assert_array_equal(tangents, expected)
+    for chain in (lambda a: (a[0] * a[1]) * a[2], lambda a: a[0] * (a[1] * a[2])):
+        with fa.Tape():
+            nodes = fa.scalar_nodes(np.array([np.inf, 2.0, 0.0]))
+            assert fa.grad(chain(nodes), list(nodes)).tolist() == [0.0, 0.0, np.inf]
+
+
+def test_prods_derivative_is_nan_beside_a_nan_and_zero_past_a_zero():
+    with fa.Tape():
+        x = fa.var(np.array([np.nan, 0.0, 1.0]))
+        np.testing.assert_array_equal(fa.grad(x.prod(), x), [0.0, np.nan, np.nan])

@@ -676,3 +676,20 @@ def test_nan_in_the_analytic_jacobian_is_a_failure():
     assert result.failures == [(1, 1)] and "worst is input 1 of output 1: analytic nan" in (
         result.message
     )
+
+
+def test_gradcheck_checks_a_function_compiled_with_wrt():
+    # The wrt arguments vary, the others stay data; messages name the caller's positions.
+    example = (np.ones(2), np.arange(6.0).reshape(3, 2))
+    f = fa.compile(lambda b, A: (A @ b).sum() + (A * A).sum(), example=example, wrt=1)
+    assert f.wrt == (1,)
+    assert fa.gradcheck(f, example)
+    labels = (np.arange(6.0).reshape(3, 2), np.array([0, 1, 1]))
+    g = fa.compile(lambda X, y: fa.cross_entropy(X, y), example=labels, wrt=[0])
+    assert fa.gradcheck(g, labels)  # integer labels pass through as data
+    wrong = fa.compile(
+        lambda b, A: (fa.stop_gradient(A) @ b).sum() + (A * A).sum(), example=example, wrt=1
+    )
+    result = fa.gradcheck(wrong, example, raise_exception=False)
+    assert not result.passed
+    assert "argument 1 element" in result.message

@@ -1,6 +1,7 @@
 """Drawings, the tape optimiser and debug recording."""
 
 import inspect
+import math
 import pathlib
 import re
 import shutil
@@ -211,3 +212,49 @@ def test_ordinary_tapes_keep_no_sources():
         x = fa.var(1.0)
         x * 2.0
     assert tape.source(1) is None and "where" not in tape.table()
+
+
+def test_merged_common_subexpressions_give_the_unmerged_gradient():
+    # exp(800) = inf, so exp(x) - exp(x) is nan and so is its derivative
+    # inf - inf. Merging the two exp nodes (CSE) cancels their adjoints to an
+    # exact 0 first; that zero was reached, so it is not a strong zero.
+    point = np.array([800.0])
+    merged = fa.compile(lambda x: fa.exp(x) - fa.exp(x))
+    unmerged = fa.compile(lambda x: fa.exp(x) - fa.exp(x), optimize=False)
+    assert math.isnan(merged.grad(point)[0]) and math.isnan(unmerged.grad(point)[0])
+    assert merged.optimization.common == 1  # traced at the first call
+    assert math.isnan(merged.vjp(point, 1.0)[1][0])
+    assert math.isnan(merged.jvp(point, np.array([1.0]))[1])
+    with fa.Tape():
+        x = fa.var(800.0)
+        e = fa.exp(x)
+        z = e - e  # merged by hand: forward and reverse mode must still agree
+        assert math.isnan(fa.grad(z, x)) and math.isnan(fa.jvp(z, [x], [1.0]))
+    # Where everything is finite the merged function is exact: d/dx = 0.
+    assert merged.grad(np.array([1.0]))[0] == 0.0
+
+
+def test_the_table_fits_three_operands_with_long_ids():
+    with fa.Tape() as tape:
+        for _ in range(1000):
+            fa.var(1.0)
+        X, W, b = fa.var(np.ones((2, 3))), fa.var(np.ones((3, 2))), fa.var(np.ones(2))
+        fa.linear(X, W, b)
+    rows = tape.table(start=1000).splitlines()
+    assert rows[-1].split()[-3:] == ["#1000,", "#1001,", "#1002"]
+    header_label = rows[0].index("label")
+    assert rows[-1].index("#1000") < header_label <= rows[-1].index("#1002") + 6
+
+
+def test_node_table_columns_widen_for_long_op_names_and_shapes():
+    with fa.Tape() as tape:
+        logits = fa.var(np.ones((200, 2000)))
+        fa.cross_entropy(logits, np.zeros(200))
+    header, *rows = tape.table().splitlines()
+    starts = {header.index(column) for column in ("value", "inputs")}
+    assert "cross_entropy " in rows[2]  # the name, then a space, not run into the value
+    for row in rows:
+        # every value ends where the header's "value" ends; inputs start under "inputs"
+        assert row[header.index("value") + len("value") - 1] != " "
+        assert row[header.index("inputs")] in "-#"
+    assert len(starts) == 2

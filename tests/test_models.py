@@ -7,6 +7,7 @@ central differences (``tests/test_registry.py`` has those for every op).
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -275,7 +276,7 @@ def test_reductions_refuse_bad_axes():
 def test_prod_is_exact_at_zeros():
     # One zero: only it gets a gradient (the product of the others); two: none.
     # (With an inf beside a zero the chain's order decides between 0 and nan:
-    # tests/test_regressions.py has the rule for that, by hand.)
+    # tests/test_exact_zeros.py has the rule for that, by hand.)
     for row in ([2.0, 0.0, 3.0], [0.0, 5.0, 0.0], [np.inf, 2.0, 3.0]):
         with fa.Tape():
             x = fa.var(np.array(row))
@@ -589,3 +590,26 @@ def test_array_constants_get_no_gradient_and_cost_no_product(rng, monkeypatch):
         mask = (X @ W0 + b0) > 0
         np.testing.assert_allclose(dX, mask @ W0.T, rtol=1e-14)
         np.testing.assert_allclose(W.grad, X.T @ mask, rtol=1e-14)
+
+
+def test_numpy_reductions_take_numpys_positional_arguments():
+    A = np.arange(6.0).reshape(2, 3) ** 2
+    with fa.Tape():
+        X = fa.var(A)
+        for call in (
+            lambda a: np.std(a, 1, None, None, 1),  # ddof is the fifth
+            lambda a: np.var(a, 0, None, None, 0, True),
+            lambda a: np.max(a, 0, None, True),  # np.max has no dtype
+            lambda a: np.sum(a, 1, None, None, True),
+            lambda a: np.var(a, correction=1),
+        ):
+            np.testing.assert_allclose(np.asarray(call(X).value), call(A), rtol=1e-14)
+        with warnings.catch_warnings():  # NumPy warns past n degrees of freedom; we do not
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.var(A, 0, ddof=3)
+        np.testing.assert_array_equal(X.var(axis=0, ddof=3).value, expected)
+        assert X.sum(keepdims=1).shape == (1, 1)
+
+
+def test_a_cross_entropy_of_one_class_is_plus_zero():
+    assert math.copysign(1.0, fa.cross_entropy(np.zeros((2, 1)), np.zeros(2))) == 1.0

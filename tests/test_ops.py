@@ -306,3 +306,52 @@ def test_second_partials_at_kinks_are_the_documented_values():
     assert optable.pow_second_base(0.0, 1.0) == 0.0
     assert optable.pow_second_mixed(0.0, 2.5) == 0.0
     assert optable.pow_second_exponent(0.0, 2.0, 0.0) == 0.0
+
+
+def test_pow_exponent_derivative_at_zero_base_and_zero_exponent_is_zero():
+    # d(a**b)/db = a**b * log(a) is 1 * -inf at a = b = 0; PyTorch, JAX and
+    # autograd give 0 (0**b is 0 for b > 0 and 1 at b = 0).
+    with fa.Tape():
+        a, b = fa.var(0.0), fa.var(0.0)
+        (a**b).backward()
+        assert (a.grad, b.grad) == (0.0, 0.0)
+    with fa.Tape():
+        b = fa.var(0.0)
+        (0.0**b).backward()
+        assert b.grad == 0.0
+    f = fa.compile(lambda a, b: a**b)
+    assert f.grad(np.array([0.0, 0.0])).tolist() == [0.0, 0.0]
+    assert f.jvp(np.array([0.0, 0.0]), np.array([1.0, 1.0]))[1] == 0.0
+    with fa.Tape():
+        base, exponent = fa.var(np.array([0.0, 2.0])), fa.var(np.array([0.0, 0.0]))
+        (base**exponent).sum().backward()
+        assert exponent.grad.tolist() == [0.0, math.log(2.0)]
+    # Away from the corner the rule is unchanged: d/db at a = 2, b = 3 is 8 log 2.
+    assert f.grad(np.array([2.0, 3.0]))[1] == pytest.approx(8.0 * math.log(2.0))
+
+
+def test_arctan2_and_expm1_derivatives_hold_at_extreme_magnitudes():
+    # References by hand: d atan2(a, b) = (b, -a) / (a^2 + b^2), scaled so that
+    # the squares cannot overflow or underflow; d expm1(x) = exp(x), not
+    # expm1(x) + 1, which cancels to 0 below x = -37.
+    cases = {
+        (1e-200, 1e-200): (5e199, -5e199),
+        (1e-200, 0.0): (0.0, -1e200),
+        (1e200, 1e200): (5e-201, -5e-201),
+        (1.0, 1e200): (1e-200, 0.0),
+        (1.0, math.inf): (0.0, 0.0),
+    }
+    for (a, b), expected in cases.items():
+        with fa.Tape():
+            x, y = fa.var(a), fa.var(b)
+            fa.arctan2(x, y).backward()
+            assert (x.grad, y.grad) == pytest.approx(expected, rel=1e-15), (a, b)
+    with fa.Tape():
+        x = fa.var(0.0)
+        fa.arctan2(x, 0.0).backward()
+        assert math.isnan(x.grad)  # undefined at the origin
+    for value in (-5.0, -20.0, -40.0, 3.0):
+        with fa.Tape():
+            x = fa.var(value)
+            fa.expm1(x).backward()
+            assert x.grad == pytest.approx(math.exp(value), rel=1e-15)

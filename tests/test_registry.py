@@ -10,6 +10,8 @@ Elementwise rows come from the scalar op table's rows (``tests/op_table.py``),
 which every scalar op must have already; the block ops have rows of their own.
 """
 
+import ast
+import pathlib
 from typing import NamedTuple
 
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 from op_table import OP_CASES
 
 import fastad as fa
+import fastad.kernels
 from fastad import registry
 from fastad.kernels import optable
 from fastad.node import elementwise
@@ -228,3 +231,20 @@ def test_the_math_names_are_one_list():
     assert imported_from_math(sweeps) == codegen.MATH_NAMES
     assert set(codegen.MATH_NAMES) - set(optable.MATH_NAMES) == {"copysign", "isfinite"}
     assert set(rules._math_namespace) >= set(optable.MATH_NAMES)
+
+
+def test_no_kernel_calls_blas():
+    # Numba's np.dot (and @ in a kernel) calls SciPy's OpenBLAS; beside
+    # NumPy's, two thread pools spinning on the same cores made threaded
+    # steps 10-80x slower (bench/threads.py). Products belong to the front
+    # end (NumPy); a kernel calling BLAS would bring the second pool back.
+    kernels = pathlib.Path(fastad.kernels.__file__).resolve().parent
+    paths = sorted(kernels.glob("*.py"))
+    assert {"fused.py", "sweeps.py"} <= {path.name for path in paths}, kernels
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                raise AssertionError(f"{path.name}:{node.lineno}: a matrix product in a kernel")
+            if isinstance(node, ast.Attribute) and node.attr in ("dot", "matmul", "vdot"):
+                raise AssertionError(f"{path.name}:{node.lineno}: np.{node.attr} in a kernel")

@@ -1,6 +1,7 @@
 """Tape semantics: fan-out, long chains, accumulation, scopes, lifetime."""
 
 import gc
+import math
 import tracemalloc
 
 import numpy as np
@@ -317,3 +318,108 @@ def test_comparisons_and_conversions_use_values():
         assert x < y and x <= 2.0 and y > 2 and y >= x and x == 2.0 and x != y
         assert float(x * y) == 6.0 and bool(x - 2.0) is False
         assert len({x, y}) == 2  # hashable by identity
+
+
+def test_jvp_with_repeated_and_intermediate_nodes_matches_grad():
+    with fa.Tape():
+        x, y, w = fa.var(3.0), fa.var(2.0), fa.var(0.5)
+        u = x * y
+        z = u * u + x * w
+        assert fa.jvp(z, [x, x], [1.0, 1.0]) == pytest.approx(fa.grad(z, [x, x]) @ [1.0, 1.0])
+        assert fa.jvp(z, [u], [1.0]) == fa.grad(z, [u])[0] == 2 * 6.0
+        # u and w are independent of each other: J v == grad . v
+        assert fa.jvp(z, [u, w], [0.5, 2.0]) == pytest.approx(fa.grad(z, [u, w]) @ [0.5, 2.0])
+
+
+def test_stale_nodes_do_not_report_the_new_nodes_label():
+    tape = fa.Tape()
+    with tape:
+        x = fa.var(1.0, name="x")
+        A = fa.var(np.ones(2))
+        tape.reset()
+        fa.var(2.0, name="w")
+    with pytest.raises(fa.StaleNodeError):
+        x.name  # noqa: B018
+    with pytest.raises(fa.StaleNodeError):
+        A.shape  # noqa: B018
+    assert "stale" in repr(x) and "stale" in repr(A)
+
+
+@pytest.mark.parametrize(
+    "use", [lambda x: x + 5.0, lambda x: fa.where(x, 1.0, 2.0)], ids=["plus a number", "where"]
+)
+def test_a_stale_var_records_nothing(use):
+    # No constant lands on the reset tape before the StaleNodeError.
+    tape = fa.Tape()
+    with tape:
+        x = fa.var(1.0)
+    tape.reset()
+    with tape:
+        fa.var(2.0)
+        with pytest.raises(fa.StaleNodeError):
+            use(x)
+        assert len(tape) == 1
+
+
+def test_a_backward_that_fails_midway_leaves_no_half_sweep(monkeypatch):
+    from fastad import registry
+
+    with fa.Tape() as tape:
+        x = fa.var(3.0)
+        X = fa.var(np.ones(2))
+        L = (X * x).sum() + x * x
+        L.backward()
+        assert x.grad == 8.0
+        rule = registry.rule
+        failing = fa.kernels.optable.BLOCK_BY_NAME["sum"].code
+
+        def refuse(code):
+            if code == failing:
+                raise NotImplementedError("planted")
+            return rule(code)
+
+        monkeypatch.setattr(registry, "rule", refuse)
+        with pytest.raises(NotImplementedError, match="planted"):
+            L.backward()
+        assert x.grad == 0.0 and X.grad.tolist() == [0.0, 0.0]
+        assert tape.grad.tolist() == [0.0] * len(tape)
+
+
+def test_jvp_with_a_single_block_as_wrt_takes_its_array_as_the_direction():
+    for shape in ((1, 2), (3, 2)):
+        X0 = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+        with fa.Tape():
+            X = fa.var(X0)
+            L = (X * X).sum()
+            assert fa.jvp(L, X, np.ones(shape)) == pytest.approx(2 * X0.sum())
+
+
+def test_jvp_of_a_block_output_is_j_times_v(rng):
+    # It raised an internal TypeError; now one tangent sweep gives J v for
+    # every element, checked against central differences.
+    X0, V = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    W = rng.normal(size=(2, 4))
+
+    def layer(X):
+        return fa.tanh(X @ W) * 2.0
+
+    with fa.Tape():
+        X = fa.var(X0)
+        Y = layer(X)
+        tangent = fa.jvp(Y, X, V)
+        assert tangent.shape == (3, 4)
+    with fa.Tape():
+        hi, lo = layer(fa.var(X0 + 1e-6 * V)).value, layer(fa.var(X0 - 1e-6 * V)).value
+    np.testing.assert_allclose(tangent, (hi - lo) / 2e-6, rtol=1e-7, atol=1e-9)
+    with fa.Tape():
+        X = fa.var(X0)
+        np.testing.assert_array_equal(fa.jvp(X * 1.0, X, V), V)
+        assert fa.jvp(X * 1.0, fa.var(1.0), 1.0).tolist() == np.zeros((3, 2)).tolist()
+
+
+def test_accumulating_an_inf_onto_a_minus_inf_adjoint_gives_nan_without_a_warning():
+    with fa.Tape():
+        x = fa.var(1.0)
+        (x * np.inf).backward()
+        (x * -np.inf).backward(accumulate=True)
+        assert math.isnan(x.grad)

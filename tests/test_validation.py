@@ -637,3 +637,79 @@ def test_tape_capacity_is_checked():
     assert len(fa.Tape(capacity=np.int64(10))) == 0
     with pytest.raises(TypeError, match="debug must be True or False, got str 'yes'"):
         fa.Tape(debug="yes")
+
+
+def test_checked_backward_ignores_constant_operands():
+    with fa.Tape():
+        x = fa.var(-2.0)
+        y = x**3  # d/d(exponent) = out * log(-2) = nan, but the exponent is a constant
+        y.backward(check=True)
+    assert x.grad == 12.0
+
+
+def test_checked_backward_ignores_a_block_power_s_constant_exponent():
+    # As for scalars: d(x**3)/d3 = x**3 log(x) is nan at x < 0, but a constant's
+    # adjoint reaches nothing, so it is no alarm.
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 2.0]))
+        (X**3.0).sum().backward(check=True)
+        assert X.grad.tolist() == [3.0, 12.0]
+
+
+def test_checked_backward_through_the_fused_layers(rng):
+    # It raised "setting an array element with a sequence".
+    X, W, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
+    for layer in (fa.linear, fa.linear_relu):
+        with fa.Tape():
+            w = fa.var(W)
+            L = layer(X, w, b).sum()
+            L.backward(check=True)
+            checked = w.grad.copy()
+            L.backward()
+            np.testing.assert_array_equal(checked, w.grad)
+        with fa.Tape():
+            w = fa.var(W)
+            with np.errstate(invalid="ignore"):
+                L = (layer(X * np.inf, w, b) * 0.0).sum()
+            with pytest.raises(fa.NonFiniteError):
+                L.backward(check=True)
+
+
+def test_checked_backward_ignores_what_an_array_where_drops():
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            L = fa.where(X > 0, fa.sqrt(X), 0.0).sum()
+        L.backward(check=True)  # sqrt(-1) is on the side not taken
+        np.testing.assert_array_equal(X.grad, [0.0, 0.25])
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            L = fa.where(X < 5, fa.sqrt(X), 0.0).sum()  # taken: a real nan
+        with pytest.raises(fa.NonFiniteError, match="sqrt"):
+            L.backward(check=True)
+
+
+def test_zero_dimensional_array_is_a_scalar_leaf():
+    with fa.Tape():
+        x = fa.var(np.array(3.0))
+        assert isinstance(x, fa.Var) and (x * x).value == 9.0
+
+
+def test_checked_mode_with_where_conditions_of_other_shapes_and_dropped_nans():
+    # A where condition larger than one side: checked mode crashed.
+    with fa.Tape() as tape:
+        C, x = fa.var(np.ones((3, 4))), fa.var(np.ones(4))
+        L = fa.where(C > 0, x, 0.0).sum()
+        L.backward(check=True)
+        np.testing.assert_array_equal(x.grad, [3.0, 3.0, 3.0, 3.0])
+        assert tape.first_nonfinite(L) is None
+    # A nan on a dropped side, also consumed by a node the root does not read.
+    with fa.Tape():
+        X = fa.var(np.array([-1.0, 4.0]))
+        with np.errstate(invalid="ignore"):
+            S = fa.sqrt(X)
+            S * 2.0  # recorded, never used by L
+            L = fa.where(X > 0, S, 0.0).sum()
+        L.backward(check=True)
+        np.testing.assert_array_equal(X.grad, [0.0, 0.25])
