@@ -205,6 +205,9 @@ def compile(  # noqa: A001
             debug=debug,
         )
     _check_backend(backend)
+    for name, flag in (("optimize", optimize), ("debug", debug)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
     if _has_arrays(example):
         return BlockFunction(function, example, wrt, debug, backend, batch)
     if batch is not None:
@@ -438,7 +441,7 @@ class CompiledFunction:
           check reads its results.
         """
         points, single = self._points(points)
-        if single and self._scalar_output and errors == "raise" and not check:
+        if single and self._scalar_output and errors == "raise" and not check and threads is None:
             return self._point(points[0], VALUES, _NO_GRADIENT)
         values, _, failed = self._run(points, VALUES, None, threads, errors, check)
         return self._result(self._shape_values(values, single), failed, single)
@@ -478,6 +481,7 @@ class CompiledFunction:
             and self._scalar_output
             and errors == "raise"
             and not check
+            and threads is None
         ):
             # The latency path: one float64 point, no conversion or copy, and
             # for a program without guards, once generated code runs it, one
@@ -489,7 +493,7 @@ class CompiledFunction:
             return self._point(points, GRAD, gradient), gradient
         points, single = self._points(points)
         self._require_scalar("value_and_grad")
-        if single and errors == "raise" and not check:
+        if single and errors == "raise" and not check and threads is None:
             gradient = np.empty(self._k)
             return self._point(points[0], GRAD, gradient), gradient
         values, gradients, failed = self._run(points, GRAD, None, threads, errors, check)
@@ -741,6 +745,7 @@ class CompiledFunction:
             and self._scalar_output
             and errors == "raise"
             and not check
+            and threads is None
         ):
             # The latency path, as value_and_grad's: no conversion, no copy.
             return self._point_hvp(points, directions)
@@ -754,7 +759,7 @@ class CompiledFunction:
                 f"{points.shape[1:] if single else points.shape}"
             )
         v = _kernel_array(v)
-        if single and errors == "raise" and not check:
+        if single and errors == "raise" and not check and threads is None:
             return self._point_hvp(points[0], v[0])
         _, products, failed = self._run(points, HVP, v, threads, errors, check)
         return self._result(products[0] if single else products, failed, single)
@@ -910,6 +915,9 @@ class CompiledFunction:
         """``(values, derivatives, failed)``; ``failed`` is None unless ``errors="mask"``."""
         self._require_traced()
         check_errors(errors)
+        if not isinstance(check, (bool, np.bool_)):
+            raise TypeError(f"check must be True or False, got {type(check).__name__} {check!r}")
+        _thread_count(threads)  # checked even where one point runs on the calling thread
         values, derivatives, status = self._replay.run(
             points, mode, directions, _thread_count(threads)
         )
@@ -2164,9 +2172,15 @@ def _ids(ids: ArrayLike, n: int, what: str, source: str) -> IdArray:
 
 def _signature(function: Traceable, num_inputs: int | None) -> tuple[list[str], int]:
     if num_inputs is not None:
-        if not isinstance(num_inputs, int) or num_inputs < 1:
+        if isinstance(num_inputs, (bool, np.bool_)) or not isinstance(
+            num_inputs, (int, np.integer)
+        ):
+            raise TypeError(
+                f"num_inputs must be a positive int, got {type(num_inputs).__name__} {num_inputs!r}"
+            )
+        if num_inputs < 1:
             raise ValueError(f"num_inputs must be a positive int, got {num_inputs!r}")
-        return [f"x{i}" for i in range(num_inputs)], num_inputs
+        return [f"x{i}" for i in range(int(num_inputs))], int(num_inputs)
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError) as error:
@@ -2228,9 +2242,11 @@ def _thread_count(threads: int | None) -> int:
     available = numba.get_num_threads()
     if threads is None:
         return available
-    if not isinstance(threads, int) or threads < 1:
+    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads must be a positive int, got {type(threads).__name__} {threads!r}")
+    if threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
-    return min(threads, available)
+    return min(int(threads), available)
 
 
 def _describe(tape: Tape, node: int) -> str:

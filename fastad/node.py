@@ -791,6 +791,37 @@ class Block(Node, Operators["Block", "Block"]):
             return self.sum()  # one element: a scalar node, the element itself
         return self.reshape(kept)
 
+    def clip(self, min: Any = None, max: Any = None) -> Block:  # noqa: A002 - NumPy's names
+        """The block limited to ``[min, max]`` (either may be None), as :func:`fastad.clip`:
+        ``minimum(maximum(x, min), max)``."""
+        if min is None and max is None:
+            raise ValueError("clip needs a min or a max bound (both are None)")
+        lower = self if min is None else elementwise(_MAXIMUM, self, min)
+        return cast("Block", lower if max is None else elementwise(_MINIMUM, lower, max))
+
+    def dot(self, other: Block | NumericArray) -> Block | Var:
+        """``self @ other`` for vectors and matrices, as ``ndarray.dot``."""
+        if self.ndim > 2 or np.ndim(other if not isinstance(other, Block) else other.value) > 2:
+            raise TypeError("Block.dot takes vectors and matrices; use @ (np.matmul's rule)")
+        return matmul(self, other)
+
+    def item(self) -> Var:
+        """The one element as a scalar node, as ``ndarray.item`` (a block of size 1)."""
+        if self.size != 1:
+            raise ValueError(
+                f"item() needs a block of one element; {self!r} has {self.size}. "
+                "Index it (X[i, j]) for one element as a scalar node"
+            )
+        return self.sum()
+
+    def tolist(self) -> NoReturn:
+        """Refused: a list of Python numbers leaves the tape. ``X.value.tolist()`` gives the
+        numbers (no gradient)."""
+        raise TypeError(
+            f"{self!r}.tolist() would leave the tape: use X.value.tolist() for the numbers "
+            "(no gradient flows through them)"
+        )
+
     def copy(self) -> Block:
         """The block itself: a node's value never changes, so it needs no copy (as a
         JAX array's)."""
@@ -806,6 +837,9 @@ class Block(Node, Operators["Block", "Block"]):
                 "values (no gradient flows through it)"
             )
         return self
+
+
+_MAXIMUM, _MINIMUM = optable.BY_NAME["maximum"].code, optable.BY_NAME["minimum"].code
 
 
 def reduction(
@@ -849,6 +883,8 @@ def _frozen_key(key: Any) -> Any:
         return tuple(_frozen_key(part) for part in key)
     if isinstance(key, (list, np.ndarray)):
         frozen = np.array(key)
+        if frozen.size == 0 and frozen.dtype.kind == "f":  # [] indexes nothing, as in NumPy
+            frozen = frozen.astype(np.intp)
         frozen.flags.writeable = False
         return frozen
     return key

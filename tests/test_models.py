@@ -389,6 +389,9 @@ NUMPY_CALLS = {
     "np.ravel": (lambda x: np.ravel(x), lambda x: x.ravel()),
     "np.squeeze": (lambda x: np.squeeze(x.reshape(1, 2, 1, 3), axis=2), lambda x: x[None]),
     "np.copy": (lambda x: np.copy(x) * 2.0, lambda x: x * 2.0),
+    "X.clip": (lambda x: x.clip(0.5, 1.5), lambda x: fa.clip(x, 0.5, 1.5)),
+    "X.dot": (lambda x: x.dot(np.ones(3)), lambda x: x @ np.ones(3)),
+    "X.item": (lambda x: x[:1, :1].item() * x, lambda x: x[0, 0] * x),
     "np.where(np.True_)": (lambda x: np.where(np.True_, x, 0.0), lambda x: x),
     "np.concatenate": (
         lambda x: np.concatenate([x, x * 2.0], axis=1),

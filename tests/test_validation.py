@@ -713,3 +713,31 @@ def test_checked_mode_with_where_conditions_of_other_shapes_and_dropped_nans():
             L = fa.where(X > 0, S, 0.0).sum()
         L.backward(check=True)
         np.testing.assert_array_equal(X.grad, [0.0, 0.25])
+
+
+def test_what_a_fuzz_of_compiled_functions_and_blocks_found():
+    f = fa.compile(lambda x, y: (x * y + x) ** 2)
+    point = np.array([2.0, 3.0])
+    assert f(point) == 64.0
+    for call in (f, f.grad, f.value_and_grad):  # one point: checked as a batch is
+        with pytest.raises(ValueError, match="threads must be a positive int, got -5"):
+            call(point, threads=-5)
+        for bad in ("x", True, 2.0):
+            with pytest.raises(TypeError, match="threads must be a positive int"):
+                call(point, threads=bad)
+        with pytest.raises(TypeError, match="check must be True or False, got str 'no'"):
+            call(point, check="no")
+    assert f(point[None], threads=np.int64(2))[0] == 64.0
+    with pytest.raises(TypeError, match="num_inputs must be a positive int, got bool True"):
+        fa.compile(lambda x: x * 2.0, num_inputs=True)
+    assert fa.compile(lambda *x: x[0] * x[1], num_inputs=np.int64(2)).num_inputs == 2
+    for name in ("optimize", "debug"):
+        with pytest.raises(TypeError, match=f"{name} must be True or False"):
+            fa.compile(lambda x: x * 2.0, **{name: "yes"})
+    with fa.Tape():
+        X = fa.var(np.arange(6.0).reshape(2, 3))
+        assert X[[]].shape == (0, 3) and X[:, []].shape == (2, 0)  # NumPy's empty index
+        with pytest.raises(TypeError, match=r"X\.value\.tolist\(\)"):
+            X.tolist()
+        with pytest.raises(ValueError, match="item\\(\\) needs a block of one element"):
+            X.item()
