@@ -38,6 +38,16 @@ def table(
 
     See :meth:`fastad.Tape.table`.
     """
+    for name, value, least in (
+        ("start", start, 0),
+        ("stop", 0 if stop is None else stop, 0),
+        ("max_rows", max_rows, 1),
+        ("context", context, 0),
+    ):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if value < least:
+            raise ValueError(f"{name} must be at least {least} (rows count from 0), got {value}")
     if around is not None:
         around = tape.node_id(around)
         start, stop = max(around - context, 0), around + context + 1

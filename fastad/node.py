@@ -99,11 +99,6 @@ class Node:
         return self._tape
 
     @property
-    def live(self) -> bool:
-        """False once the tape was reset after this node was recorded."""
-        return self._generation == self._tape.generation
-
-    @property
     def op(self) -> str:
         """The op's name in the op table (``'input'`` for a leaf)."""
         check_live(self)

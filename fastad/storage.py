@@ -617,6 +617,7 @@ class TapeStorage:
             and len(location) == 2
             and isinstance(location[0], str)
             and isinstance(location[1], int)
+            and not isinstance(location[1], bool)
         ):
             raise TypeError(f"location must be (file, line), a str and an int; got {location!r}")
         self._sources[node] = location

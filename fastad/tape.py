@@ -127,6 +127,15 @@ class Tape(TapeStorage):
                 )
         return self._push(int(code), int(in0), int(in1), _as_float(value, "the value"))
 
+    def _wrt_ids(self, wrt: Iterable[NodeRef]) -> list[int]:
+        """The ids of a list of wrt nodes; a single node is refused (a block would be
+        iterated row by row, recording an index node per row)."""
+        if isinstance(wrt, Node):
+            raise TypeError(
+                f"wrt is one node, {wrt!r}: pass a list of nodes ([x]); fa.grad takes one node"
+            )
+        return [self.node_id(i, "wrt") for i in wrt]
+
     @staticmethod
     def _scalar_op(code: object) -> optable.Op:
         """The scalar op ``code`` names, else raises naming it."""
@@ -347,7 +356,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("fa.grad")
         node = self._scalar_root(root, "a gradient")
-        ids = [self.node_id(i, "wrt") for i in wrt]
+        ids = self._wrt_ids(wrt)
         visits = sweep.plan(self, node)
         adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
         adjoints[visits[1] : node + 1] = UNREACHED
@@ -375,7 +384,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("fa.vjp")
         node = self.node_id(root, "output")
-        ids = [self.node_id(i, "wrt") for i in wrt]
+        ids = self._wrt_ids(wrt)
         block = self.block_value(node)
         u = _real_direction(cotangent, "the cotangent")
         shape = () if block is None else block.shape
@@ -424,7 +433,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("fa.jvp")
         node = self.node_id(root, "output")
-        ids = [self.node_id(i, "wrt") for i in wrt]
+        ids = self._wrt_ids(wrt)
         visits = sweep.plan(self, node)
         tangents, block_tangents, seeded = self._seed_tangents(node, ids, direction, visits)
         return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded, visits)
@@ -468,7 +477,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("fa.hvp")
         node = self._scalar_root(root, "a Hessian-vector product")
-        ids = [self.node_id(i, "wrt") for i in wrt]
+        ids = self._wrt_ids(wrt)
         visits = sweep.plan(self, node)
         first, needed = self._second_order_adjoints(node, ids, visits, "fa.hvp")
         second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
@@ -486,7 +495,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("fa.hessian")
         node = self._scalar_root(root, "a Hessian")
-        ids = [self.node_id(i, "wrt") for i in wrt]
+        ids = self._wrt_ids(wrt)
         for i in ids:
             block = self.block_value(i)
             if block is not None:

@@ -741,3 +741,22 @@ def test_what_a_fuzz_of_compiled_functions_and_blocks_found():
             X.tolist()
         with pytest.raises(ValueError, match="item\\(\\) needs a block of one element"):
             X.item()
+
+
+def test_the_first_fuzzs_minor_findings():
+    with fa.Tape(debug=True) as t:
+        x = fa.var(2.0)
+        X = fa.var(np.ones((2, 3)))
+        z = (X * x).sum()
+    with pytest.raises(TypeError, match=r"location must be \(file, line\)"):
+        t.set_source(0, ("f", True))
+    for bad, kind in ((-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(kind, match="start must"):
+            t.table(start=bad)
+    with pytest.raises(ValueError, match="max_rows must be at least 1"):
+        t.table(max_rows=0)
+    for call in (t.gradient, lambda root, wrt: t.tangent(root, wrt, [np.ones((2, 3))])):
+        with pytest.raises(TypeError, match=r"wrt is one node, .*: pass a list of nodes"):
+            call(z, X)
+    assert len(t) == 4  # nothing recorded by the refused calls (rows of X were, before)
+    np.testing.assert_array_equal(t.gradient(z, [X])[0], np.full((2, 3), 2.0))
