@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad import batch_axis, blockcode, blockfile, npz
 from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
-from fastad.errors import BranchError, NonFiniteError, not_real
+from fastad.errors import BranchError, NonFiniteError, flag, is_int, not_real
 from fastad.kernels import optable, sweeps
 from fastad.memory import check_fits
 from fastad.node import Block, Var, is_number
@@ -205,9 +205,8 @@ def compile(  # noqa: A001
             debug=debug,
         )
     _check_backend(backend)
-    for name, flag in (("optimize", optimize), ("debug", debug)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
+    flag(optimize, "optimize")
+    flag(debug, "debug")
     if _has_arrays(example):
         return BlockFunction(function, example, wrt, debug, backend, batch)
     if batch is not None:
@@ -915,8 +914,7 @@ class CompiledFunction:
         """``(values, derivatives, failed)``; ``failed`` is None unless ``errors="mask"``."""
         self._require_traced()
         check_errors(errors)
-        if not isinstance(check, (bool, np.bool_)):
-            raise TypeError(f"check must be True or False, got {type(check).__name__} {check!r}")
+        flag(check, "check")
         _thread_count(threads)  # checked even where one point runs on the calling thread
         values, derivatives, status = self._replay.run(
             points, mode, directions, _thread_count(threads)
@@ -1390,10 +1388,7 @@ class BlockFunction:
         along = self._directions(directions, self._call_shapes(checked))
         with self._lock:
             if self._generated("hvp"):
-                moved = [blockcode.kernel_argument(d) for d in along]
-                status, _, found = cast("blockcode.BlockCode", self._code).run(
-                    "hvp", checked, None, self._call_rows(checked), directions=moved
-                )
+                status, _, found = self._generated_along("hvp", checked, along)
                 if status == blockcode.OK:
                     return _by_argument(cast("list[Any]", found), self._wrt_positions()[1])
         _, products = self._swept(checked, lambda ids: self._tape.hvp(self._output, ids, along))
@@ -1416,10 +1411,7 @@ class BlockFunction:
         along = self._directions(directions, self._call_shapes(checked))
         with self._lock:
             if self._generated("jvp"):
-                moved = [blockcode.kernel_argument(d) for d in along]
-                status, value, found = cast("blockcode.BlockCode", self._code).run(
-                    "jvp", checked, None, self._call_rows(checked), directions=moved
-                )
+                status, value, found = self._generated_along("jvp", checked, along)
                 if status == blockcode.OK:
                     return value, found
         value, tangent = self._swept(
@@ -1516,26 +1508,32 @@ class BlockFunction:
                         return False
                     matrix[line] = np.concatenate([np.reshape(g, -1) for g in found])
                 else:
-                    moved = [blockcode.kernel_argument(d) for d in _unit(line, shapes)]
-                    status, _, found = code.run("jvp", checked, None, rows, directions=moved)
+                    status, _, found = self._generated_along("jvp", checked, _unit(line, shapes))
                     if status != blockcode.OK:
                         return False
                     matrix[:, line] = np.reshape(found, -1)
         return True
+
+    def _generated_along(
+        self, mode: str, checked: list[Any], directions: Sequence[ArrayLike]
+    ) -> tuple[int, Any, Any]:
+        """One generated call of ``mode`` (``jvp`` or ``hvp``) along ``directions``, one per
+        ``wrt`` position (checked by the caller): :meth:`blockcode.BlockCode.run`'s result."""
+        moved = [blockcode.kernel_argument(d) for d in directions]
+        return cast("blockcode.BlockCode", self._code).run(
+            mode, checked, None, self._call_rows(checked), directions=moved
+        )
 
     def _generated_hessian(
         self, checked: list[Any], rows: FloatArray, shapes: list[tuple[int, ...]]
     ) -> bool:
         """Fill ``rows`` by generated Hessian-vector products, one per row; False where
         that code does not run, or a call was refused or flagged (nothing kept)."""
-        code = cast("blockcode.BlockCode", self._code)
-        batch_rows = self._call_rows(checked)
         with self._lock:
             if not self._generated("hvp"):
                 return False
             for row in range(rows.shape[0]):
-                moved = [blockcode.kernel_argument(d) for d in _unit(row, shapes)]
-                status, _, found = code.run("hvp", checked, None, batch_rows, directions=moved)
+                status, _, found = self._generated_along("hvp", checked, _unit(row, shapes))
                 if status != blockcode.OK:
                     return False
                 rows[row] = np.concatenate([np.reshape(p, -1) for p in found])
@@ -2172,9 +2170,7 @@ def _ids(ids: ArrayLike, n: int, what: str, source: str) -> IdArray:
 
 def _signature(function: Traceable, num_inputs: int | None) -> tuple[list[str], int]:
     if num_inputs is not None:
-        if isinstance(num_inputs, (bool, np.bool_)) or not isinstance(
-            num_inputs, (int, np.integer)
-        ):
+        if not is_int(num_inputs):
             raise TypeError(
                 f"num_inputs must be a positive int, got {type(num_inputs).__name__} {num_inputs!r}"
             )
@@ -2242,7 +2238,7 @@ def _thread_count(threads: int | None) -> int:
     available = numba.get_num_threads()
     if threads is None:
         return available
-    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
+    if not is_int(threads):
         raise TypeError(f"threads must be a positive int, got {type(threads).__name__} {threads!r}")
     if threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")

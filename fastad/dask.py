@@ -52,7 +52,7 @@ import numpy as np
 from dask.delayed import delayed
 
 from fastad.compiled import CompiledFunction
-from fastad.errors import BranchError, NonFiniteError
+from fastad.errors import BranchError, NonFiniteError, flag
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -289,9 +289,7 @@ class _Plan:
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-        if not isinstance(check, bool):
-            raise TypeError(f"check must be True or False, got {check!r}")
-        self.threads, self.check = threads, check
+        self.threads, self.check = threads, flag(check, "check")
         self.direction: da.Array | None = None
         self.column = False  # the direction is a scalar output's cotangents, as one column
 

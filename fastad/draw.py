@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastad.errors import is_int
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def table(
         ("max_rows", max_rows, 1),
         ("context", context, 0),
     ):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         if value < least:
             raise ValueError(f"{name} must be at least {least} (rows count from 0), got {value}")

@@ -1,12 +1,25 @@
-"""Exceptions raised by fastad."""
+"""Exceptions raised by fastad, and the checks of an argument's kind that raise them."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 import numpy as np
 from numpy.typing import NDArray
+
+
+def flag(value: object, name: str) -> bool:
+    """A switch given as True or False (NumPy's bools too), else a TypeError naming it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
+    """An integer, Python's or NumPy's, and not a bool (``True`` is no count or id)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def not_real(value: object, what: str) -> TypeError:

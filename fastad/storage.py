@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.errors import ConcurrentRecordingError, NodeIdError, TraceError
+from fastad.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
 from fastad.kernels import optable, sweeps
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class TapeStorage:
     def __init__(
         self, capacity: int = INITIAL_CAPACITY, trace: bool = False, debug: bool = False
     ) -> None:
-        if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
+        if not is_int(capacity):
             raise TypeError(
                 f"capacity must be an int (the rows to allocate first), got "
                 f"{type(capacity).__name__} {capacity!r}"
@@ -243,8 +243,7 @@ class TapeStorage:
                 f"{capacity:,}; the tape grows as it needs, so the default will do"
             )
         capacity = int(capacity)
-        if not isinstance(debug, (bool, np.bool_)):
-            raise TypeError(f"debug must be True or False, got {type(debug).__name__} {debug!r}")
+        debug = flag(debug, "debug")
         # Debug recording keeps (file, line) of the user's code for every
         # node; it swaps in a push of its own so ordinary tapes pay nothing.
         self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
@@ -616,8 +615,7 @@ class TapeStorage:
             isinstance(location, tuple)
             and len(location) == 2
             and isinstance(location[0], str)
-            and isinstance(location[1], int)
-            and not isinstance(location[1], bool)
+            and is_int(location[1])
         ):
             raise TypeError(f"location must be (file, line), a str and an int; got {location!r}")
         self._sources[node] = location

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad import diagnose, draw, npz, registry, sweep, tapefile
-from fastad.errors import NonFiniteError, NonFiniteOrigin, not_real
+from fastad.errors import NonFiniteError, NonFiniteOrigin, flag, is_int, not_real
 from fastad.kernels import optable, sweeps
 from fastad.node import Block, Node, Var, check_live, is_number
 from fastad.storage import VALUE_DTYPE, TapeStorage, as_stored
@@ -110,11 +110,7 @@ class Tape(TapeStorage):
         for slot, j in enumerate((in0, in1)):
             field = ("in0", "in1")[slot]
             if slot >= op.arity:
-                if (
-                    isinstance(j, (bool, np.bool_))
-                    or not isinstance(j, (int, np.integer))
-                    or j != -1
-                ):
+                if not is_int(j) or j != -1:
                     raise ValueError(
                         f"{op.name} takes {op.arity} operand(s): {field} must be -1, got {j!r}"
                     )
@@ -139,7 +135,7 @@ class Tape(TapeStorage):
     @staticmethod
     def _scalar_op(code: object) -> optable.Op:
         """The scalar op ``code`` names, else raises naming it."""
-        if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
+        if not is_int(code):
             raise TypeError(f"opcode must be an integer, got {type(code).__name__} {code!r}")
         if not 0 <= int(code) < optable.NUM_OPS:
             block = int(code) in optable.ALL
@@ -294,7 +290,7 @@ class Tape(TapeStorage):
         """
         self.refuse_while_tracing("backward()")
         node = self._scalar_root(root, "backward")
-        check, accumulate = _flag(check, "check"), _flag(accumulate, "accumulate")
+        check, accumulate = flag(check, "check"), flag(accumulate, "accumulate")
         if check:
             origin = diagnose.first_nonfinite(self, node + 1, node)
             if origin is not None:
@@ -760,13 +756,6 @@ def _block_copy(value: object) -> FloatArray:
             f"{type(value).__name__} of dtype {array.dtype} and shape {array.shape}"
         )
     return as_stored(np.array(array, dtype=np.float64))  # a copy the caller cannot change
-
-
-def _flag(value: object, name: str) -> bool:
-    """A switch given as True or False (NumPy's bools too), else a TypeError naming it."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _as_float(value: Any, what: str) -> float:
