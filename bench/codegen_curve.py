@@ -7,7 +7,7 @@ process with an empty cache folder, and then loads them again in a second
 fresh process from that cache. It prints, per size: nodes, rows of code
 (nodes times passes), the cold compile, the cached load, and the
 interpreter's and generated code's time per point at 10^4 points (one
-thread), so the budget of ``backend="auto"`` (``fastad.codegen.BUDGET_ROWS``)
+thread), so the budget of ``backend="auto"`` (``fastad.compiled.module_cache.BUDGET_ROWS``)
 and the README's table come from one measured run.
 """
 

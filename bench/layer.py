@@ -8,7 +8,7 @@ and the same layer trained in a long-lived-tape loop (``long_lived``).
   hand-written backward, in-place where NumPy allows it), the
   reference;
 - ``kernels``: fastad's fused layer rule called directly (its forward and
-  VJP from ``fastad.registry``: the products and the compiled passes around
+  VJP from ``fastad.core.block_rules``: the products and the compiled passes around
   them), what the fused node costs without a tape;
   nobody calls this path, it is the floor under the tape's overhead;
 - ``fused``: what a user calls: ``fa.linear_relu`` recorded on a fresh
@@ -46,11 +46,11 @@ from data import with_exact_zeros
 from models import generated, load_torch
 
 import fastad as fa
-from fastad import registry
+from fastad.core import block_rules
+from fastad.core.reach import Need
 from fastad.kernels import optable
-from fastad.reach import Need
 
-LINEAR_RELU = registry.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
+LINEAR_RELU = block_rules.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
 
 SIZES = ((8, 16, 16), (8, 64, 64), (32, 128, 128), (64, 256, 512), (64, 512, 1024))
 if os.environ.get("FASTAD_BENCH_QUICK") == "1":  # bench/report.py's default subset

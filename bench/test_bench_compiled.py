@@ -124,7 +124,7 @@ def test_batch_limit(benchmark, points, numpy_reference):
     assert_matches(result, numpy_reference)
 
 
-# Batches under fastad.replay.PARALLEL_MIN_POINTS (4096) run on the
+# Batches under fastad.compiled.replay.PARALLEL_MIN_POINTS (4096) run on the
 # calling thread whatever ``threads`` says, so at 10^3 points both rows time
 # the serial path. ``threads`` is also capped at numba.get_num_threads().
 @pytest.mark.benchmark(group="batch")

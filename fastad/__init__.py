@@ -17,8 +17,9 @@ except ModuleNotFoundError as _error:
 
     raise kernels_missing_error(__path__, _error) from _error
 
-import fastad.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
-from fastad.blocks import (
+import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
+from fastad.compiled.function import BlockFunction, CompiledFunction, compile, load
+from fastad.eager.blocks import (
     Block,
     concatenate,
     cross_entropy,
@@ -32,17 +33,7 @@ from fastad.blocks import (
     softmax,
     stack,
 )
-from fastad.compiled import BlockFunction, CompiledFunction, compile, load
-from fastad.errors import (
-    BranchError,
-    ConcurrentRecordingError,
-    NodeIdError,
-    NonFiniteError,
-    NonFiniteOrigin,
-    StaleNodeError,
-    TraceError,
-)
-from fastad.functions import (
+from fastad.eager.functions import (
     abs,
     arctan,
     arctan2,
@@ -73,10 +64,19 @@ from fastad.functions import (
     var,
     where,
 )
+from fastad.eager.node import Var
+from fastad.eager.optimize import OptimizationReport, optimize
+from fastad.eager.tape import Tape, current_tape
 from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck, hesscheck
-from fastad.node import Var
-from fastad.optimize import OptimizationReport, optimize
-from fastad.tape import Tape, current_tape
+from fastad.util.errors import (
+    BranchError,
+    ConcurrentRecordingError,
+    NodeIdError,
+    NonFiniteError,
+    NonFiniteOrigin,
+    StaleNodeError,
+    TraceError,
+)
 
 __version__ = "0.1.0"
 

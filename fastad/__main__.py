@@ -14,7 +14,7 @@ from fastad._install_check import require_regular_package
 # the editable finder): say so before anything fails obscurely.
 require_regular_package(fastad)
 
-from fastad import demo  # noqa: E402  (after the check: a namespace fastad has no demo)
+from fastad import demo  # noqa: E402  after the check: a namespace fastad has no demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,13 +51,13 @@ import dask.array as da
 import numpy as np
 from dask.delayed import delayed
 
-from fastad.compiled import CompiledFunction
-from fastad.errors import BranchError, NonFiniteError, flag
+from fastad.compiled.function import CompiledFunction
+from fastad.util.errors import BranchError, NonFiniteError, flag
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
 
-    from fastad._typing import FloatArray
+    from fastad.util.hints import FloatArray
 
 __all__ = ["grad", "jvp", "value", "value_and_grad", "vjp", "worker_stats"]
 

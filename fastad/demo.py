@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike
 import fastad as fa
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, StrPath
+    from fastad.util.hints import FloatArray, StrPath
 
     Output = Callable[[str], object]
     """Where the demo prints its lines (``print``, or a list's ``append`` in tests)."""

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.compiled import BlockFunction, CompiledFunction
-from fastad.node import Node
+from fastad.compiled.function import BlockFunction, CompiledFunction
+from fastad.eager.node import Node
 
 if TYPE_CHECKING:
-    from fastad._typing import BoolArray, FloatArray
+    from fastad.util.hints import BoolArray, FloatArray
 
     Values = Callable[[FloatArray], FloatArray]
     """On the flat view: ``z`` of shape (n,) to the flat outputs, shape (m,)."""

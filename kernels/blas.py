@@ -1,6 +1,6 @@
 """NumPy's own BLAS, callable from compiled code.
 
-Generated code for functions of arrays (``fastad/blockcode.py``) makes its
+Generated code for functions of arrays (``fastad/compiled/array_kernel.py``) makes its
 matrix products inside one compiled call. Numba's ``np.dot`` would call
 SciPy's copy of OpenBLAS, a second BLAS beside NumPy's, and two OpenBLAS
 thread pools spinning on the same cores made threaded steps 10-80x slower

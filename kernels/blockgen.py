@@ -44,7 +44,7 @@ where a product of an adjoint holds an inf or a nan in a row or column (the
 interpreter sums that line term by term; the kernel keeps BLAS's sum). The
 tests bound those differences at 1e-13 relative.
 
-Kernels trust their input: the front end (``fastad/blockcode.py``) passes
+Kernels trust their input: the front end (``fastad/compiled/array_kernel.py``) passes
 C-contiguous float64 arrays of the traced shapes (class labels may be
 int64) and validates everything before the call. The text holds only the
 program's structure (ops, ranks, which axes broadcast): no names, no values,

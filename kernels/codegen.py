@@ -31,7 +31,7 @@ generator leaves out changes no bit:
   ``g`` for every reached ``g``, and ``UNREACHED`` stays ``UNREACHED``).
 
 Each mode gets a module of its own (``MODES``), so a program's module is
-only as long as what it is called for. The front end (``fastad.codegen``)
+only as long as what it is called for. The front end (``fastad.compiled.module_cache``)
 caches the modules as files, because Numba's on-disk cache needs a source
 file (functions made with ``exec`` cannot be cached). A module holds copies
 of the op table's helpers and of ``contribution``, so its text alone

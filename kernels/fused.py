@@ -4,7 +4,7 @@ Each kernel does in one compiled call what the unfused graph does in
 several nodes, and each backward rule is derived by hand below; the tests
 check every one against the same computation recorded unfused (as blocks and
 as scalar nodes). The matrix products are the front end's, through NumPy
-(``fastad/registry.py``): one BLAS in the process. Numba's ``np.dot`` would
+(``fastad/core/block_rules.py``): one BLAS in the process. Numba's ``np.dot`` would
 call SciPy's copy of OpenBLAS beside NumPy's, and two thread pools spinning
 on the same cores made threaded steps 10-80x slower (``bench/threads.py``).
 The kernels here are the passes around the products: bias, ReLU and their
@@ -12,7 +12,7 @@ backward rules, losses, the softmax family's backward rules.
 
 Shapes: ``X`` is (B, n), ``W`` is (n, h), ``b`` is (h,), outputs (B, h).
 These kernels trust their input (C-contiguous float64, matching shapes);
-``fastad.blocks`` validates.
+``fastad.eager.blocks`` validates.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArra
 
 
 # -- the softmax family: rows of a (r, k) array, classes along the last axis --------------------
-# The front end (fastad/registry.py) takes the exps with NumPy, whose
+# The front end (fastad/core/block_rules.py) takes the exps with NumPy, whose
 # vectorised exp is several times faster than a compiled loop calling exp
 # per element; these kernels are the row reductions around them (NumPy's
 # reductions along a short last axis cost ~10 us for a (256, 10) array),

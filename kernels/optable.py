@@ -355,7 +355,7 @@ OPS = (
 
 class BlockOp(NamedTuple):
     """An op on array blocks whose rules live in the block-op registry
-    (``fastad/registry.py``: NumPy/BLAS or the fused kernels of
+    (``fastad/core/block_rules.py``: NumPy/BLAS or the fused kernels of
     ``kernels/fused.py``); the compiled scalar sweeps never see these
     opcodes. Elementwise ops on blocks reuse the scalar rows above (same
     opcode, same rule, applied per element). ``arity`` may exceed two: the
@@ -395,7 +395,7 @@ ALL = {op.code: op for op in (*OPS, *BLOCK_OPS)}
 COMMUTATIVE = frozenset(op.code for op in OPS if op.commutative)
 COMPARISONS = frozenset(op.code for op in OPS if op.comparison)
 PUBLIC = tuple(op for op in OPS if op.doc)
-"""The ops users call as ``fa.<name>`` (``fastad/functions.py``)."""
+"""The ops users call as ``fa.<name>`` (``fastad/eager/functions.py``)."""
 INPUT = BY_NAME["input"].code
 CONST = BY_NAME["const"].code
 NUM_OPS = len(OPS)

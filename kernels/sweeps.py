@@ -9,7 +9,7 @@ recursion and no per-node allocation.
 
 These kernels trust their input (see ``jit.py``): the arrays are
 C-contiguous with the dtypes above and the tape invariants hold. The front
-end (``fastad.tape``) validates every tape before it gets here.
+end (``fastad.eager.tape``) validates every tape before it gets here.
 
 The block between the GENERATED markers is produced from ``optable.py``;
 everything else in this file is written by hand.
@@ -3432,7 +3432,7 @@ def zeros_and_nonfinite(out: FloatArray) -> tuple[int, int]:
     """How many elements of the 2-D ``out`` are zero and how many non-finite.
 
     ``nonfinite_lines``'s count alone, with nothing to mark: the one read a
-    product of finite data without zeros needs (``fastad/reach.py``).
+    product of finite data without zeros needs (``fastad/core/reach.py``).
     """
     zeros = nonfinite = 0
     for i in range(out.shape[0]):
@@ -3450,7 +3450,7 @@ def nonfinite_lines(
     """Mark in ``rows`` and ``columns`` each row and column of ``out`` holding a non-finite value.
 
     The first read of a BLAS product of adjoints (or tangents) with values
-    (``fastad/reach.py``). A term the scalar rule never sends (an unreached
+    (``fastad/core/reach.py``). A term the scalar rule never sends (an unreached
     ``-0.0`` adjoint times an ``inf`` value, an ``inf`` or ``nan`` adjoint
     times a zero value) is a ``nan`` in BLAS's sum (BLAS multiplies every
     term, zero factors included), so every element such a term touches is

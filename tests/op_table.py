@@ -13,8 +13,8 @@ import numpy as np
 import scipy.special
 
 import fastad as fa
+from fastad.eager.node import record
 from fastad.kernels import optable
-from fastad.node import record
 
 
 class OpCase(NamedTuple):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad import blockcode
+from fastad.compiled import array_kernel
 
 IN, HIDDEN, CLASSES, ROWS = 6, 8, 3, 16
 
@@ -257,7 +257,7 @@ def test_generated_code_keeps_few_row_plans(data):
     for rows in range(1, 3 * ROWS + 1):
         f.value_and_grad((*parameters, X[:rows], y[:rows]))
     kept = {rows for _, rows in f._code._plans}  # the plans the code keeps, by number of rows
-    assert ROWS in kept and len(kept) <= 1 + blockcode.ROW_PLANS
+    assert ROWS in kept and len(kept) <= 1 + array_kernel.ROW_PLANS
 
 
 @pytest.mark.parametrize("backend", ["interpret", "codegen"])

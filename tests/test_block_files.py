@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad import blockfile, registry
+from fastad.core import block_rules
+from fastad.eager import block_file
+from fastad.util import npz
 
 
 @pytest.fixture
@@ -81,30 +83,30 @@ def test_params_encode_and_decode_every_kind_the_recorder_keeps():
         None,
         3,
         "mean",
-        registry.Reduction((0, 2), True),
-        registry.Reduction(None),
+        block_rules.Reduction((0, 2), True),
+        block_rules.Reduction(None),
         (2, 0, 1),
         (slice(1, None, 2), Ellipsis, None, 4),
         key,
         np.array([[0, 2], [1, 1]]),
     ):
-        encoded = json.loads(json.dumps(blockfile.encode_param(param)))
-        decoded = blockfile.decode_param(encoded, "here")
+        encoded = json.loads(json.dumps(block_file.encode_param(param)))
+        decoded = block_file.decode_param(encoded, "here")
         if isinstance(param, np.ndarray):
             np.testing.assert_array_equal(decoded, param)
             assert decoded.dtype == param.dtype and not decoded.flags.writeable
         else:
             assert decoded == param and type(decoded) is type(param)
     with pytest.raises(TypeError, match="cannot save a block op parameter of type object"):
-        blockfile.encode_param(object())
+        block_file.encode_param(object())
     for bad in ({"tuple": 3}, {"slice": [1.5, None, None]}, {"what": 1}, [1, 2], {"array": 1}):
         with pytest.raises(ValueError, match="here: malformed"):
-            blockfile.decode_param(bad, "here")
+            block_file.decode_param(bad, "here")
 
 
 def damaged(f, change):
     """``f``'s saved arrays after ``change(arrays, meta)``, as pickle state."""
-    arrays = fa.compiled.npz.read_npz(io.BytesIO(f.__getstate__()["npz"]), "x")
+    arrays = npz.read_npz(io.BytesIO(f.__getstate__()["npz"]), "x")
     arrays = {key: np.array(value) for key, value in arrays.items()}
     meta = json.loads(str(arrays["meta"]))
     change(arrays, meta)
@@ -164,8 +166,8 @@ def test_every_opcode_in_place_of_a_block_op_loads_or_is_refused_with_a_value_er
         return (fa.tanh(X @ W).sum(axis=0) * 2.0).mean() + fa.logsumexp(X, axis=1).sum()
 
     f = fa.compile(program, example=arrays)
-    codes = [*range(registry.optable.NUM_OPS), 38, 63, 70, 82, 255]
-    codes += [op.code for op in registry.optable.BLOCK_OPS]
+    codes = [*range(block_rules.optable.NUM_OPS), 38, 63, 70, 82, 255]
+    codes += [op.code for op in block_rules.optable.BLOCK_OPS]
     refused = loaded = 0
     for node in f.tape.blocks.ops:
         for code in codes:

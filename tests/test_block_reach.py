@@ -244,23 +244,23 @@ def test_object_arrays_of_nodes_combine_with_scalar_nodes():
 
 
 def test_every_block_op_has_its_rules_and_an_unknown_one_raises():
-    from fastad import registry
+    from fastad.core import block_rules
     from fastad.kernels import optable
 
     for op in (*optable.BLOCK_OPS, *(op for op in optable.OPS if op.arity > 0)):
-        entry = registry.RULES[op.code]
+        entry = block_rules.RULES[op.code]
         assert entry.code == op.code and entry.name == op.name, op.name
     for code in (99, optable.INPUT, optable.CONST, 70):  # 70 was `pair`, now gone
         with pytest.raises(NotImplementedError, match=f"opcode {code}"):
-            registry.rule(code)
+            block_rules.rule(code)
 
 
 def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monkeypatch):
-    from fastad import registry
+    from fastad.core import block_rules
 
     calls = []
-    rule = registry.rule
-    monkeypatch.setattr(registry, "rule", lambda code: calls.append(code) or rule(code))
+    rule = block_rules.rule
+    monkeypatch.setattr(block_rules, "rule", lambda code: calls.append(code) or rule(code))
     tape = fa.Tape()
     W = np.ones((3, 2))
     for _ in range(30):  # a PyTorch-style loop: every step on the same tape
@@ -277,7 +277,7 @@ def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monk
 
 
 def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
-    from fastad import storage
+    from fastad.core import storage
 
     monkeypatch.setattr(storage, "GROWTH_WARNING_BYTES", 100_000)
     tape = fa.Tape()
@@ -377,7 +377,7 @@ def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypat
     # A PyTorch-style scalar loop on one tape: each backward touches the nodes
     # from the lowest its root depends on up to the root, however long the
     # history; earlier adjoints are still replaced (zero), as the API says.
-    from fastad import sweep
+    from fastad.core import driver
     from fastad.kernels import sweeps
 
     tape = fa.Tape()
@@ -400,7 +400,7 @@ def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypat
     later.backward()
     assert x.grad == 7.0 and w.grad == 0.0 and first.grad == 0.0
     assert ranges == [(x.id, later.id + 1)]  # (lowest, stop): not from node 0
-    assert sweep.plan(tape, later.id) == ([], x.id)
+    assert driver.plan(tape, later.id) == ([], x.id)
     later.backward(accumulate=True)
     assert x.grad == 14.0
     assert fa.grad(later, [x, w]).tolist() == [7.0, 0.0]
@@ -410,7 +410,7 @@ def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypat
 
 
 def test_repeated_constants_are_shared_only_within_reach():
-    from fastad import storage, sweep
+    from fastad.core import driver, storage
 
     with fa.Tape() as tape:
         x = fa.var(1.0)
@@ -421,7 +421,7 @@ def test_repeated_constants_are_shared_only_within_reach():
         y = fa.var(3.0)
         late = y * 2.0
         assert tape.in1[late.id] != tape.in1[early.id]  # recorded again, near its use
-        assert sweep.plan(tape, late.id)[1] == y.id
+        assert driver.plan(tape, late.id)[1] == y.id
         late.backward()
         assert y.grad == 2.0 and late.value == 6.0
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad import blockcode
-from fastad.errors import BranchError
+from fastad.compiled import array_kernel
 from fastad.kernels import blockgen
+from fastad.util.errors import BranchError
 
 B, N, H, C = 12, 7, 5, 4
 
@@ -193,7 +193,7 @@ def test_generated_equals_interpreted(name, zeros, rng):
     interpreted = compiled(name, args, "interpret")
     assert generated.tier("grad").name == "codegen"
     assert interpreted.tier("grad").name == "interpret"
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     for _ in range(2):  # the second call reuses every buffer
         value, gradients = generated.value_and_grad(args)
         want_value, want_gradients = interpreted.value_and_grad(args)
@@ -204,7 +204,7 @@ def test_generated_equals_interpreted(name, zeros, rng):
             assert_close(got, want, exact)
         assert_close(generated(args), interpreted(args), exact)
     # finite data, exact zeros or not, never goes back to the exact rules
-    assert blockcode.recheck_count() == before
+    assert array_kernel.recheck_count() == before
 
 
 @pytest.mark.parametrize("name", ["mlp", "logreg", "layer", "softmaxes"])
@@ -248,9 +248,9 @@ def test_infinity_meeting_a_zero_goes_back_to_the_exact_rules(rng):
     args[1] = W
     generated = compiled("layer", tuple(args), "codegen")
     interpreted = compiled("layer", tuple(args), "interpret")
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     value, gradients = generated.value_and_grad(args)
-    assert blockcode.recheck_count() == before + 1
+    assert array_kernel.recheck_count() == before + 1
     want_value, want_gradients = interpreted.value_and_grad(args)
     np.testing.assert_array_equal(value, want_value)
     for got, want in zip(gradients, want_gradients, strict=True):
@@ -337,16 +337,16 @@ def test_other_shape_or_dtype_names_the_argument(rng):
 
 def test_data_arguments_are_not_copied(rng):
     X = np.ascontiguousarray(rng.normal(size=(B, N)))
-    assert blockcode.kernel_argument(X) is X
+    assert array_kernel.kernel_argument(X) is X
     labels = rng.integers(0, C, size=B)
-    assert blockcode.kernel_argument(labels, labels=True) is labels  # int64: as it is
-    assert blockcode.kernel_argument(labels).dtype == np.float64  # other integer data
+    assert array_kernel.kernel_argument(labels, labels=True) is labels  # int64: as it is
+    assert array_kernel.kernel_argument(labels).dtype == np.float64  # other integer data
     transposed = np.asfortranarray(X)
-    converted = blockcode.kernel_argument(transposed)
+    converted = array_kernel.kernel_argument(transposed)
     assert converted.flags.c_contiguous and np.array_equal(converted, X)
     big = np.array([2**63], dtype=np.uint64)
-    assert blockcode.kernel_argument(big, labels=True).dtype == np.float64  # never wraps
-    assert blockcode.kernel_argument(np.float64(2.5)) == 2.5  # a 0-d array: a float
+    assert array_kernel.kernel_argument(big, labels=True).dtype == np.float64  # never wraps
+    assert array_kernel.kernel_argument(np.float64(2.5)) == 2.5  # a 0-d array: a float
 
 
 def test_guards_are_checked(rng):
@@ -441,7 +441,7 @@ def test_check_runs_the_interpreter(rng):
 
 
 def test_auto_interprets_then_switches(rng, monkeypatch):
-    from fastad import tiers
+    from fastad.compiled import tiers
 
     monkeypatch.setattr(tiers, "HOT_NODE_POINTS", 1)
     args = mlp_args(rng, False)
@@ -645,7 +645,7 @@ def grad(a, b, c, d):
         f[i0] += 1.0
     return 0.0, -1, False
 '''
-    ranges = blockcode.live_ranges(text, "grad")
+    ranges = array_kernel.live_ranges(text, "grad")
     assert ranges["c"] == (0, 1) and ranges["b"] == (0, 0)
     assert ranges["d"] == (1, 3)  # through its alias f, in the last loop
     assert ranges["a"] == (0, 0)  # a.shape in the loop reads no element
@@ -660,7 +660,7 @@ def test_buffers_share_memory_only_where_their_uses_never_meet():
         P("s_d", "scratch", 3, (2,), -1),
     ]
     ranges = {"s_a": (0, 2), "s_b": (3, 4), "s_c": (4, 6), "s_d": (1, 8)}
-    buffers = blockcode.shared_buffers(parameters, ranges)
+    buffers = array_kernel.shared_buffers(parameters, ranges)
     assert np.shares_memory(buffers["s_a"], buffers["s_b"])  # a is dead when b starts
     assert not np.shares_memory(buffers["s_b"], buffers["s_c"])  # both in statement 4
     assert not np.shares_memory(buffers["s_d"], buffers["s_a"])
@@ -728,9 +728,9 @@ def test_generated_vjp_and_jvp_keep_the_strong_zeros_of_a_zero_seed(rng, call):
     f = fa.compile(lambda X, c: X * c, example=(X, c), wrt=0, backend="codegen")
     u = np.ones((B, N))
     u[2, 3] = 0.0
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     _, moved = getattr(f, call)((X, c), u)
-    assert blockcode.recheck_count() == before + 1
+    assert array_kernel.recheck_count() == before + 1
     assert moved[2, 3] == 0.0 and not np.signbit(moved[2, 3])
     np.testing.assert_array_equal(np.delete(moved.ravel(), 2 * N + 3), 1.0)
 
@@ -761,7 +761,7 @@ def test_generated_jvp_equals_the_interpreters_bit_for_bit(rng, output):
     f = fa.compile(layer, example=example, wrt=(0, 1, 2, 3), batch=0, backend="codegen")
     reference = fa.compile(layer, example=example, wrt=(0, 1, 2, 3), batch=0, backend="interpret")
     assert f.tier("jvp").name == "codegen"
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     for rows in (B, 3):
         arguments = (X[:rows], W, b, 0.5)
         directions = [rng.normal(size=(rows, N)), rng.normal(size=(N, H)), np.zeros(H), -0.25]
@@ -771,7 +771,7 @@ def test_generated_jvp_equals_the_interpreters_bit_for_bit(rng, output):
         np.testing.assert_array_equal(value, want_value)
         np.testing.assert_array_equal(tangent, want)
         assert type(tangent) is type(want)
-    assert blockcode.recheck_count() == before  # finite data never goes back
+    assert array_kernel.recheck_count() == before  # finite data never goes back
 
 
 def test_generated_jvp_agrees_with_the_gradient(rng):
@@ -810,12 +810,12 @@ def test_generated_jacobians_equal_the_interpreters(rng, wide):
     f = fa.compile(layer, example=arguments, wrt=(1, 2), backend="codegen")
     reference = fa.compile(layer, example=arguments, wrt=(1, 2), backend="interpret")
     assert f.tier("vjp" if wide else "jvp").name == "codegen"
-    calls = blockcode.recheck_count()
+    calls = array_kernel.recheck_count()
     got, want = f.jacobian(arguments), reference.jacobian(arguments)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
     assert [a.shape for a in got] == [(rows, 3, 2), (rows, 2)]
-    assert blockcode.recheck_count() == calls
+    assert array_kernel.recheck_count() == calls
 
 
 def test_generated_hvp_is_the_gradients_derivative(rng):
@@ -833,7 +833,7 @@ def test_generated_hvp_is_the_gradients_derivative(rng):
     reference = fa.compile(net, example=arguments, wrt=wrt, backend="interpret")
     assert f.tier("hvp").name == "codegen"
     directions = [rng.normal(size=np.shape(arguments[p])) if p < 4 else 0.5 for p in wrt]
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     products = f.hvp(arguments, directions)
     for got, want in zip(products, reference.hvp(arguments, directions), strict=True):
         np.testing.assert_array_equal(got, want)
@@ -853,7 +853,7 @@ def test_generated_hvp_is_the_gradients_derivative(rng):
         hessian, fa.compile(net, example=arguments, wrt=2, backend="interpret").hessian(arguments)
     )
     np.testing.assert_allclose(hessian, hessian.T, rtol=1e-12, atol=1e-14)
-    assert blockcode.recheck_count() == before
+    assert array_kernel.recheck_count() == before
 
 
 def test_generated_hvp_needs_second_order_rules_and_rechecks_nans(rng):
@@ -882,9 +882,9 @@ def test_generated_hvp_needs_second_order_rules_and_rechecks_nans(rng):
     g = fa.compile(lambda X, c: (X * X * c).sum(), example=(X, c), wrt=0, backend="codegen")
     v = np.ones((B, N))
     v[1, 2] = 0.0
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     product = g.hvp((X, c), v)
-    assert blockcode.recheck_count() == before + 1
+    assert array_kernel.recheck_count() == before + 1
     want = fa.compile(
         lambda X, c: (X * X * c).sum(), example=(X, c), wrt=0, backend="interpret"
     ).hvp((X, c), v)

@@ -10,7 +10,7 @@ for bit, or within 1e-13 of the largest element where the softmax family or
 the cross-entropy runs (NumPy's vectorised ``exp`` against libm's). With
 ``batch=`` the calls take several numbers of rows, more than the plans kept,
 and come back to earlier ones. The programs hold buffers of several sizes
-whose live ranges end and begin (so :func:`fastad.blockcode.shared_buffers`
+whose live ranges end and begin (so :func:`fastad.compiled.array_kernel.shared_buffers`
 puts several in one block), nodes read by two later ops, and broadcast sums.
 Before every other call the kernels' buffers are overwritten with nan or
 garbage: a kernel reading what an earlier call, or another buffer of the
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad import blockcode
+from fastad.compiled import array_kernel
 
 B = 12  # the traced rows
 
@@ -57,14 +57,14 @@ def assert_all_same(got, want, exact):
 def buffers(monkeypatch):
     """Every buffer array the generated code's plans are made of, as they are made."""
     made = []
-    original = blockcode.shared_buffers
+    original = array_kernel.shared_buffers
 
     def recording(parameters, ranges):
         found = original(parameters, ranges)
         made.extend(found.values())
         return found
 
-    monkeypatch.setattr(blockcode, "shared_buffers", recording)
+    monkeypatch.setattr(array_kernel, "shared_buffers", recording)
     return made
 
 
@@ -84,7 +84,7 @@ def scribble(buffers, call, rng):
 
 def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
     """Run each of ``modes`` of both functions on each argument tuple of ``calls``."""
-    before = blockcode.recheck_count()
+    before = array_kernel.recheck_count()
     for call, arguments in enumerate(calls):
         for mode in modes:
             scribble(buffers, call, rng)
@@ -120,7 +120,7 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
                 want_value, want = interpreted.vjp(arguments, u)
                 assert_same(value, want_value, exact)
                 assert_all_same(pulled, want, exact)
-    assert blockcode.recheck_count() == before
+    assert array_kernel.recheck_count() == before
 
 
 def both(function, example, **options):
@@ -164,7 +164,7 @@ def test_a_funnel_shares_buffers_and_gives_the_interpreters_bits(rng, buffers):
         funnel, funnel_arguments(rng, B), wrt=(1, 2, 3, 4, 5, 6, 7), batch=0
     )
     assert generated.tier("grad").name == "codegen"
-    # More numbers of rows than the plans keep (blockcode.ROW_PLANS), and back again.
+    # More numbers of rows than the plans keep (array_kernel.ROW_PLANS), and back again.
     rows = (B, 5, 1, 30, 12, 7, 2, 9, 5, B, 1)
     calls = [funnel_arguments(rng, n) for n in rows]
     compare_calls(

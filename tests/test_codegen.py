@@ -14,8 +14,10 @@ import pytest
 from op_table import OP_CASES
 
 import fastad as fa
-from fastad import codegen, demo, memory, tiers
-from fastad.progress import progress
+from fastad import demo
+from fastad.compiled import module_cache, tiers
+from fastad.util import memory
+from fastad.util.progress import progress
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 SPECIAL = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e308, -1e-310)
@@ -209,7 +211,7 @@ def test_threads_compiling_one_new_program_at_once():
 WORKQUEUE_RUN = textwrap.dedent(
     """
     import numpy as np, fastad as fa
-    from fastad import tiers
+    from fastad.compiled import tiers
     tiers.HOT_NODE_POINTS = 1
     f = fa.compile(lambda a, b: fa.tanh(a * b) * 1.25 + b, example=[0.5, 0.5])
     points = np.random.default_rng(0).uniform(-1, 1, (400_000, 2))
@@ -382,7 +384,7 @@ def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_
 
 
 def test_auto_interprets_above_the_budget(monkeypatch):
-    monkeypatch.setattr(codegen, "BUDGET_ROWS", 10)
+    monkeypatch.setattr(module_cache, "BUDGET_ROWS", 10)
     large = fa.compile(demo.example_2, example=EXAMPLE_2)
     tier = large.tier("grad")
     assert tier.name == "interpret"
@@ -437,7 +439,7 @@ def test_progress_speaks_only_for_slow_steps(caplog):
 PROGRESS_RUN = textwrap.dedent(
     """
     import logging, sys, time
-    import fastad.progress as p
+    import fastad.util.progress as p
     if sys.argv[1] == "quiet":
         logging.getLogger("fastad").setLevel(logging.WARNING)
     elif sys.argv[1] == "configured":
@@ -543,16 +545,16 @@ def test_a_corrupt_cache_is_regenerated_not_trusted(tmp_path):
 
 def test_module_key_names_every_version():
     source = "x = 1\n"
-    assert codegen.module_key(source) != codegen.module_key(source + "\n")
-    assert len(codegen.module_key(source)) == 32
-    assert "numba" in codegen._version_key() and "python" in codegen._version_key()
+    assert module_cache.module_key(source) != module_cache.module_key(source + "\n")
+    assert len(module_cache.module_key(source)) == 32
+    assert "numba" in module_cache._version_key() and "python" in module_cache._version_key()
 
 
 FORK_RUN = textwrap.dedent(
     """
     import os, sys
     import numpy as np, fastad as fa
-    from fastad import tiers
+    from fastad.compiled import tiers
     tiers.HOT_NODE_POINTS = 10
     f = fa.compile(lambda a, b: fa.sin(a * b) * 1.5 + a, example=[0.5, 0.5])
     f.value_and_grad(np.ones((100, 2)))  # hot: a background build starts

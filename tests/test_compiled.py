@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from strategies import dags, evaluate
 
 import fastad as fa
-from fastad import demo, replay
+from fastad import demo
+from fastad.compiled import replay
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastad as fa
-from fastad import reach, registry
+from fastad.core import block_rules, reach
 from fastad.kernels import optable
 
-CROSS_ENTROPY = registry.RULES[optable.BLOCK_BY_NAME["cross_entropy"].code]
+CROSS_ENTROPY = block_rules.RULES[optable.BLOCK_BY_NAME["cross_entropy"].code]
 
 axes = st.lists(st.sampled_from([0, 1, 2, 3, 5]), max_size=4).map(tuple)
 
@@ -28,16 +28,16 @@ def test_broadcast_shape_is_numpys(a, b):
         expected = np.broadcast_shapes(a, b)
     except ValueError:
         with pytest.raises(ValueError, match="cannot be broadcast"):
-            registry.broadcast_shape(a, b)
+            block_rules.broadcast_shape(a, b)
         return
-    assert registry.broadcast_shape(a, b) == expected
+    assert block_rules.broadcast_shape(a, b) == expected
 
 
 def test_broadcast_error_names_both_shapes():
     with pytest.raises(ValueError, match=r"shapes \(2, 3, 4\) and \(5, 4\) cannot be broadcast"):
-        registry.broadcast_shape((2, 3, 4), (5, 4))
+        block_rules.broadcast_shape((2, 3, 4), (5, 4))
     with pytest.raises(ValueError, match=r"shapes \(3,\) and \(3, 4\)"):
-        registry.broadcast_shape((3,), (3, 4))
+        block_rules.broadcast_shape((3,), (3, 4))
 
 
 def _log_softmax_in_numpy(rows):
@@ -65,7 +65,7 @@ def test_log_softmax_rows_equal_the_formula_bit_for_bit(rng, scale):
     rows[7, 3] = -np.inf
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the compiled passes and exp warn about nothing
-        log_p, lse = registry.log_softmax_rows(rows)
+        log_p, lse = block_rules.log_softmax_rows(rows)
     want_log_p, want_lse = _log_softmax_in_numpy(rows)
     np.testing.assert_array_equal(log_p, want_log_p)
     np.testing.assert_array_equal(lse, want_lse)
@@ -87,7 +87,7 @@ def test_cross_entropy_keeps_its_log_softmax_for_the_vjp(rng, targets):
         L.backward()
     recomputed = CROSS_ENTROPY.vjp((X, T), L.value, 1.0, "mean")
     np.testing.assert_array_equal(logits.grad, recomputed[0] + 0.0)
-    np.testing.assert_array_equal(saved[0], registry.log_softmax_rows(X)[0])
+    np.testing.assert_array_equal(saved[0], block_rules.log_softmax_rows(X)[0])
     # A replay (tape.forward) saves it again, from the current values.
     tape.forward()
     assert tape.blocks.saved[L.id] is not saved
@@ -107,7 +107,7 @@ def test_saved_arrays_count_in_the_tapes_memory(rng):
 
 
 def test_a_rule_that_saves_nothing_refuses_vjp_saved():
-    rule = registry.RULES[optable.BLOCK_BY_NAME["matmul"].code]
+    rule = block_rules.RULES[optable.BLOCK_BY_NAME["matmul"].code]
     with pytest.raises(NotImplementedError, match="'matmul' saves nothing"):
         rule.vjp_saved((np.ones((2, 2)), np.ones((2, 2))), None, np.ones((2, 2)), None, None, ())
 
@@ -172,7 +172,7 @@ def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
     g[2, :3] = [np.inf, -np.inf, np.nan]
     a, b = rng.normal(size=(6, 5)), rng.normal(size=b_shape)
     out = a + b
-    add = registry.RULES[optable.BY_NAME["add"].code]
+    add = block_rules.RULES[optable.BY_NAME["add"].code]
     da, db = np.empty(out.size), np.empty(out.size)
     full = np.broadcast_to(b, out.shape).copy().reshape(-1)
     with np.errstate(invalid="ignore"):  # inf - inf in a column's sum, as in a sweep

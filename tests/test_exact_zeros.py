@@ -1,6 +1,6 @@
 """Exact zeros in real data take no slow path; a non-finite value meeting a zero still does.
 
-Array products keep the scalar-node expansion's reach (``fastad/reach.py``):
+Array products keep the scalar-node expansion's reach (``fastad/core/reach.py``):
 BLAS makes each product, only rows or columns holding a non-finite element
 are recomputed term by term (the slow path), and every zero gets its reach
 from its factors. ``reach.slow_path_counts()`` counts the slow path's lines,
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad import reach
+from fastad.core import reach
 from fastad.kernels import optable
 
 B, N, H, C = 12, 7, 5, 4
@@ -389,7 +389,7 @@ def test_a_stack_of_products_settles_each_matrix(rng):
 
 # -- a leaf's adjoint goes no further: its zeros need no reach ---------------------------------
 def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
-    from fastad import sweep
+    from fastad.core import driver
 
     with fa.Tape() as tape:
         X, W = fa.var(np.ones((2, 3))), fa.var(np.ones((3, 2)))
@@ -398,7 +398,7 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
         Z = fa.linear(fa.relu(Y), data, np.zeros(3))
         opcode = tape._columns()[0]
         blocks = tape.blocks
-        need = lambda node: sweep.operand_needs(  # noqa: E731
+        need = lambda node: driver.operand_needs(  # noqa: E731
             blocks.operands(node), opcode, blocks.values, None
         )
         Need = reach.Need
@@ -406,7 +406,7 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
         assert need(Z.id)[:2] == (Need.ALL, Need.NOTHING)
         wanted = np.zeros(len(tape), bool)
         wanted[[W.id, Y.id]] = True
-        assert sweep.operand_needs(blocks.operands(Y.id), opcode, blocks.values, wanted)[:2] == (
+        assert driver.operand_needs(blocks.operands(Y.id), opcode, blocks.values, wanted)[:2] == (
             Need.NOTHING,
             Need.VALUES,
         )
@@ -415,7 +415,7 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
 @pytest.mark.parametrize("infinite", [False, True], ids=["finite", "an inf adjoint"])
 @pytest.mark.parametrize("fused", ["linear_relu", "matmul"])
 def test_values_only_settles_nothing_and_keeps_every_value(rng, fused, infinite):
-    from fastad import registry
+    from fastad.core import block_rules
 
     X = sparse(rng, (16, 9), zero_columns=(0, 5))
     W, b = rng.normal(size=(9, 6)), rng.normal(size=6)
@@ -423,7 +423,7 @@ def test_values_only_settles_nothing_and_keeps_every_value(rng, fused, infinite)
     G[rng.random(G.shape) < 0.3] = -0.0  # unreached adjoints: zeros in the products
     G[3] = -0.0  # a sample nothing reached: a zero row of dX
     code = optable.BLOCK_BY_NAME[fused].code
-    rule = registry.RULES[code]
+    rule = block_rules.RULES[code]
     values = (X, W, b) if fused == "linear_relu" else (X, W)
     out = rule.forward(values, None)
     if infinite:  # at a live unit: it meets X's zeros in dW, W's entries in dX

@@ -14,9 +14,9 @@ import pytest
 import scipy.special
 
 import fastad as fa
-from fastad import registry
+from fastad.core import block_rules
+from fastad.core.reach import Need
 from fastad.kernels import optable
-from fastad.reach import Need
 
 
 def scalar_values(nodes):
@@ -520,7 +520,7 @@ def _mlp_arguments(rng):
 def test_grad_sends_nothing_to_operands_no_wanted_node_depends_on(rng, monkeypatch):
     asked = []
     for name in ("matmul", "linear_relu"):
-        rule = registry.RULES[optable.BLOCK_BY_NAME[name].code]
+        rule = block_rules.RULES[optable.BLOCK_BY_NAME[name].code]
         original = rule.vjp
 
         def spy(values, out, g, params, needs=None, original=original, name=rule.name):
@@ -572,7 +572,7 @@ def test_compiled_function_of_arrays_with_wrt(rng):
 
 def test_array_constants_get_no_gradient_and_cost_no_product(rng, monkeypatch):
     asked = []
-    rule = registry.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
+    rule = block_rules.RULES[optable.BLOCK_BY_NAME["linear_relu"].code]
     original = rule.vjp
 
     def spy(values, out, g, params, needs=None):

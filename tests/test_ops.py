@@ -11,7 +11,7 @@ import pytest
 from op_table import CASES, OP_CASES, expected_partial, sample_operands
 
 import fastad as fa
-from fastad import rules
+from fastad.core import scalar_rules
 from fastad.kernels import _generate, optable, sweeps
 
 
@@ -51,7 +51,7 @@ def test_generated_rules_are_current():
 
 
 def test_public_functions_are_the_rows_with_a_doc():
-    # fastad/functions.py makes one function per row with a doc, bound by name.
+    # fastad/eager/functions.py makes one function per row with a doc, bound by name.
     for op in optable.OPS:
         function = getattr(fa, op.name, None)
         if op.doc:
@@ -68,19 +68,19 @@ def test_commutative_and_comparison_flags_are_true_to_the_rules(op):
     values = [-2.0, -0.0, 0.0, 0.5, 3.0, math.inf, -math.inf]
     pairs = [(a, b) for a in values for b in values]
     swapped = all(
-        np.float64(rules.value(op.code, a, b)).tobytes()
-        == np.float64(rules.value(op.code, b, a)).tobytes()
+        np.float64(scalar_rules.value(op.code, a, b)).tobytes()
+        == np.float64(scalar_rules.value(op.code, b, a)).tobytes()
         for a, b in pairs
     )
     assert op.commutative == swapped
     if op.comparison:
-        assert {rules.value(op.code, a, b) for a, b in pairs} == {0.0, 1.0}
+        assert {scalar_rules.value(op.code, a, b) for a, b in pairs} == {0.0, 1.0}
         assert op.partials == ("0.0", "0.0")
 
 
 def test_public_function_for_every_named_op():
     for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs"):
-        assert getattr(fa, name)(0.5) == rules.value(optable.BY_NAME[name].code, 0.5)
+        assert getattr(fa, name)(0.5) == scalar_rules.value(optable.BY_NAME[name].code, 0.5)
 
 
 # -- values ---------------------------------------------------------------------------
@@ -135,10 +135,10 @@ def test_kernel_local_partials_match_central_differences(case, rng):
     for point in sample_operands(case, rng):
         a, b = (point + [0.0])[:2]
         out = sweeps.forward_value(code, a, b)
-        assert out == rules.value(code, a, b)
+        assert out == scalar_rules.value(code, a, b)
         partials = sweeps.local_partials(code, a, b, out)
         for i in range(len(point)):
-            value = lambda *p: rules.value(code, *p)  # noqa: E731
+            value = lambda *p: scalar_rules.value(code, *p)  # noqa: E731
             numeric = expected_partial(case, value, point, i, central_difference)
             assert partials[i] == pytest.approx(numeric, rel=1e-7, abs=1e-9), (case.name, point, i)
 
@@ -280,7 +280,7 @@ def test_second_partials_match_central_differences_of_the_first(case, rng):
 
     for point in sample_operands(case, rng, count=10):
         a, b = (point + [0.0])[:2]
-        out = rules.value(op.code, a, b)
+        out = scalar_rules.value(op.code, a, b)
         for i in range(op.arity):
             for j in range(op.arity):
                 expected = second[index[i, j]](a, b, out)

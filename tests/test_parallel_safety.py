@@ -20,7 +20,7 @@ PROGRAM = textwrap.dedent(
     import multiprocessing, sys, threading
     import numba, numpy as np
     import fastad as fa
-    from fastad import parallel
+    from fastad.compiled import parallel
 
     backend, case, before = sys.argv[1], sys.argv[2], sys.argv[3]
     f = fa.compile(lambda x, y: (x * y + x) ** 2 + fa.sin(x) * y, backend=backend)

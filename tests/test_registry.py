@@ -1,4 +1,4 @@
-"""The block-op registry, table-driven: one row per entry of ``fastad.registry.RULES``.
+"""The block-op registry, table-driven: one row per entry of ``fastad.core.block_rules.RULES``.
 
 Every entry must have a row (``test_every_entry_has_a_row``). Each row says how
 to record the op from leaf arrays, the leaves' shapes and the range their
@@ -20,10 +20,10 @@ from op_table import OP_CASES
 
 import fastad as fa
 import fastad.kernels
-from fastad import registry
+from fastad.core import block_rules
+from fastad.core.storage import as_stored
+from fastad.eager.node import elementwise
 from fastad.kernels import optable
-from fastad.node import elementwise
-from fastad.storage import as_stored
 
 
 class BlockCase(NamedTuple):
@@ -119,7 +119,7 @@ BLOCK_CASES = [case._replace(domain=_DOMAINS.get(case.name, case.domain)) for ca
 
 
 def test_every_entry_has_a_row():
-    assert sorted(entry.name for entry in registry.RULES.values()) == sorted(
+    assert sorted(entry.name for entry in block_rules.RULES.values()) == sorted(
         case.name for case in BLOCK_CASES
     )
     assert len({case.name for case in BLOCK_CASES}) == len(BLOCK_CASES)
@@ -127,7 +127,7 @@ def test_every_entry_has_a_row():
 
 def test_every_block_op_has_an_entry():
     for op in (*optable.BLOCK_OPS, *(op for op in optable.OPS if op.arity > 0)):
-        assert registry.rule(op.code).name == op.name
+        assert block_rules.rule(op.code).name == op.name
 
 
 def leaves_for(case, rng):
@@ -215,7 +215,7 @@ def test_the_math_names_are_one_list():
     import ast
     import pathlib
 
-    from fastad import rules
+    from fastad.core import scalar_rules
     from fastad.kernels import codegen, sweeps
 
     def imported_from_math(module):
@@ -230,7 +230,7 @@ def test_the_math_names_are_one_list():
     assert list(optable.MATH_NAMES) == imported_from_math(optable)
     assert imported_from_math(sweeps) == codegen.MATH_NAMES
     assert set(codegen.MATH_NAMES) - set(optable.MATH_NAMES) == {"copysign", "isfinite"}
-    assert set(rules._math_namespace) >= set(optable.MATH_NAMES)
+    assert set(scalar_rules._math_namespace) >= set(optable.MATH_NAMES)
 
 
 def test_no_kernel_calls_blas():

@@ -14,7 +14,7 @@ import scipy.optimize
 from op_table import OP_CASES, sample_operands
 
 import fastad as fa
-from fastad import memory
+from fastad.util import memory
 
 
 def wrapped(apply):

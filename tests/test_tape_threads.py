@@ -80,7 +80,7 @@ def test_rows_appended_while_staged_rows_move_are_the_documented_error(monkeypat
     # then appends rows after the count was checked, and the move of the staged rows
     # met longer lists (NumPy's "could not broadcast input array", raised in the
     # recording thread). The growth is where that thread runs, so it appends there.
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
 
     grow = TapeStorage._grow
 

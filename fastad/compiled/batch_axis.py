@@ -26,7 +26,7 @@ import numpy as np
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
 
 Axes = tuple[int, ...]
 

@@ -27,16 +27,9 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import batch_axis, blockcode, blockfile, npz
-from fastad.batch import Diagnosis, check_errors, first_nonfinite_point, mask_failed
-from fastad.errors import BranchError, NonFiniteError, flag, is_int, not_real
-from fastad.kernels import optable, sweeps
-from fastad.memory import check_fits
-from fastad.node import Block, Var, is_number
-from fastad.optimize import OptimizationReport
-from fastad.optimize import optimize as optimize_tape
-from fastad.progress import progress
-from fastad.replay import (
+from fastad.compiled import array_kernel, batch_axis
+from fastad.compiled.batch_errors import Diagnosis, check_errors, first_nonfinite_point, mask_failed
+from fastad.compiled.replay import (
     GRAD,
     HESSIAN,
     HVP,
@@ -48,12 +41,21 @@ from fastad.replay import (
     VJP,
     Replay,
 )
-from fastad.storage import as_stored
-from fastad.tape import Tape
-from fastad.tiers import BACKENDS, HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
+from fastad.compiled.tiers import BACKENDS, HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
+from fastad.core.storage import as_stored
+from fastad.eager import block_file
+from fastad.eager.node import Block, Var, is_number
+from fastad.eager.optimize import OptimizationReport
+from fastad.eager.optimize import optimize as optimize_tape
+from fastad.eager.tape import Tape
+from fastad.kernels import optable, sweeps
+from fastad.util import npz
+from fastad.util.errors import BranchError, NonFiniteError, flag, is_int, not_real
+from fastad.util.memory import check_fits
+from fastad.util.progress import progress
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, IdArray, RealNumber, StrPath
+    from fastad.util.hints import FloatArray, IdArray, RealNumber, StrPath
 
     Failed = NDArray[np.bool_]
     """``errors="mask"``'s mask: True at each point whose traced branch went the other way."""
@@ -171,10 +173,10 @@ def compile(  # noqa: A001
         compiled by Numba when first used (seconds, reported on stderr) and
         cached on disk, so later processes load them in a fraction of a
         second. ``"auto"`` (default): the interpreter first; once a kind of
-        call has done ``fastad.tiers.HOT_NODE_POINTS`` of work its generated
+        call has done ``fastad.compiled.tiers.HOT_NODE_POINTS`` of work its generated
         code compiles in a background thread and takes over (at once when an
         earlier process cached it), never for code of more than
-        ``fastad.codegen.BUDGET_ROWS`` rows (nodes times passes).
+        ``fastad.compiled.module_cache.BUDGET_ROWS`` rows (nodes times passes).
         ``f.tier("grad")`` tells which tier runs and why. A function of
         arrays has the same three (see :class:`BlockFunction`): its
         generated code is one kernel per kind of call, with NumPy's BLAS
@@ -1064,8 +1066,8 @@ class BlockFunction:
 
     ``backend="auto"`` interprets first and builds the generated kernel in
     a background thread once the calls have done
-    ``fastad.tiers.HOT_NODE_POINTS`` element operations, or after
-    ``fastad.tiers.HOT_CALLS`` calls of a small function (at once when an
+    ``fastad.compiled.tiers.HOT_NODE_POINTS`` element operations, or after
+    ``fastad.compiled.tiers.HOT_CALLS`` calls of a small function (at once when an
     earlier process cached it). It pickles and saves (:meth:`save`,
     :func:`fastad.load`) like a function of scalars; it is not optimised.
     """
@@ -1121,17 +1123,17 @@ class BlockFunction:
         self._integers = integers
         tape = self._tape
         elements = sum(
-            math.prod(blockcode.shape_of(tape, i)) for i in range(len(tape))
+            math.prod(array_kernel.shape_of(tape, i)) for i in range(len(tape))
         )  # element operations per call (a scalar counts 1): the tiers' measure of work
         self._work = max(elements, HOT_NODE_POINTS // HOT_CALLS)
-        self._code: blockcode.BlockCode | None = None
+        self._code: array_kernel.BlockCode | None = None
         self._tiers: Tiers | None = None
         self._no_code = ""
         if backend == "interpret":
             self._no_code = 'backend="interpret"'
             return
         try:
-            code = blockcode.build(
+            code = array_kernel.build(
                 tape,
                 [node.id for node in self._inputs],
                 self._output.id,
@@ -1141,7 +1143,7 @@ class BlockFunction:
                 f"the function of arrays {self._name!r}",
                 self._batch_axes,
             )
-        except blockcode.Unsupported as error:
+        except array_kernel.Unsupported as error:
             if backend == "codegen":
                 raise NotImplementedError(
                     f'backend="codegen": {error}; use backend="auto" or "interpret", which '
@@ -1192,7 +1194,7 @@ class BlockFunction:
         :meth:`grad`), ``"values"`` (:meth:`__call__`), ``"vjp"`` (:meth:`vjp`),
         ``"jvp"`` (:meth:`jvp`) or ``"hvp"`` (:meth:`hvp`, :meth:`hessian`). A question:
         it starts nothing."""
-        if call not in blockcode.MODES:
+        if call not in array_kernel.MODES:
             raise ValueError(f'call must be "grad", "values", "vjp", "jvp" or "hvp", got {call!r}')
         if self._code is None or self._tiers is None:
             return Tier("interpret", self._no_code)
@@ -1241,10 +1243,10 @@ class BlockFunction:
         checked = self._checked(arguments)
         with self._lock:
             if not check and self._generated("values"):
-                status, value, _ = cast("blockcode.BlockCode", self._code).run(
+                status, value, _ = cast("array_kernel.BlockCode", self._code).run(
                     "values", checked, None, self._call_rows(checked)
                 )
-                if status == blockcode.OK:
+                if status == array_kernel.OK:
                     return cast("float | FloatArray", value)
             self._replay(checked, check)  # raises what the generated call refused
             return self._output_value()
@@ -1276,10 +1278,10 @@ class BlockFunction:
         single = self._wrt is not None and self._wrt[1]
         with self._lock:
             if not check and self._generated("grad"):
-                status, value, found = cast("blockcode.BlockCode", self._code).run(
+                status, value, found = cast("array_kernel.BlockCode", self._code).run(
                     "grad", checked, targets, self._call_rows(checked)
                 )
-                if status == blockcode.OK:  # arrays, and floats for scalars
+                if status == array_kernel.OK:  # arrays, and floats for scalars
                     gradients = cast("list[Any]", found)
                     return value, gradients[0] if single else gradients
             value, gradients = self._interpreted_gradients(checked, check)
@@ -1389,7 +1391,7 @@ class BlockFunction:
         with self._lock:
             if self._generated("hvp"):
                 status, _, found = self._generated_along("hvp", checked, along)
-                if status == blockcode.OK:
+                if status == array_kernel.OK:
                     return _by_argument(cast("list[Any]", found), self._wrt_positions()[1])
         _, products = self._swept(checked, lambda ids: self._tape.hvp(self._output, ids, along))
         return _by_argument(products, self._wrt_positions()[1])
@@ -1412,7 +1414,7 @@ class BlockFunction:
         with self._lock:
             if self._generated("jvp"):
                 status, value, found = self._generated_along("jvp", checked, along)
-                if status == blockcode.OK:
+                if status == array_kernel.OK:
                     return value, found
         value, tangent = self._swept(
             checked, lambda ids: self._tape.tangent(self._output, ids, along)
@@ -1442,11 +1444,11 @@ class BlockFunction:
         single = self._wrt_positions()[1]
         with self._lock:
             if self._generated("vjp"):
-                seed = float(u) if not shape else blockcode.kernel_argument(u)
-                status, value, found = cast("blockcode.BlockCode", self._code).run(
+                seed = float(u) if not shape else array_kernel.kernel_argument(u)
+                status, value, found = cast("array_kernel.BlockCode", self._code).run(
                     "vjp", checked, None, rows, seed
                 )
-                if status == blockcode.OK:
+                if status == array_kernel.OK:
                     return value, _by_argument(cast("list[Any]", found), single)
         value, pulled = self._swept(checked, lambda ids: self._tape.vjp(self._output, ids, u))
         return value, _by_argument(pulled, single)
@@ -1494,7 +1496,7 @@ class BlockFunction:
         where that code does not run, or a call was refused or flagged (nothing kept)."""
         m, n = matrix.shape
         mode = "vjp" if m <= n else "jvp"
-        code = cast("blockcode.BlockCode", self._code)
+        code = cast("array_kernel.BlockCode", self._code)
         rows = self._call_rows(checked)
         with self._lock:
             if not self._generated(mode):
@@ -1504,12 +1506,12 @@ class BlockFunction:
                     u = _unit(line, [output])[0]
                     seed = float(u) if not output else u
                     status, _, found = code.run("vjp", checked, None, rows, seed)
-                    if status != blockcode.OK:
+                    if status != array_kernel.OK:
                         return False
                     matrix[line] = np.concatenate([np.reshape(g, -1) for g in found])
                 else:
                     status, _, found = self._generated_along("jvp", checked, _unit(line, shapes))
-                    if status != blockcode.OK:
+                    if status != array_kernel.OK:
                         return False
                     matrix[:, line] = np.reshape(found, -1)
         return True
@@ -1518,9 +1520,9 @@ class BlockFunction:
         self, mode: str, checked: list[Any], directions: Sequence[ArrayLike]
     ) -> tuple[int, Any, Any]:
         """One generated call of ``mode`` (``jvp`` or ``hvp``) along ``directions``, one per
-        ``wrt`` position (checked by the caller): :meth:`blockcode.BlockCode.run`'s result."""
-        moved = [blockcode.kernel_argument(d) for d in directions]
-        return cast("blockcode.BlockCode", self._code).run(
+        ``wrt`` position (checked by the caller): :meth:`array_kernel.BlockCode.run`'s result."""
+        moved = [array_kernel.kernel_argument(d) for d in directions]
+        return cast("array_kernel.BlockCode", self._code).run(
             mode, checked, None, self._call_rows(checked), directions=moved
         )
 
@@ -1534,7 +1536,7 @@ class BlockFunction:
                 return False
             for row in range(rows.shape[0]):
                 status, _, found = self._generated_along("hvp", checked, _unit(row, shapes))
-                if status != blockcode.OK:
+                if status != array_kernel.OK:
                     return False
                 rows[row] = np.concatenate([np.reshape(p, -1) for p in found])
         return True
@@ -1738,7 +1740,7 @@ class BlockFunction:
     # -- pickling and files ----------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         tape = self._tape
-        blocks, params = blockfile.block_state(tape)
+        blocks, params = block_file.block_state(tape)
         positions = None if self._wrt is None else self._wrt[0]
         return {
             "format": _BLOCK_FORMAT,
@@ -1897,7 +1899,7 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     params, labels = meta.get("params"), meta.get("labels", {})
     if not isinstance(params, list) or not isinstance(labels, dict):
         raise ValueError(f"{source}: metadata must hold a params list and a labels object")
-    tape = blockfile.rebuild(state, state, params, labels, source)
+    tape = block_file.rebuild(state, state, params, labels, source)
     n = len(tape)
     inputs = _ids(state["inputs"], n, "inputs", source)
     output = _ids(state["output"], n, "output", source)
@@ -1988,7 +1990,7 @@ def _batch_state(
             raise ValueError(f"{source}: batch argument {p} must have its rows along axis 0")
     # Replay with one row more: every node's shape must follow its axes.
     kept = [tape.value(node.id) for node in function._inputs]
-    before = {node: blockcode.shape_of(tape, node) for node in range(len(tape))}
+    before = {node: array_kernel.shape_of(tape, node) for node in range(len(tape))}
     probe = [batch_axis.with_one_more_row(v) if i in positions else v for i, v in enumerate(kept)]
     function._batch = tuple(positions)
     try:
@@ -1999,7 +2001,7 @@ def _batch_state(
         except (TypeError, ValueError) as error:
             raise ValueError(f"{source}: the batch axes do not fit the program: {error}") from None
         for node, shape in before.items():
-            now = blockcode.shape_of(tape, node)
+            now = array_kernel.shape_of(tape, node)
             if now != batch_axis.shape_at(shape, found.get(node, ()), rows + 1):
                 raise ValueError(
                     f"{source}: node {node} has shape {now} at {rows + 1} rows, not its batch "

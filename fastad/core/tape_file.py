@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad import npz
+from fastad.core.storage import ARITY, INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
 from fastad.kernels import optable
-from fastad.storage import ARITY, INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
+from fastad.util import npz
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, IndexArray, OpcodeArray, StrPath
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
+    from fastad.util.hints import FloatArray, IndexArray, OpcodeArray, StrPath
 
 SAVE_FORMAT = "fastad-tape-1"
 

@@ -41,6 +41,6 @@ ObjectArray: TypeAlias = NDArray[np.object_]
 StrPath: TypeAlias = str | os.PathLike[str]
 
 RuleValue: TypeAlias = Any
-"""An operand value, output, adjoint or tangent of a block rule (``fastad.registry``): an
+"""An operand value, output, adjoint or tangent of a block rule (``fastad.core.block_rules``): an
 array, a float, or None (nothing reached it). Which one depends on the op (and the
 operand's shape), known at run time only, so these are not checked statically."""

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastad.core.storage import ARITY
+from fastad.eager.tape import Tape
 from fastad.kernels import optable
-from fastad.storage import ARITY
-from fastad.tape import Tape
 
 if TYPE_CHECKING:
-    from fastad._typing import IdArray
-    from fastad.node import NodeRef
+    from fastad.eager.node import NodeRef
+    from fastad.util.hints import IdArray
 
 
 @dataclass(frozen=True)

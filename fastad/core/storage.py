@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
 from fastad.kernels import optable, sweeps
+from fastad.util.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
 
 if TYPE_CHECKING:
     from types import FrameType
 
-    from fastad._typing import FloatArray, IndexArray, OpcodeArray, RuleValue
+    from fastad.util.hints import FloatArray, IndexArray, OpcodeArray, RuleValue
 
 OPCODE_DTYPE = np.uint8
 INDEX_DTYPE = np.int32
@@ -91,7 +91,7 @@ class BlockTable:
     """The block side of a tape: array values, block ops and block adjoints.
 
     ``values`` maps a block node's id to its read-only float64 array. Block
-    ops (nodes computed by a registry rule, ``fastad/registry.py``) are
+    ops (nodes computed by a registry rule, ``fastad/core/block_rules.py``) are
     listed in id order with their operand ids (any number: ``in0``/``in1``
     of the tape hold the first two) and their parameters (an axis, a key).
     ``adjoints`` holds the block adjoints of the last backward sweep. A leaf's
@@ -814,7 +814,9 @@ def fresh(array: NDArray[Any]) -> bool:
     return array.base is None or type(array.base).__name__ == "_MemInfo"
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# fastad/ itself (this file is fastad/core/storage.py), with the separator, so that
+# a user's folder named fastad_something is not taken for the package.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _user_location() -> tuple[str, int] | None:

@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numba
 import numpy as np
 
+from fastad.compiled.parallel import threaded_region
 from fastad.kernels import codegen as generator
 from fastad.kernels.jit import JIT_OPTIONS, cache_directory
-from fastad.parallel import threaded_region
-from fastad.progress import progress
+from fastad.util.progress import progress
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from fastad._typing import FloatArray, IdArray
+    from fastad.util.hints import FloatArray, IdArray
 
 Program = generator.Program
 MODES = generator.MODES

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad import rules
-from fastad.kernels import optable
-from fastad.node import (
+from fastad.core import scalar_rules
+from fastad.eager.node import (
     Block,
     Var,
     as_object,
@@ -25,11 +24,12 @@ from fastad.node import (
     record,
     record_unary,
 )
-from fastad.tape import current_tape
+from fastad.eager.tape import current_tape
+from fastad.kernels import optable
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber
-    from fastad.tape import Tape
+    from fastad.eager.tape import Tape
+    from fastad.util.hints import FloatArray, NumericArray, ObjectArray, RealNumber
 
 
 @overload
@@ -222,7 +222,7 @@ def _plain_number_result(name: str, code: int, operands: tuple[Any, ...]) -> flo
             raise TypeError(
                 f"fa.{name} expects a fastad Var or a real number, got {type(x).__name__}{shape}"
             )
-    return rules.value(code, *(float(x) for x in operands))
+    return scalar_rules.value(code, *(float(x) for x in operands))
 
 
 def _arrays_or_blocks(

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fastad.errors import is_int
 from fastad.kernels import optable
+from fastad.util.errors import is_int
 
 if TYPE_CHECKING:
-    from fastad._typing import StrPath
-    from fastad.node import NodeRef
-    from fastad.tape import Tape
+    from fastad.eager.node import NodeRef
+    from fastad.eager.tape import Tape
+    from fastad.util.hints import StrPath
 
 DEFAULT_MAX_NODES = 200
 

@@ -10,7 +10,7 @@ and generated code, following ``backend``:
   and counts its work; past ``HOT_NODE_POINTS`` node-points its generated
   code compiles in a background thread and takes over when ready (a module
   an earlier process cached loads the same way, at the first call). Code of
-  more than its budget (``codegen.BUDGET_ROWS`` rows for functions of scalars,
+  more than its budget (``module_cache.BUDGET_ROWS`` rows for functions of scalars,
   ``blockcode.BUDGET_ROWS`` for functions of arrays) stays interpreted for good. One-off
   uses never wait for a compile.
 
@@ -26,7 +26,7 @@ import threading
 import warnings
 from typing import NamedTuple, Protocol
 
-from fastad import codegen
+from fastad.compiled import module_cache
 
 BACKENDS = ("auto", "interpret", "codegen")
 
@@ -46,12 +46,14 @@ one sooner, by its work), and one called a few times never does."""
 
 
 def _threads_available() -> bool:
-    return codegen.configured_threads() > 1
+    return module_cache.configured_threads() > 1
 
 
 class Code(Protocol):
-    """The generated code a :class:`Tiers` builds: :class:`fastad.codegen.GeneratedCode`
-    for functions of scalars, :class:`fastad.blockcode.BlockCode` for functions of arrays."""
+    """The generated code a :class:`Tiers` builds.
+
+    :class:`fastad.compiled.module_cache.GeneratedCode` for functions of scalars,
+    :class:`fastad.compiled.array_kernel.BlockCode` for functions of arrays."""
 
     @property
     def budget_rows(self) -> int: ...  # ``auto`` builds no code of more rows

@@ -1,7 +1,7 @@
 """The NumPy protocol on nodes: NumPy functions record fastad ops, or say what to use.
 
 ``Var`` and ``Block`` define ``__array_ufunc__`` and ``__array_function__``
-(``fastad/node.py``), which hand over to :func:`ufunc` and :func:`function`
+(``fastad/eager/node.py``), which hand over to :func:`ufunc` and :func:`function`
 here. ``np.sin(block)``, ``array * node``, ``np.sum(block, axis=0)``,
 ``np.concatenate([A, B])``, ``np.where(X > 0, X, 0.0)``... record the
 fastad op, so a NumPy-style model keeps its gradient. What fastad has no op
@@ -11,7 +11,7 @@ times slower, where it works at all), never a plain array that has left
 the tape.
 
 This module sits above the public functions it calls and registers its two
-handlers in ``fastad.node.NUMPY_HANDLERS`` when imported (``fastad``
+handlers in ``fastad.eager.node.NUMPY_HANDLERS`` when imported (``fastad``
 imports it).
 """
 
@@ -23,9 +23,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from fastad import blocks, functions
+from fastad.eager import blocks, functions
+from fastad.eager.node import NUMPY_HANDLERS, Block, Node, Var, matmul
 from fastad.kernels import optable
-from fastad.node import NUMPY_HANDLERS, Block, Node, Var, matmul
 
 
 def _fastad_function(name: str) -> Callable[..., Any]:

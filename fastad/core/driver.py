@@ -8,7 +8,7 @@ rule, in increasing id order (forward, tangent) or decreasing (backward).
 :func:`walk` is that walk; each sweep gives it what to do on a run and at a
 block op. A second-order sweep is one more pair of those, not a fourth copy.
 
-The rules come from the caller (``fastad/registry.py`` provides them): this
+The rules come from the caller (``fastad/core/block_rules.py`` provides them): this
 layer knows how to walk and accumulate, not what any op computes.
 
 Only nodes the root depends on are visited (:func:`plan`),
@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from fastad.core.reach import UNREACHED, Need, any_reached
+from fastad.core.storage import FEW_OPS, as_stored, fresh
 from fastad.kernels import optable, sweeps
-from fastad.reach import UNREACHED, Need, any_reached
-from fastad.storage import FEW_OPS, as_stored, fresh
 
 CONST, INPUT = optable.CONST, optable.INPUT
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from fastad._typing import FloatArray, RuleValue
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
+    from fastad.util.hints import FloatArray, RuleValue
 
 
 class Rule(Protocol):

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad.errors import NonFiniteOrigin
+from fastad.core.reach import reduce_to
 from fastad.kernels import optable, sweeps
-from fastad.reach import reduce_to
+from fastad.util.errors import NonFiniteOrigin
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
+    from fastad.util.hints import FloatArray
 
 
 def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFiniteOrigin | None:

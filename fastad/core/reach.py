@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from fastad.kernels import sweeps
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, RuleValue
+    from fastad.util.hints import FloatArray, RuleValue
 
 UNREACHED = sweeps.UNREACHED
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.errors import NonFiniteError, NonFiniteOrigin
+from fastad.eager.tape import Tape
 from fastad.kernels import sweeps
-from fastad.tape import Tape
+from fastad.util.errors import NonFiniteError, NonFiniteOrigin
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, IdArray
+    from fastad.util.hints import FloatArray, IdArray
 
 ERRORS = ("raise", "mask")
 NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD

@@ -4,7 +4,7 @@
 call (``values``, ``grad``, ``vjp``, ``jvp``, ``hvp``) from a
 :class:`~fastad.kernels.blockgen.BlockProgram`; this module builds that
 program from a traced tape, keeps the modules on disk and loads them
-(:mod:`fastad.codegen`'s cache, the same one functions of scalars use),
+(:mod:`fastad.compiled.module_cache`'s cache, the same one functions of scalars use),
 allocates the kernel's buffers once, and calls it.
 
 A call is one kernel call. The buffers (intermediate values, adjoints,
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from fastad import batch_axis, codegen
+from fastad.compiled import batch_axis, module_cache
+from fastad.core.block_rules import Reduction
 from fastad.kernels import blas, blockgen, optable
-from fastad.registry import Reduction
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray
-    from fastad.storage import TapeStorage
+    from fastad.core.storage import TapeStorage
+    from fastad.util.hints import FloatArray
 
 Unsupported = blockgen.Unsupported
 OK, BAD_LABEL = blockgen.OK, blockgen.BAD_LABEL
@@ -166,7 +166,7 @@ class BlockCode:
         self._arrays: dict[int, FloatArray] = {}  # array constants, by node
         self._sources: dict[str, tuple[str, str]] = {}
         self._parameters: dict[str, list[blockgen.Parameter]] = {}
-        self._modules = codegen.Modules(self._source)
+        self._modules = module_cache.Modules(self._source)
         self._prepared: set[str] = set()
         self._plans: dict[tuple[str, int | None], _Plan] = {}
         self._ranges: dict[str, dict[str, tuple[int, int]]] = {}
@@ -245,7 +245,7 @@ class BlockCode:
         found = self._sources.get(mode)
         if found is None:
             text, self._parameters[mode] = blockgen.module_source(self.program, mode)
-            found = self._sources[mode] = (text, f"fastad_{codegen.module_key(text)}")
+            found = self._sources[mode] = (text, f"fastad_{module_cache.module_key(text)}")
         return found
 
     def _source_at(self, mode: str, rows: int) -> tuple[str, list[blockgen.Parameter]]:
@@ -275,7 +275,7 @@ class BlockCode:
 
     def is_cached(self, mode: str) -> bool:
         """Whether ``mode``'s kernel compiled into the cache before (a load, not a compile)."""
-        return codegen.is_compiled(*self._source(mode))
+        return module_cache.is_compiled(*self._source(mode))
 
     def _live_ranges(self, mode: str) -> dict[str, tuple[int, int]]:
         """Per buffer name, the first and last statement of ``mode``'s kernel using it."""
@@ -385,7 +385,7 @@ class BlockCode:
     def prepare(self, mode: str, parallel: bool = False, report: bool = True) -> None:
         """Compile (or load from the cache) ``mode``'s kernel for float64 arguments.
 
-        ``parallel`` is accepted for :class:`fastad.tiers.Tiers` and ignored:
+        ``parallel`` is accepted for :class:`fastad.compiled.tiers.Tiers` and ignored:
         a function of arrays runs on the calling thread (its BLAS may use
         threads of its own).
         """
@@ -407,15 +407,15 @@ class BlockCode:
                 examples.append(self._arrays[parameter.node])
             else:
                 examples.append(np.empty((0,) * max(1, len(parameter.shape))))
-        if codegen.uncompiled(kernel):
+        if module_cache.uncompiled(kernel):
             rows = self.rows(mode)
-            codegen.compile_kernels(
+            module_cache.compile_kernels(
                 [(kernel, tuple(examples))],
                 lambda names: f"compiling generated code for {self._title} ({mode}, {rows} rows)",
                 self.expected_seconds(rows),
                 report,
             )
-            codegen.mark_compiled(self._source(mode)[1])
+            module_cache.mark_compiled(self._source(mode)[1])
         self._prepared.add(mode)
 
     def _output_copy(self, arguments: Sequence[Any]) -> FloatArray:

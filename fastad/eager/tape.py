@@ -1,11 +1,11 @@
 """The tape users hold: recording scope, handles, gradients, printing and files.
 
 ``Tape`` is the public face of a recording. Its layers live below it:
-``fastad/storage.py`` keeps the arrays (a ``Tape`` is a ``TapeStorage``),
-``fastad/sweep.py`` walks them with the block rules of
-``fastad/registry.py``, ``fastad/node.py`` makes the handles,
-``fastad/diagnose.py`` finds where a ``nan`` was made, ``fastad/draw.py``
-prints and draws, ``fastad/tapefile.py`` validates arrays and files. Each
+``fastad/core/storage.py`` keeps the arrays (a ``Tape`` is a ``TapeStorage``),
+``fastad/core/driver.py`` walks them with the block rules of
+``fastad/core/block_rules.py``, ``fastad/eager/node.py`` makes the handles,
+``fastad/core/diagnose.py`` finds where a ``nan`` was made, ``fastad/core/draw.py``
+prints and draws, ``fastad/core/tape_file.py`` validates arrays and files. Each
 method here checks its arguments and hands over.
 
 Which tape records: the innermost ``with fa.Tape():`` block of the current
@@ -23,21 +23,22 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad import diagnose, draw, npz, registry, sweep, tapefile
-from fastad.errors import NonFiniteError, NonFiniteOrigin, flag, is_int, not_real
+from fastad.core import block_rules, diagnose, draw, driver, tape_file
+from fastad.core.storage import VALUE_DTYPE, TapeStorage, as_stored
+from fastad.eager.node import Block, Node, Var, check_live, is_number
 from fastad.kernels import optable, sweeps
-from fastad.node import Block, Node, Var, check_live, is_number
-from fastad.storage import VALUE_DTYPE, TapeStorage, as_stored
+from fastad.util import npz
+from fastad.util.errors import NonFiniteError, NonFiniteOrigin, flag, is_int, not_real
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, NumericArray, RealNumber, StrPath
-    from fastad.node import NodeRef
+    from fastad.eager.node import NodeRef
+    from fastad.util.hints import FloatArray, NumericArray, RealNumber, StrPath
 
 # Adjoint and tangent buffers start at UNREACHED (-0.0), the sweeps' mark of
 # a node no contribution reached (see kernels/sweeps.py); every result handed
 # out has 0.0 added, which turns it into an ordinary +0.0.
 UNREACHED = sweeps.UNREACHED
-SAVE_FORMAT = tapefile.SAVE_FORMAT
+SAVE_FORMAT = tape_file.SAVE_FORMAT
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -271,7 +272,7 @@ class Tape(TapeStorage):
     @_holding_lock
     def forward(self) -> None:
         """Recompute every node value from the current leaf and constant values."""
-        sweep.replay(self, registry.rule)
+        driver.replay(self, block_rules.rule)
 
     @_holding_lock
     def zero_grad(self) -> None:
@@ -297,15 +298,15 @@ class Tape(TapeStorage):
                 raise NonFiniteError(origin)
         grad = self._columns()[4]
         block_adjoints: dict[int, FloatArray] = {}
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         lowest, stop = visits[1], node + 1  # the sweep touches adjoints[lowest:stop] only
         if accumulate:
             adjoints = np.empty(stop)
             adjoints[lowest:] = UNREACHED
-            found = sweep.backward(
-                self, registry.rule, node, adjoints, block_adjoints, check, visits
+            found = driver.backward(
+                self, block_rules.rule, node, adjoints, block_adjoints, check, visits
             )
-            with sweep.ieee():  # inf + -inf is nan, silently, as within the sweep
+            with driver.ieee():  # inf + -inf is nan, silently, as within the sweep
                 grad[lowest:stop] += adjoints[lowest:]
                 self._widen_adjoints(lowest, stop)
                 for i, gradient in block_adjoints.items():
@@ -316,8 +317,8 @@ class Tape(TapeStorage):
             grad[lowest:stop] = UNREACHED
             self._widen_adjoints(lowest, stop)
             try:
-                found = sweep.backward(
-                    self, registry.rule, node, grad, block_adjoints, check, visits
+                found = driver.backward(
+                    self, block_rules.rule, node, grad, block_adjoints, check, visits
                 )
             except BaseException:
                 self.zero_grad()  # never half a sweep beside the last one's block adjoints
@@ -353,14 +354,16 @@ class Tape(TapeStorage):
         self.refuse_while_tracing("fa.grad")
         node = self._scalar_root(root, "a gradient")
         ids = self._wrt_ids(wrt)
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
         adjoints[visits[1] : node + 1] = UNREACHED
         block_adjoints: dict[int, FloatArray] = {}
         # With block ops on the way, compute no more than the gradient needs:
         # no contribution to what none of `wrt` feeds (a layer's data X).
         needed = self.descendants(ids, visits[1], node) if visits[0] else None
-        sweep.backward(self, registry.rule, node, adjoints, block_adjoints, False, visits, needed)
+        driver.backward(
+            self, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed
+        )
         if not any(self.block_value(i) is not None for i in ids):
             return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
         return [self._result(i, adjoints, block_adjoints) for i in ids]
@@ -388,7 +391,7 @@ class Tape(TapeStorage):
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
         if not np.isfinite(u).all():
             raise ValueError("the cotangent must be finite")
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         adjoints = np.zeros(len(self))
         adjoints[visits[1] : node + 1] = UNREACHED
         block_adjoints: dict[int, FloatArray] = {}
@@ -396,8 +399,8 @@ class Tape(TapeStorage):
         if block is not None:
             block_adjoints[node] = np.where(u == 0.0, UNREACHED, u)
         needed = self.descendants(ids, visits[1], node) if visits[0] else None
-        sweep.backward(
-            self, registry.rule, node, adjoints, block_adjoints, False, visits, needed, seed
+        driver.backward(
+            self, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed, seed
         )
         return [self._result(i, adjoints, block_adjoints) for i in ids]
 
@@ -430,12 +433,14 @@ class Tape(TapeStorage):
         self.refuse_while_tracing("fa.jvp")
         node = self.node_id(root, "output")
         ids = self._wrt_ids(wrt)
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         tangents, block_tangents, seeded = self._seed_tangents(node, ids, direction, visits)
-        return sweep.tangent(self, registry.rule, node, tangents, block_tangents, seeded, visits)
+        return driver.tangent(
+            self, block_rules.rule, node, tangents, block_tangents, seeded, visits
+        )
 
     def _seed_tangents(
-        self, root: int, ids: list[int], direction: Iterable[ArrayLike], visits: sweep.Plan
+        self, root: int, ids: list[int], direction: Iterable[ArrayLike], visits: driver.Plan
     ) -> tuple[FloatArray, dict[int, FloatArray], NDArray[np.bool_]]:
         """The buffers of a tangent sweep from ``root``, seeded along ``direction`` at ``ids``."""
         tangents = np.zeros(root + 1)  # only [lowest, root] is swept and read
@@ -474,7 +479,7 @@ class Tape(TapeStorage):
         self.refuse_while_tracing("fa.hvp")
         node = self._scalar_root(root, "a Hessian-vector product")
         ids = self._wrt_ids(wrt)
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         first, needed = self._second_order_adjoints(node, ids, visits, "fa.hvp")
         second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
         if not any(self.block_value(i) is not None for i in ids):
@@ -499,7 +504,7 @@ class Tape(TapeStorage):
                     f"fa.hessian takes scalar nodes; node {i} is a block of shape "
                     f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
                 )
-        visits = sweep.plan(self, node)
+        visits = driver.plan(self, node)
         first, needed = self._second_order_adjoints(node, ids, visits, "fa.hessian")
         nodes = np.asarray(ids, dtype=np.intp)
         rows = np.empty((len(ids), len(ids)))
@@ -509,7 +514,7 @@ class Tape(TapeStorage):
         return rows
 
     def _second_order_adjoints(
-        self, root: int, ids: list[int], visits: sweep.Plan, what: str
+        self, root: int, ids: list[int], visits: driver.Plan, what: str
     ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
         """The backward sweep a second-order pass differentiates, and what it needs.
 
@@ -541,7 +546,9 @@ class Tape(TapeStorage):
         adjoints = np.zeros(len(self))
         adjoints[visits[1] : root + 1] = UNREACHED
         block_adjoints: dict[int, FloatArray] = {}
-        sweep.backward(self, registry.rule, root, adjoints, block_adjoints, False, visits, needed)
+        driver.backward(
+            self, block_rules.rule, root, adjoints, block_adjoints, False, visits, needed
+        )
         return (adjoints, block_adjoints), needed
 
     def _reaches(self, source: int, node: int) -> bool:
@@ -553,19 +560,19 @@ class Tape(TapeStorage):
         root: int,
         ids: list[int],
         direction: Iterable[ArrayLike],
-        visits: sweep.Plan,
+        visits: driver.Plan,
         first: tuple[FloatArray, dict[int, FloatArray]],
         needed: NDArray[np.bool_] | None,
     ) -> tuple[FloatArray, dict[int, FloatArray]]:
         """A tangent sweep along ``direction``, then the tangent of the backward sweep."""
         tangents, block_tangents, seeded = self._seed_tangents(root, ids, direction, visits)
-        sweep.tangent(self, registry.rule, root, tangents, block_tangents, seeded, visits)
+        driver.tangent(self, block_rules.rule, root, tangents, block_tangents, seeded, visits)
         second = np.zeros(len(self))
         second[visits[1] : root + 1] = UNREACHED
         block_second: dict[int, FloatArray] = {}
-        sweep.second_backward(
+        driver.second_backward(
             self,
-            registry.rule,
+            block_rules.rule,
             root,
             first,
             (tangents, block_tangents),
@@ -679,7 +686,7 @@ class Tape(TapeStorage):
         return draw.table(self, grad, start, stop, max_rows, around, context)
 
     def to_dot(self, root: NodeRef | None = None, max_nodes: int = 200, grad: bool = True) -> str:
-        """Graphviz DOT source of the tape; see :func:`fastad.draw.to_dot`."""
+        """Graphviz DOT source of the tape; see :func:`fastad.core.draw.to_dot`."""
         return draw.to_dot(self, root, max_nodes, grad)
 
     def render(
@@ -689,7 +696,7 @@ class Tape(TapeStorage):
         max_nodes: int = 200,
         grad: bool = True,
     ) -> pathlib.Path:
-        """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.draw.render`."""
+        """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.core.draw.render`."""
         return draw.render(self, path, root, max_nodes, grad)
 
     # -- building from arrays, saving, loading ---------------------------------
@@ -712,22 +719,22 @@ class Tape(TapeStorage):
         naming the first offending node: the compiled kernels do no bounds
         checks, so this is what keeps bad data from crashing them.
         """
-        arrays = tapefile.validated_arrays(opcode, in0, in1, val)
+        arrays = tape_file.validated_arrays(opcode, in0, in1, val)
         tape = cls(capacity=max(arrays[0].size, 1))
         tape._fill(*arrays)
-        for node, label in tapefile.validated_labels(tape, labels).items():
+        for node, label in tape_file.validated_labels(tape, labels).items():
             tape.set_label(node, label)
         tape.forward()
         return tape
 
     def save(self, path: StrPath) -> None:
         """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
-        tapefile.write(self, npz.file_path(path, "Tape.save"))
+        tape_file.write(self, npz.file_path(path, "Tape.save"))
 
     @classmethod
     def load(cls, path: StrPath) -> Tape:
         """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
-        arrays, labels = tapefile.read(npz.file_path(path, "Tape.load"))
+        arrays, labels = tape_file.read(npz.file_path(path, "Tape.load"))
         try:
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:

@@ -4,10 +4,10 @@ A :class:`Replay` holds one traced program in the two forms the replay
 tiers take: the packed program of the lanes interpreter
 (``sweeps.sweep_block``: one opcode dispatch per node serves a row of
 points) and, made on demand, the straight-line kernels of
-:mod:`fastad.codegen` (one module per mode). Both give the same bits (a
+:mod:`fastad.compiled.module_cache` (one module per mode). Both give the same bits (a
 nan's sign and payload aside); the tier only changes the time.
 
-``backend`` chooses (``fastad.tiers``): ``"interpret"``, ``"codegen"``, or
+``backend`` chooses (``fastad.compiled.tiers``): ``"interpret"``, ``"codegen"``, or
 ``"auto"``, the interpreter first and generated code once a kind of call is
 hot.
 
@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad import codegen
+from fastad.compiled import module_cache
+from fastad.compiled.parallel import threaded_region, threads_allowed
+from fastad.compiled.tiers import Tier, Tiers
+from fastad.core.storage import ARITY
 from fastad.kernels import codegen as generator
 from fastad.kernels import sweeps
-from fastad.parallel import threaded_region, threads_allowed
-from fastad.progress import progress
-from fastad.storage import ARITY
-from fastad.tiers import Tier, Tiers
+from fastad.util.progress import progress
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, IdArray, IndexArray
-    from fastad.tape import Tape
+    from fastad.eager.tape import Tape
+    from fastad.util.hints import FloatArray, IdArray, IndexArray
 
 VALUES, VJP, JVP, GRAD = sweeps.VALUES, sweeps.VJP, sweeps.JVP, sweeps.GRAD
 JACOBIAN_REV, JACOBIAN_FWD = sweeps.JACOBIAN_REV, sweeps.JACOBIAN_FWD
@@ -68,7 +68,7 @@ PARALLEL_MIN_POINTS = 4096
 
 def _first_use(kernel: Any) -> AbstractContextManager[None]:
     """Progress on stderr if ``kernel``'s first call may compile it (a cold Numba cache)."""
-    if not codegen.uncompiled(kernel):
+    if not module_cache.uncompiled(kernel):
         return contextlib.nullcontext()
     return progress(
         "compiling fastad's interpreter kernels (once per machine and version: later "
@@ -146,8 +146,8 @@ class Replay:
             count: lane_count(n, count) for count in (sweeps.PLANES, sweeps.SECOND_PLANES)
         }
         self._local = threading.local()
-        self._generated = codegen.GeneratedCode(
-            codegen.Program(
+        self._generated = module_cache.GeneratedCode(
+            module_cache.Program(
                 tape.opcode.copy(),
                 tape.in0.copy(),
                 tape.in1.copy(),

@@ -2,7 +2,7 @@
 
 A compiled function of arrays (``fastad.BlockFunction``) pickles and saves
 its traced tape. Scalar rows are the tape's arrays, as for scalar tapes
-(``fastad/tapefile.py``); the block side is four more groups of arrays:
+(``fastad/core/tape_file.py``); the block side is four more groups of arrays:
 
 - the values of block leaves and constants: ``block_nodes``, their
   ``block_ndim`` and ``block_dims`` (the shapes, flattened) and
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad import registry, tapefile
+from fastad.core import block_rules, tape_file
+from fastad.core.storage import as_stored
+from fastad.eager.tape import Tape
 from fastad.kernels import optable
-from fastad.memory import available_memory
-from fastad.storage import as_stored
-from fastad.tape import Tape
+from fastad.util.memory import available_memory
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray
+    from fastad.util.hints import FloatArray
 
 _LEAVES = (optable.INPUT, optable.CONST)
 
@@ -48,7 +48,7 @@ def encode_param(param: Any) -> Any:
         return {"bool": param}
     if isinstance(param, str):
         return {"str": param}
-    if isinstance(param, registry.Reduction):
+    if isinstance(param, block_rules.Reduction):
         return {"reduction": [encode_param(param.axes), param.keepdims]}
     if isinstance(param, tuple):
         return {"tuple": [encode_param(part) for part in param]}
@@ -60,7 +60,7 @@ def encode_param(param: Any) -> Any:
         return {"array": param.ravel().tolist(), "dtype": param.dtype.str, "shape": param.shape}
     raise TypeError(
         f"cannot save a block op parameter of type {type(param).__name__} ({param!r}); "
-        "fastad.blockfile.encode_param knows None, ints, strings, reductions, tuples, "
+        "fastad.eager.block_file.encode_param knows None, ints, strings, reductions, tuples, "
         "slices, Ellipsis and integer or boolean arrays"
     )
 
@@ -83,7 +83,7 @@ def decode_param(data: Any, where: str) -> Any:
             isinstance(axes, tuple) and all(isinstance(axis, int) for axis in axes)
         ):
             raise ValueError(f"{where}: reduction axes must be None or a tuple of ints")
-        return registry.Reduction(axes, bool(value[1]))
+        return block_rules.Reduction(axes, bool(value[1]))
     if tag == "tuple" and isinstance(value, list):
         return tuple(decode_param(part, where) for part in value)
     if tag == "slice" and isinstance(value, list) and len(value) == 3:
@@ -156,7 +156,7 @@ def rebuild(
     block_rows = np.zeros(n, np.bool_)
     block_rows[[*leaves, *ops]] = True
     try:
-        _, in0, in1, values = tapefile.validated_arrays(
+        _, in0, in1, values = tape_file.validated_arrays(
             np.where(block_rows, optable.INPUT, opcode),
             np.where(block_rows, -1, scalar["in0"]),
             np.where(block_rows, -1, scalar["in1"]),
@@ -192,7 +192,7 @@ def rebuild(
                 raise ValueError(f"{where}: a scalar op with an array operand")
             shapes.append(())
     try:
-        for node, label in tapefile.validated_labels(tape, dict(labels)).items():
+        for node, label in tape_file.validated_labels(tape, dict(labels)).items():
             tape.set_label(node, label)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{source}: {error}") from None
@@ -278,7 +278,7 @@ def _op_shape(
             f"gives {len(operands)}"
         )
     try:
-        rule = registry.rule(code)
+        rule = block_rules.rule(code)
         shape = tuple(rule.shape(tuple(shapes[j] for j in operands), param))
     except (ValueError, TypeError, IndexError, NotImplementedError) as error:
         raise ValueError(f"{where}: {error}") from None

@@ -7,9 +7,9 @@ one node on the tape and computes its value at once, micrograd style; there
 is no separate graph-building step.
 
 Scalar nodes record through :func:`record` / :func:`record_unary` (the
-eager rules of ``fastad/rules.py``); block nodes through
+eager rules of ``fastad/core/scalar_rules.py``); block nodes through
 :func:`record_block`, which takes the op's shape rule and forward from the
-registry (``fastad/registry.py``), the same forward a replay runs. The two
+registry (``fastad/core/block_rules.py``), the same forward a replay runs. The two
 handle classes live in one module because each makes the other: a ``Var``
 meeting an array gives a ``Block``, a ``Block``'s sum is a ``Var``.
 """
@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, TypeGuard, 
 
 import numpy as np
 
-from fastad import registry, rules
-from fastad.errors import StaleNodeError, TraceError
+from fastad.core import block_rules, scalar_rules
+from fastad.core.storage import as_stored
+from fastad.eager.operators import Operators, is_number
 from fastad.kernels import optable
-from fastad.operators import Operators, is_number
-from fastad.storage import as_stored
+from fastad.util.errors import StaleNodeError, TraceError
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, NumericArray, ObjectArray, RealNumber, RuleValue
-    from fastad.tape import Tape
+    from fastad.eager.tape import Tape
+    from fastad.util.hints import FloatArray, NumericArray, ObjectArray, RealNumber, RuleValue
 
     NodeRef: TypeAlias = "Node | int | np.integer[Any]"
     """A node handle or a node id, where the tape takes either (``Tape.node_id``)."""
@@ -49,7 +49,8 @@ MAX, MIN, PROD = _BLOCK["max"].code, _BLOCK["min"].code, _BLOCK["prod"].code
 
 
 NUMPY_HANDLERS: dict[str, Callable[..., Any]] = {}
-"""``"ufunc"`` and ``"function"``: the NumPy protocol's handlers (``fastad/numpy_protocol.py``)."""
+"""``"ufunc"`` and ``"function"``: the NumPy protocol's handlers
+(``fastad/eager/numpy_protocol.py``)."""
 
 
 def check_live(node: Node) -> None:
@@ -73,7 +74,7 @@ class Node:
     # The NumPy protocol: `np.sin(node)`, `array * node`, `np.sum(block)`
     # record fastad ops instead of building object arrays of nodes behind
     # our back; what fastad has no op for raises a TypeError naming what to
-    # use. The handlers live in fastad/numpy_protocol.py, above the public
+    # use. The handlers live in fastad/eager/numpy_protocol.py, above the public
     # functions they call, and register themselves in NUMPY_HANDLERS.
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         return NUMPY_HANDLERS["ufunc"](ufunc, method, inputs, kwargs)
@@ -118,8 +119,8 @@ class Node:
 
 # -- scalar nodes ------------------------------------------------------------------------------
 # Only ops with operands record through here, and each has an eager rule.
-_eager = cast("Sequence[Callable[[float, float], float]]", rules.EAGER)
-_ieee_value = rules.ieee_value
+_eager = cast("Sequence[Callable[[float, float], float]]", scalar_rules.EAGER)
+_ieee_value = scalar_rules.ieee_value
 
 
 def record_unary(code: int, x: Var) -> Var:
@@ -449,7 +450,7 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
             value = block_values[node_id]
             values.append(value)
             shapes.append(value.shape)
-    entry = registry.rule(code)
+    entry = block_rules.rule(code)
     operands = tuple(values)
     shape = entry.shape(tuple(shapes), params)
     result = entry.forward(operands, params)
@@ -491,7 +492,7 @@ def record_block_on(
 
 def compute_block(code: int, operands: tuple[Any, ...], params: object = None) -> Any:
     """What op ``code`` gives on plain arrays and numbers: the same rule, nothing recorded."""
-    entry = registry.rule(code)
+    entry = block_rules.rule(code)
     values = tuple(
         float(x) if np.ndim(x) == 0 else np.ascontiguousarray(x, dtype=np.float64) for x in operands
     )
@@ -839,7 +840,7 @@ _MAXIMUM, _MINIMUM = optable.BY_NAME["maximum"].code, optable.BY_NAME["minimum"]
 
 def reduction(
     shape: tuple[int, ...], axis: object, keepdims: object, owner: object
-) -> registry.Reduction:
+) -> block_rules.Reduction:
     """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
     as the registry's reductions take them (``owner`` names the operand in errors)."""
     if not isinstance(keepdims, (bool, np.bool_)) and not (
@@ -847,12 +848,12 @@ def reduction(
     ):
         raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
     if axis is None:
-        return registry.Reduction(None, bool(keepdims))
+        return block_rules.Reduction(None, bool(keepdims))
     axes = axis if isinstance(axis, tuple) else (axis,)
     normalised = tuple(sorted(normal_axis(shape, a, owner) for a in axes))
     if len(set(normalised)) != len(normalised):
         raise ValueError(f"axis {axis!r} names an axis twice (for {owner!r})")
-    return registry.Reduction(normalised, bool(keepdims))
+    return block_rules.Reduction(normalised, bool(keepdims))
 
 
 def normal_axis(shape: tuple[int, ...], axis: object, owner: object) -> int:

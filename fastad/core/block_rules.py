@@ -13,11 +13,11 @@ other op has a class of its own below. :func:`rule` is the lookup the sweep
 driver uses; an opcode without an entry raises ``NotImplementedError``
 naming it, never a silent zero gradient.
 
-Rules keep strong zeros (``fastad/reach.py``): an adjoint or tangent
+Rules keep strong zeros (``fastad/core/reach.py``): an adjoint or tangent
 element nothing reached is ``UNREACHED`` (-0.0) and sends nothing.
 
 Adding a block op: its ``BlockOp`` row in ``kernels/optable.py``, a class
-here registered in ``RULES``, a recording function (``fastad/blocks.py`` or
+here registered in ``RULES``, a recording function (``fastad/eager/blocks.py`` or
 a ``Block`` method) and a row in ``tests/test_registry.py``'s table.
 """
 
@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from fastad.kernels import fused, optable, sweeps
-from fastad.reach import (
+from fastad.core.reach import (
     UNREACHED,
     Need,
     contributions,
@@ -37,9 +36,10 @@ from fastad.reach import (
     reach_sum,
     unbroadcast,
 )
+from fastad.kernels import fused, optable, sweeps
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, RuleValue
+    from fastad.util.hints import FloatArray, RuleValue
 
 Shape = tuple[int, ...]
 Values = tuple[Any, ...]
@@ -1097,6 +1097,6 @@ def rule(code: int) -> BlockRule:
         name = op.name if op is not None else "unknown"
         raise NotImplementedError(
             f"no block rule for the op {name!r} (opcode {code}): add its entry to "
-            "fastad/registry.py's RULES"
+            "fastad/core/block_rules.py's RULES"
         )
     return entry

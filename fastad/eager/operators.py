@@ -23,8 +23,8 @@ import numpy as np
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
-    from fastad._typing import NumericArray, RealNumber
-    from fastad.node import Block, Var
+    from fastad.eager.node import Block, Var
+    from fastad.util.hints import NumericArray, RealNumber
 
 S = TypeVar("S")
 A = TypeVar("A")

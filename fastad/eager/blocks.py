@@ -5,17 +5,17 @@ the ordering invariant and the sweep order are unchanged; its array value
 lives beside the hot arrays (the tape's block table). The backward sweep
 walks the tape in decreasing id order, running the compiled scalar sweep
 over each run of scalar nodes and, at each block node, that node's rule
-from the block-op registry (``fastad/registry.py``: elementwise rules are
+from the block-op registry (``fastad/core/block_rules.py``: elementwise rules are
 the scalar op table's rules applied per element by compiled kernels; matrix
 products go to BLAS; fused ops to ``kernels/fused.py``). No Jacobian is
 ever formed: every rule is a vector-Jacobian product.
 
 Broadcasting follows NumPy (right-aligned, size-1 axes expand) and every
-rule hands its gradients to ``fastad.reach.unbroadcast``, which sums them
+rule hands its gradients to ``fastad.core.reach.unbroadcast``, which sums them
 back to the operand's own shape.
 
 This module is the public face of blocks: the ``Block`` handle (defined with
-``Var`` in ``fastad/node.py``), the fused layers and loss, and
+``Var`` in ``fastad/eager/node.py``), the fused layers and loss, and
 :func:`scalar_nodes`, the third way to record the same computation.
 """
 
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.kernels import optable
-from fastad.node import (
+from fastad.eager.node import (
     Block,
     Node,
     Var,
@@ -40,12 +39,13 @@ from fastad.node import (
     reduction,
     tape_of,
 )
-from fastad.tape import current_tape
+from fastad.eager.tape import current_tape
+from fastad.kernels import optable
 
 if TYPE_CHECKING:
-    from fastad._typing import FloatArray, ObjectArray
-    from fastad.node import Axes
-    from fastad.tape import Tape
+    from fastad.eager.node import Axes
+    from fastad.eager.tape import Tape
+    from fastad.util.hints import FloatArray, ObjectArray
 
     ArrayInput: TypeAlias = "Block | ArrayLike"
     """An operand of the fused ops: a block node or array data."""

@@ -1,0 +1,2 @@
+"""The compiled tier: tracing, functions of scalars and of arrays, their files, replay,
+tiers, generated modules, the threading layer and batch errors."""
