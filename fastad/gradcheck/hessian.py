@@ -1,0 +1,145 @@
+"""``fa.hesscheck``: the gradient check one order up, plus the Hessian's own tests.
+
+The checked function is ``f.grad``, its Jacobian ``f.hessian``, and its JVP and
+VJP both ``f.hvp`` (the dot-product test is then ``<u, H v> == <H u, v>``);
+further tests: the Hessian is symmetric, and ``f.hvp(x, v) == f.hessian(x) @ v``
+along a random ``v``. Messages say "hesscheck".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fastad.compiled import CompiledFunction
+from fastad.gradcheck.checks import check_options, run_check
+from fastad.gradcheck.layout import Layout
+from fastad.gradcheck.problems import Problem, compiled_point, require_finite
+
+if TYPE_CHECKING:
+    from fastad.gradcheck.result import GradcheckResult
+    from fastad.util.hints import FloatArray
+
+
+def hesscheck(
+    function: CompiledFunction,
+    x: ArrayLike,
+    *,
+    mode: Literal["full", "fast"] = "full",
+    eps: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    richardson: bool = False,
+    n_directions: int = 4,
+    seed: int = 0,
+    raise_exception: bool = True,
+) -> Literal[True] | GradcheckResult:
+    """Check a compiled function's Hessian against central differences of its gradient.
+
+    :func:`fastad.gradcheck` applied one order up: the "function" is ``f.grad`` and
+    its "Jacobian" ``f.hessian`` (element ``(i, j)`` is ``d2 f / dx_i
+    dx_j``, reported as "input j of output i"), with the same steps,
+    tolerances, kink handling, fast mode and worst-element report. Two more
+    tests: the Hessian must be symmetric (``|H[i, j] - H[j, i]| <= atol +
+    rtol * |H[i, j]|``), and ``f.hvp`` must agree with it: ``f.hvp(x, v) ==
+    f.hessian(x) @ v`` to rounding along a random ``v``, and ``<u, H v> ==
+    <H u, v>`` (the dot-product test). ``function`` is ``fa.compile(fn)`` with a scalar
+    output; ``x`` one point of shape ``(k,)``. Options and the result are
+    :func:`fastad.gradcheck`'s.
+
+    >>> import numpy as np, fastad as fa
+    >>> f = fa.compile(lambda x, y: fa.sin(x) * y**2.0)
+    >>> fa.hesscheck(f, np.array([0.3, 2.0]))
+    True
+    """
+    check_options(mode, eps, rtol, atol, n_directions, seed)
+    if not isinstance(function, CompiledFunction):
+        raise TypeError(
+            f"hesscheck checks a compiled function of scalars, fa.compile(fn); got "
+            f"{type(function).__name__}"
+        )
+    problem = hessian_problem(function, x)
+    return run_check(
+        problem, mode, eps, rtol, atol, richardson, n_directions, seed, raise_exception
+    )
+
+
+def hessian_problem(function: CompiledFunction, x: object) -> Problem:
+    """The gradient as the function, the Hessian as its Jacobian, ``hvp`` both ways."""
+    point = compiled_point(function, x)
+    dtype, point = point.dtype, point.astype(np.float64)
+    first = np.asarray(function(point), dtype=np.float64)
+    if first.ndim != 0:
+        raise ValueError(
+            f"hesscheck needs a scalar output; this function returns shape {first.shape}"
+        )
+    require_finite(first, "f(x)", "output", "hesscheck")
+    k = function.num_inputs
+    require_finite(np.asarray(function.grad(point)), "the gradient", "element", "hesscheck")
+
+    def products(z: FloatArray, v: FloatArray) -> FloatArray:
+        return function.hvp(z, v)
+
+    return Problem(
+        point,
+        dtype,
+        Layout([(k,)], (k,), arguments=False),
+        value=lambda z: np.asarray(function.grad(z), dtype=np.float64).reshape(-1),
+        jacobian=lambda z: np.asarray(function.hessian(z), dtype=np.float64).reshape(k, k),
+        vjp=products,
+        jvp=products,
+        check="hesscheck",
+        further_tests=hessian_tests,
+    )
+
+
+def hessian_tests(
+    problem: Problem, result: GradcheckResult, rtol: float, atol: float, seed: int
+) -> GradcheckResult:
+    """The Hessian's symmetry, then ``f.hvp`` against ``f.hessian``, on one Hessian."""
+    hessian = problem.jacobian(problem.point)  # once, for both tests
+    result = symmetry_test(hessian, result, rtol, atol)
+    return products_test(problem, hessian, result, seed, atol)
+
+
+def symmetry_test(
+    hessian: FloatArray, result: GradcheckResult, rtol: float, atol: float
+) -> GradcheckResult:
+    """Fail the result, naming the worst pair, where ``H[i, j]`` and ``H[j, i]`` differ."""
+    gap = np.abs(hessian - hessian.T)
+    tolerance = atol + rtol * np.maximum(np.abs(hessian), np.abs(hessian.T))
+    bad = ~(gap <= tolerance)  # nan counts as bad
+    if bad.any():
+        i, j = np.unravel_index(int(np.argmax(np.where(bad, gap - tolerance, -np.inf))), bad.shape)
+        result.passed = False
+        note = (
+            f"the Hessian is not symmetric: H[{i}, {j}] = {float(hessian[i, j])!r} but "
+            f"H[{j}, {i}] = {float(hessian[j, i])!r} ({int(bad.sum()) // 2 or 1} pair(s) differ)"
+        )
+        result.message = note if "passed" in result.message else result.message + "; " + note
+    return result
+
+
+def products_test(
+    problem: Problem, hessian: FloatArray, result: GradcheckResult, seed: int, atol: float
+) -> GradcheckResult:
+    """Fail the result where ``f.hvp(x, v)`` is not ``f.hessian(x) @ v`` to rounding."""
+    assert problem.jvp is not None  # a Hessian problem has its hvp
+    z = problem.point
+    v = np.random.default_rng(seed + 2).standard_normal(z.size)
+    product = np.asarray(problem.jvp(z, v), dtype=np.float64).reshape(-1)
+    expected = hessian @ v
+    # The same products summed in another order; a wrong kernel is off by O(1).
+    tolerance = 1024 * np.finfo(float).eps * (np.abs(hessian) @ np.abs(v)) + atol * np.abs(v).sum()
+    bad = ~(np.abs(product - expected) <= tolerance)
+    if bad.any():
+        i = int(np.argmax(np.where(bad, np.abs(product - expected) - tolerance, -np.inf)))
+        result.passed = False
+        note = (
+            f"f.hvp disagrees with f.hessian: along a random v, (H v)[{i}] = "
+            f"{float(product[i])!r} but (f.hessian(x) @ v)[{i}] = {float(expected[i])!r}"
+        )
+        result.message = note if "passed" in result.message else result.message + "; " + note
+    return result
