@@ -40,7 +40,7 @@ BATCH_SIZES = (
     (10**6,) if os.environ.get("FASTAD_BENCH_QUICK") == "1" else (10**3, 10**4, 10**5, 10**6)
 )
 SEED = 0
-# The one-point example (fastad/demo.py).
+# The one-point example (fastad/demo/models.py).
 ONE_POINT = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 # fastad and NumPy round differently (fastad's sigmoid is e/(1 + e) for
 # z < 0; the products are grouped differently), and d = s - y cancels where

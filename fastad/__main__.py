@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "demo":
-        # Each check carries its own tolerance (see the top of fastad/demo.py).
+        # Each check carries its own tolerance (see fastad/demo/checks.py).
         passed, final_line = demo.verdict(demo.main(draw_dir=args.draw))
         print(final_line)
         if not passed:
