@@ -19,6 +19,7 @@ except ModuleNotFoundError as _error:
 
 import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
 from fastad.compiled.function import BlockFunction, CompiledFunction, compile, load
+from fastad.derivative_checks import GradcheckError, GradcheckResult, gradcheck, hesscheck
 from fastad.eager.blocks import (
     Block,
     concatenate,
@@ -67,7 +68,6 @@ from fastad.eager.functions import (
 from fastad.eager.node import Var
 from fastad.eager.optimize import OptimizationReport, optimize
 from fastad.eager.tape import Tape, current_tape
-from fastad.gradcheck import GradcheckError, GradcheckResult, gradcheck, hesscheck
 from fastad.util.errors import (
     BranchError,
     ConcurrentRecordingError,

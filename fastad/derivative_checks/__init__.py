@@ -20,8 +20,8 @@ fail there), ``differences`` (the numeric reference, kinks, jumps),
 ``first_order`` (``gradcheck``) and ``hessian`` (``hesscheck``).
 """
 
-from fastad.gradcheck.first_order import gradcheck
-from fastad.gradcheck.hessian import hesscheck
-from fastad.gradcheck.result import DEFAULT_TOLERANCES, GradcheckError, GradcheckResult
+from fastad.derivative_checks.first_order import gradcheck
+from fastad.derivative_checks.hessian import hesscheck
+from fastad.derivative_checks.result import DEFAULT_TOLERANCES, GradcheckError, GradcheckResult
 
 __all__ = ["DEFAULT_TOLERANCES", "GradcheckError", "GradcheckResult", "gradcheck", "hesscheck"]

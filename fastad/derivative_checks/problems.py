@@ -18,12 +18,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad.compiled import BlockFunction, CompiledFunction
+from fastad.derivative_checks.layout import Layout, format_position
 from fastad.eager import Node
-from fastad.gradcheck.layout import Layout, format_position
 
 if TYPE_CHECKING:
-    from fastad.gradcheck.layout import Values
-    from fastad.gradcheck.result import GradcheckResult
+    from fastad.derivative_checks.layout import Values
+    from fastad.derivative_checks.result import GradcheckResult
     from fastad.util.hints import FloatArray
 
 

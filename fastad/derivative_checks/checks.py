@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from fastad.gradcheck.differences import (
+from fastad.derivative_checks.differences import (
     kinks_along,
     reference_difference,
     rough_elements,
     step_sizes,
 )
-from fastad.gradcheck.result import DEFAULT_TOLERANCES, GradcheckError, GradcheckResult
+from fastad.derivative_checks.result import DEFAULT_TOLERANCES, GradcheckError, GradcheckResult
 
 if TYPE_CHECKING:
-    from fastad.gradcheck.problems import Problem
+    from fastad.derivative_checks.problems import Problem
     from fastad.util.hints import FloatArray
 
 

@@ -14,12 +14,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.compiled import CompiledFunction
-from fastad.gradcheck.checks import check_options, run_check
-from fastad.gradcheck.layout import Layout
-from fastad.gradcheck.problems import Problem, compiled_point, require_finite
+from fastad.derivative_checks.checks import check_options, run_check
+from fastad.derivative_checks.layout import Layout
+from fastad.derivative_checks.problems import Problem, compiled_point, require_finite
 
 if TYPE_CHECKING:
-    from fastad.gradcheck.result import GradcheckResult
+    from fastad.derivative_checks.result import GradcheckResult
     from fastad.util.hints import FloatArray
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from fastad.gradcheck.layout import Values
+    from fastad.derivative_checks.layout import Values
     from fastad.util.hints import BoolArray, FloatArray
 
 

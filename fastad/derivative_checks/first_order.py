@@ -4,8 +4,8 @@
 don't trust your own formulas" (the source articles). ``fa.gradcheck``
 checks a compiled fastad function (of scalars or of arrays), or any Python
 callable together with a hand-written gradient or Jacobian, against central
-differences (:mod:`fastad.gradcheck.differences`), on the flat view of
-:mod:`fastad.gradcheck.problems`.
+differences (:mod:`fastad.derivative_checks.differences`), on the flat view of
+:mod:`fastad.derivative_checks.problems`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from numpy.typing import ArrayLike
 
-from fastad.gradcheck.checks import check_options, run_check
-from fastad.gradcheck.problems import Function, Jvp, Vjp, problem_for
+from fastad.derivative_checks.checks import check_options, run_check
+from fastad.derivative_checks.problems import Function, Jvp, Vjp, problem_for
 
 if TYPE_CHECKING:
     from fastad.compiled import BlockFunction, CompiledFunction
-    from fastad.gradcheck.result import GradcheckResult
+    from fastad.derivative_checks.result import GradcheckResult
 
 
 @overload
