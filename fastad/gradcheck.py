@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad.compiled.function import BlockFunction, CompiledFunction
-from fastad.eager.node import Node
+from fastad.eager.handle import Node
 
 if TYPE_CHECKING:
     from fastad.util.hints import BoolArray, FloatArray

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.core.storage import ARITY, INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
+from fastad.core.block_table import INDEX_DTYPE
+from fastad.core.storage import ARITY, OPCODE_DTYPE, VALUE_DTYPE
 from fastad.kernels import optable
 from fastad.util import npz
 

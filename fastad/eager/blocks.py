@@ -27,18 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.eager.node import (
-    Block,
-    Node,
-    Var,
-    compute_block,
-    elementwise,
-    matmul,
-    normal_axis,
-    record_block_on,
-    reduction,
-    tape_of,
-)
+from fastad.eager.block_params import normal_axis, reduction
+from fastad.eager.handle import Node, tape_of
+from fastad.eager.node import Block, Var, compute_block, elementwise, matmul, record_block_on
 from fastad.eager.tape import current_tape
 from fastad.kernels import optable
 

@@ -14,16 +14,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.core import scalar_rules
-from fastad.eager.node import (
-    Block,
-    Var,
-    as_object,
-    check_live,
-    elementwise,
-    is_number,
-    record,
-    record_unary,
-)
+from fastad.eager.handle import as_object, check_live
+from fastad.eager.node import Block, Var, elementwise, record, record_unary
+from fastad.eager.operators import is_number
 from fastad.eager.tape import current_tape
 from fastad.kernels import optable
 
