@@ -425,6 +425,21 @@ class TapeStorage:
                 raise ValueError(f"leaf {node}: {value!r} is too large for a float64")
             self._val[node] = value
 
+    def block_adjoint(self, node: int) -> FloatArray:
+        """The read-only adjoint array of the block node ``node`` (a valid block id): the
+        last backward's, its unreached elements read as +0.0, or zeros before any."""
+        gradient = self.blocks.adjoints.get(node)
+        if gradient is None:
+            gradient = np.zeros(self.blocks.values[node].shape)
+        elif gradient.flags.writeable:  # its first read since the sweep that made it
+            # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
+            # result handed out does. In place, once: then it is frozen.
+            if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
+                gradient = self.blocks.adjoints[node] = np.ascontiguousarray(gradient)
+            sweeps.settle_zero_signs(gradient.reshape(-1))
+        gradient.flags.writeable = False
+        return gradient
+
     def label(self, node: int) -> str | None:
         """A node's label (None: it has none)."""
         return self._labels.get(self.check_id(node))

@@ -1,8 +1,10 @@
 """The tape users hold: recording scope, handles, gradients, printing and files.
 
 ``Tape`` is the public face of a recording. Its layers live below it:
-``fastad/core/storage.py`` keeps the arrays (a ``Tape`` is a ``TapeStorage``),
-``fastad/core/driver.py`` walks them with the block rules of
+``fastad/core/storage.py`` keeps the arrays (a ``Tape`` holds a ``TapeStorage``;
+fastad's own layers reach it with :func:`storage_of`, users never need it),
+``fastad/core/derivatives.py`` runs the derivative sweeps a tape asks for,
+``fastad/core/driver.py`` walks the arrays with the block rules of
 ``fastad/core/block_rules.py``, ``fastad/eager/node.py`` makes the handles,
 ``fastad/core/diagnose.py`` finds where a ``nan`` was made, ``fastad/core/draw.py``
 prints and draws, ``fastad/core/tape_file.py`` validates arrays and files. Each
@@ -23,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.core import block_rules, diagnose, draw, driver, tape_file
-from fastad.core.storage import INITIAL_CAPACITY, VALUE_DTYPE, TapeStorage, as_stored
+from fastad.core import block_rules, derivatives, diagnose, draw, driver, tape_file
+from fastad.core.storage import INITIAL_CAPACITY, TapeStorage, as_stored
 from fastad.eager.handle import Node, check_live
 from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
-from fastad.kernels import optable, sweeps
+from fastad.kernels import optable
 from fastad.util import npz
-from fastad.util.errors import NonFiniteError, NonFiniteOrigin, flag, is_int, not_real
+from fastad.util.errors import NonFiniteOrigin, flag, is_int
 
 if TYPE_CHECKING:
     from fastad.eager.node import NodeRef
@@ -43,12 +45,6 @@ if TYPE_CHECKING:
         RuleValue,
         StrPath,
     )
-
-# Adjoint and tangent buffers start at UNREACHED (-0.0), the sweeps' mark of
-# a node no contribution reached (see kernels/sweeps.py); every result handed
-# out has 0.0 added, which turns it into an ordinary +0.0.
-UNREACHED = sweeps.UNREACHED
-SAVE_FORMAT = tape_file.SAVE_FORMAT
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -226,7 +222,7 @@ class Tape:
         none, a unary op one), ``value`` is a real number. The value is kept
         as given, as :meth:`from_arrays` keeps raw rows.
         """
-        op = self._scalar_op(code)
+        op = tape_file.scalar_op(code)
         for slot, j in enumerate((in0, in1)):
             field = ("in0", "in1")[slot]
             if slot >= op.arity:
@@ -251,20 +247,6 @@ class Tape:
                 f"wrt is one node, {wrt!r}: pass a list of nodes ([x]); fa.grad takes one node"
             )
         return [self.node_id(i, "wrt") for i in wrt]
-
-    @staticmethod
-    def _scalar_op(code: object) -> optable.Op:
-        """The scalar op ``code`` names, else raises naming it."""
-        if not is_int(code):
-            raise TypeError(f"opcode must be an integer, got {type(code).__name__} {code!r}")
-        if not 0 <= int(code) < optable.NUM_OPS:
-            block = int(code) in optable.ALL
-            what = "a block op, recorded by its function" if block else "not an opcode"
-            raise ValueError(
-                f"opcode {code} is {what}; scalar opcodes are 0..{optable.NUM_OPS - 1} "
-                "(fastad.kernels.optable.OPS)"
-            )
-        return optable.OPS[int(code)]
 
     @overload
     def input(self, value: RealNumber, name: str | None = None) -> Var: ...
@@ -366,17 +348,7 @@ class Tape:
                 "expression): constants get no gradient. Record it with fa.var(array) to "
                 f"differentiate with respect to it, or use tape.gradient(L, [{node}])"
             )
-        gradient = self._storage.blocks.adjoints.get(node)
-        if gradient is None:
-            gradient = np.zeros(self._storage.blocks.values[node].shape)
-        elif gradient.flags.writeable:  # its first read since the sweep that made it
-            # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
-            # result handed out does. In place, once: then it is frozen.
-            if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
-                gradient = self._storage.blocks.adjoints[node] = np.ascontiguousarray(gradient)
-            sweeps.settle_zero_signs(gradient.reshape(-1))
-        gradient.flags.writeable = False
-        return gradient
+        return self._storage.block_adjoint(node)
 
     def op_name(self, node_id: NodeRef) -> str:
         """The op-table name of one node."""
@@ -411,41 +383,7 @@ class Tape:
         self._storage.refuse_while_tracing("backward()")
         node = self._scalar_root(root, "backward")
         check, accumulate = flag(check, "check"), flag(accumulate, "accumulate")
-        if check:
-            origin = diagnose.first_nonfinite(self._storage, node + 1, node)
-            if origin is not None:
-                raise NonFiniteError(origin)
-        grad = self._storage.columns()[4]
-        block_adjoints: dict[int, FloatArray] = {}
-        visits = driver.plan(self._storage, node)
-        lowest, stop = visits[1], node + 1  # the sweep touches adjoints[lowest:stop] only
-        if accumulate:
-            adjoints = np.empty(stop)
-            adjoints[lowest:] = UNREACHED
-            found = driver.backward(
-                self._storage, block_rules.rule, node, adjoints, block_adjoints, check, visits
-            )
-            with driver.ieee():  # inf + -inf is nan, silently, as within the sweep
-                grad[lowest:stop] += adjoints[lowest:]
-                self._storage.widen_adjoints(lowest, stop)
-                for i, gradient in block_adjoints.items():
-                    held = self._storage.blocks.adjoints.get(i)
-                    self._storage.blocks.adjoints[i] = gradient if held is None else held + gradient
-        else:  # sweep straight into the tape's adjoints: no buffer, no copy
-            self._storage.clear_adjoints()  # the last sweep's span, not the whole tape
-            grad[lowest:stop] = UNREACHED
-            self._storage.widen_adjoints(lowest, stop)
-            try:
-                found = driver.backward(
-                    self._storage, block_rules.rule, node, grad, block_adjoints, check, visits
-                )
-            except BaseException:
-                self.zero_grad()  # never half a sweep beside the last one's block adjoints
-                raise
-            grad[lowest:stop] += 0.0
-            self._storage.blocks.adjoints = block_adjoints
-        if found is not None:
-            raise NonFiniteError(diagnose.backward_origin(self._storage, *found))
+        derivatives.backward_into(self._storage, node, accumulate, check)
 
     def _scalar_root(self, root: NodeRef, what: str) -> int:
         """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
@@ -473,19 +411,7 @@ class Tape:
         self._storage.refuse_while_tracing("fa.grad")
         node = self._scalar_root(root, "a gradient")
         ids = self._wrt_ids(wrt)
-        visits = driver.plan(self._storage, node)
-        adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
-        adjoints[visits[1] : node + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        # With block ops on the way, compute no more than the gradient needs:
-        # no contribution to what none of `wrt` feeds (a layer's data X).
-        needed = self._storage.descendants(ids, visits[1], node) if visits[0] else None
-        driver.backward(
-            self._storage, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed
-        )
-        if not any(self._storage.block_value(i) is not None for i in ids):
-            return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
-        return [self._result(i, adjoints, block_adjoints) for i in ids]
+        return derivatives.gradient(self._storage, node, ids)
 
     @_holding_lock
     def vjp(
@@ -504,41 +430,13 @@ class Tape:
         node = self.node_id(root, "output")
         ids = self._wrt_ids(wrt)
         block = self._storage.block_value(node)
-        u = _real_direction(cotangent, "the cotangent")
+        u = derivatives.real_direction(cotangent, "the cotangent")
         shape = () if block is None else block.shape
         if u.shape != shape:
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
         if not np.isfinite(u).all():
             raise ValueError("the cotangent must be finite")
-        visits = driver.plan(self._storage, node)
-        adjoints = np.zeros(len(self))
-        adjoints[visits[1] : node + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        seed = float(u) if block is None else 0.0
-        if block is not None:
-            block_adjoints[node] = np.where(u == 0.0, UNREACHED, u)
-        needed = self._storage.descendants(ids, visits[1], node) if visits[0] else None
-        driver.backward(
-            self._storage,
-            block_rules.rule,
-            node,
-            adjoints,
-            block_adjoints,
-            False,
-            visits,
-            needed,
-            seed,
-        )
-        return [self._result(i, adjoints, block_adjoints) for i in ids]
-
-    def _result(
-        self, node: int, adjoints: FloatArray, block_adjoints: dict[int, FloatArray]
-    ) -> float | FloatArray:
-        block = self._storage.block_value(node)
-        if block is None:
-            return float(adjoints[node]) + 0.0
-        found = block_adjoints.get(node)
-        return found + 0.0 if found is not None else np.zeros(block.shape)
+        return derivatives.vjp(self._storage, node, ids, u)
 
     @_holding_lock
     def tangent(
@@ -561,31 +459,12 @@ class Tape:
         node = self.node_id(root, "output")
         ids = self._wrt_ids(wrt)
         visits = driver.plan(self._storage, node)
-        tangents, block_tangents, seeded = self._seed_tangents(node, ids, direction, visits)
+        tangents, block_tangents, seeded = derivatives.seed_tangents(
+            self._storage, node, ids, direction, visits
+        )
         return driver.tangent(
             self._storage, block_rules.rule, node, tangents, block_tangents, seeded, visits
         )
-
-    def _seed_tangents(
-        self, root: int, ids: list[int], direction: Iterable[ArrayLike], visits: driver.Plan
-    ) -> tuple[FloatArray, dict[int, FloatArray], NDArray[np.bool_]]:
-        """The buffers of a tangent sweep from ``root``, seeded along ``direction`` at ``ids``."""
-        tangents = np.zeros(root + 1)  # only [lowest, root] is swept and read
-        tangents[visits[1] :] = UNREACHED
-        block_tangents: dict[int, FloatArray] = {}
-        seeded = np.zeros(root + 1, np.bool_)
-        if not self._storage.has_blocks:
-            nodes = np.asarray(ids, dtype=np.intp)
-            along = _real_direction(direction, "the direction")
-            if along.shape != nodes.shape:
-                raise ValueError(f"direction shape {along.shape} != wrt shape {nodes.shape}")
-            inside = nodes <= root
-            moved = inside & (along != 0.0)  # a zero direction is a strong zero
-            np.add.at(tangents, nodes[moved], along[moved])  # a node listed twice adds
-            seeded[nodes[inside]] = True
-        else:
-            self._seed_blocks(root, ids, list(direction), tangents, block_tangents, seeded)
-        return tangents, block_tangents, seeded
 
     # -- second order ------------------------------------------------------------
     @_holding_lock
@@ -606,12 +485,7 @@ class Tape:
         self._storage.refuse_while_tracing("fa.hvp")
         node = self._scalar_root(root, "a Hessian-vector product")
         ids = self._wrt_ids(wrt)
-        visits = driver.plan(self._storage, node)
-        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hvp")
-        second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
-        if not any(self._storage.block_value(i) is not None for i in ids):
-            return second[np.asarray(ids, dtype=np.intp)] + 0.0
-        return [self._result(i, second, block_second) for i in ids]
+        return derivatives.hvp(self._storage, node, ids, direction)
 
     @_holding_lock
     def hessian(self, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
@@ -631,123 +505,7 @@ class Tape:
                     f"fa.hessian takes scalar nodes; node {i} is a block of shape "
                     f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
                 )
-        visits = driver.plan(self._storage, node)
-        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hessian")
-        nodes = np.asarray(ids, dtype=np.intp)
-        rows = np.empty((len(ids), len(ids)))
-        for t, unit in enumerate(np.eye(len(ids))):
-            second, _ = self._second_pass(node, ids, unit, visits, first, needed)
-            rows[t] = second[nodes] + 0.0
-        return rows
-
-    def _second_order_adjoints(
-        self, root: int, ids: list[int], visits: driver.Plan, what: str
-    ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
-        """The backward sweep a second-order pass differentiates, and what it needs.
-
-        Refuses a node of ``ids`` that depends on another: second derivatives
-        hold each as an independent variable, and a gradient (a total
-        derivative through everything downstream) would not be consistent
-        with that. The nodes downstream of ``ids`` serve both that check and,
-        with block ops on the way, the sweep (nothing for what none of
-        ``ids`` feeds, a layer's data X, as for a gradient).
-        """
-        inside = sorted({i for i in ids if i <= root})
-        downstream = None
-        if visits[0] or len(inside) > 1:
-            lowest = min(visits[1], inside[0]) if inside else visits[1]
-            downstream = self._storage.descendants(inside, lowest, root)
-        if len(inside) > 1:
-            assert downstream is not None  # computed above for two or more
-            for i in inside:
-                for j in self._storage.operands(i):
-                    if downstream[j]:
-                        source = next(w for w in inside if w <= j and self._reaches(w, j))
-                        raise ValueError(
-                            f"{what}: wrt node {i} depends on wrt node {source}; second "
-                            "derivatives take every wrt node as an independent variable, "
-                            "which one computed from another is not: pass independent "
-                            "nodes (the leaves, for example)"
-                        )
-        needed = downstream if visits[0] else None
-        adjoints = np.zeros(len(self))
-        adjoints[visits[1] : root + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        driver.backward(
-            self._storage, block_rules.rule, root, adjoints, block_adjoints, False, visits, needed
-        )
-        return (adjoints, block_adjoints), needed
-
-    def _reaches(self, source: int, node: int) -> bool:
-        """Whether ``node`` is ``source`` or depends on it."""
-        return bool(self._storage.descendants([source], source, node)[node])
-
-    def _second_pass(
-        self,
-        root: int,
-        ids: list[int],
-        direction: Iterable[ArrayLike],
-        visits: driver.Plan,
-        first: tuple[FloatArray, dict[int, FloatArray]],
-        needed: NDArray[np.bool_] | None,
-    ) -> tuple[FloatArray, dict[int, FloatArray]]:
-        """A tangent sweep along ``direction``, then the tangent of the backward sweep."""
-        tangents, block_tangents, seeded = self._seed_tangents(root, ids, direction, visits)
-        driver.tangent(
-            self._storage, block_rules.rule, root, tangents, block_tangents, seeded, visits
-        )
-        second = np.zeros(len(self))
-        second[visits[1] : root + 1] = UNREACHED
-        block_second: dict[int, FloatArray] = {}
-        driver.second_backward(
-            self._storage,
-            block_rules.rule,
-            root,
-            first,
-            (tangents, block_tangents),
-            second,
-            block_second,
-            visits,
-            needed,
-        )
-        return second, block_second
-
-    def _seed_blocks(
-        self,
-        root: int,
-        wrt: list[int],
-        direction: list[Any],
-        tangents: FloatArray,
-        block_tangents: dict[int, FloatArray],
-        seeded: NDArray[np.bool_],
-    ) -> None:
-        """Seed a tangent sweep: a float for each scalar node of ``wrt``, an array per block."""
-        if len(direction) != len(wrt):
-            raise ValueError(
-                f"{len(direction)} directions for {len(wrt)} wrt nodes: give one direction "
-                "per node, in a list (a float for a scalar node, an array of its shape for "
-                "a block)"
-            )
-        for node, d in zip(wrt, direction, strict=True):
-            block = self._storage.block_value(node)
-            d = _real_direction(d, f"the direction for node {node}")
-            if block is not None and d.shape != block.shape:
-                raise ValueError(
-                    f"direction for node {node} has shape {d.shape}, the block has {block.shape}"
-                )
-            if block is None and d.ndim:
-                raise ValueError(
-                    f"the direction for node {node}, a scalar node, must be a number; got "
-                    f"an array of shape {d.shape}"
-                )
-            if node > root:  # recorded after the root: it moves nothing (checked all the same)
-                continue
-            seeded[node] = True
-            if block is not None:
-                d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
-                block_tangents[node] = block_tangents.get(node, UNREACHED) + d
-            elif float(d) != 0.0:
-                tangents[node] += float(d)
+        return derivatives.hessian(self._storage, node, ids)
 
     # -- finding where nan/inf came from ---------------------------------------
     @_holding_lock
@@ -869,14 +627,6 @@ class Tape:
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: {error}") from None
-
-
-def _real_direction(direction: object, what: str) -> FloatArray:
-    """``direction`` as float64, refusing what is not real (a complex part would be dropped)."""
-    array = np.asarray(direction)
-    if array.dtype.kind not in "biuf":
-        raise not_real(direction, what)
-    return array.astype(VALUE_DTYPE)
 
 
 def _is_array_like(value: object) -> bool:
