@@ -619,7 +619,7 @@ class Block(Node, Operators["Block", "Block"]):
             longer = [t for t in sorted(dropped) if shape[t] != 1]
             if longer:
                 raise ValueError(
-                    f"cannot squeeze axis {longer[0]} of {self!r}: it has length "
+                    f"cannot squeeze axis {longer[0]} (axis={axis!r}) of {self!r}: it has length "
                     f"{shape[longer[0]]}, not 1"
                 )
         kept = tuple(n for t, n in enumerate(shape) if t not in dropped)

@@ -435,7 +435,8 @@ class Tape:
         if u.shape != shape:
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
         if not np.isfinite(u).all():
-            raise ValueError("the cotangent must be finite")
+            found = u[~np.isfinite(u)].flat[0]
+            raise ValueError(f"the cotangent must be finite, got {found} in it")
         return derivatives.vjp(self._storage, node, ids, u)
 
     @_holding_lock
@@ -680,6 +681,15 @@ def storage_of(tape: Tape) -> TapeStorage:
     if not isinstance(tape, Tape):
         raise TypeError(f"expected a fastad Tape, got {type(tape).__name__}")
     return tape._storage
+
+
+def tape_or_current(tape: object) -> Tape:
+    """``tape`` where one is given (it must be a ``fa.Tape``), else :func:`current_tape`."""
+    if tape is None:
+        return current_tape()
+    if not isinstance(tape, Tape):
+        raise TypeError(f"tape must be a fastad.Tape, got {type(tape).__name__} {tape!r}")
+    return tape
 
 
 def current_tape() -> Tape:
