@@ -6,10 +6,13 @@ Five parallel NumPy arrays hold the nodes: ``opcode`` (uint8), ``in0`` and
 monotonically and every node references only smaller ids, so reverse id
 order is a reverse topological order and the compiled sweeps are flat loops.
 
-Beside the arrays: labels, the shared constants, and the block table (array
-values, the operands and parameters of block ops, block adjoints). This
-layer knows no handles (``Var``, ``Block``) and no derivative rules: it
-stores ids and values, and validates ids.
+Beside the arrays: labels, the shared constants, and the block table
+(``fastad/core/block_table.py``). This layer knows no handles (``Var``,
+``Block``) and no derivative rules: it stores ids and values, and validates
+ids. A ``fastad.Tape`` holds one and is the user's surface; its methods check
+what users give, so the storage's writers (``push``, ``fill``,
+``push_block_op``) trust their callers. fastad's own layers reach a tape's
+storage with ``fastad.eager.tape.storage_of``.
 """
 
 from __future__ import annotations
@@ -63,8 +66,8 @@ def _described(value: object) -> str:
 class TapeStorage:
     """The arrays of a tape, their growth, constants, labels and block values.
 
-    ``fastad.Tape`` adds handles, sweeps and printing on top; this class
-    stores ids and values only. ``guards`` is None on ordinary tapes and, while
+    A ``fastad.Tape`` holds one and adds handles, sweeps and printing; this
+    class stores ids and values only. ``guards`` is None on ordinary tapes and, while
     ``fa.compile`` traces, the list of ``(node id, truth)`` of every
     ``bool()`` taken of a node. ``generation`` counts resets: handles keep the
     generation they were recorded in, so a stale one can be refused.
