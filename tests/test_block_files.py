@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.core import block_rules
+from fastad.core import reduction_rules
 from fastad.eager import block_file
+from fastad.eager.tape import storage_of
+from fastad.kernels import optable
 from fastad.util import npz
 
 
@@ -83,8 +85,8 @@ def test_params_encode_and_decode_every_kind_the_recorder_keeps():
         None,
         3,
         "mean",
-        block_rules.Reduction((0, 2), True),
-        block_rules.Reduction(None),
+        reduction_rules.Reduction((0, 2), True),
+        reduction_rules.Reduction(None),
         (2, 0, 1),
         (slice(1, None, 2), Ellipsis, None, 4),
         key,
@@ -118,7 +120,7 @@ def damaged(f, change):
 
 def test_damaged_files_are_refused_naming_the_problem(arrays):
     f = fa.compile(guarded, example=arrays[:3])
-    matmul = int(f.tape.blocks.ops[0])
+    matmul = int(storage_of(f.tape).blocks.ops[0])
 
     def set_value(name, index, value):
         def change(state, meta):
@@ -142,7 +144,10 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
         (set_value("op_operands", 0, matmul), "operands .* are earlier nodes"),
         (set_value("inputs", 0, matmul), "inputs must be leaf nodes"),
         (set_value("guards", (slice(None), 0), 10**6), "guard nodes"),
-        (set_meta("params", [{"bogus": 1}] * len(f.tape.blocks.ops)), "malformed block op"),
+        (
+            set_meta("params", [{"bogus": 1}] * len(storage_of(f.tape).blocks.ops)),
+            "malformed block op",
+        ),
         (set_meta("wrt", [7]), "wrt position 7 is out of range"),
         (set_value("block_data", 0, np.nan), None),  # a value, not a structure: loads
     ]
@@ -166,10 +171,10 @@ def test_every_opcode_in_place_of_a_block_op_loads_or_is_refused_with_a_value_er
         return (fa.tanh(X @ W).sum(axis=0) * 2.0).mean() + fa.logsumexp(X, axis=1).sum()
 
     f = fa.compile(program, example=arrays)
-    codes = [*range(block_rules.optable.NUM_OPS), 38, 63, 70, 82, 255]
-    codes += [op.code for op in block_rules.optable.BLOCK_OPS]
+    codes = [*range(optable.NUM_OPS), 38, 63, 70, 82, 255]
+    codes += [op.code for op in optable.BLOCK_OPS]
     refused = loaded = 0
-    for node in f.tape.blocks.ops:
+    for node in storage_of(f.tape).blocks.ops:
         for code in codes:
 
             def swap(state, meta, node=node, code=code):
@@ -206,7 +211,9 @@ def test_crafted_shapes_and_params_are_refused_before_anything_is_allocated(arra
     with pytest.raises(MemoryError, match="2 block ops would need 7,450.6 GiB"):
         object.__new__(fa.BlockFunction).__setstate__(damaged(f, empty_inner))
     g = fa.compile(lambda A: A.reshape(3, 2).sum(), example=(np.ones((2, 3)),))
-    reshape = [i for i, p in enumerate(g.tape.blocks.ops) if g.tape.op_name(p) == "reshape"][0]
+    reshape = [
+        i for i, p in enumerate(storage_of(g.tape).blocks.ops) if g.tape.op_name(p) == "reshape"
+    ][0]
 
     def bad_reshape(value):
         def change(state, meta):

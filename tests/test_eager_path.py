@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastad as fa
-from fastad.core import block_rules, reach
+from fastad.core import block_rules, elementwise_rules, reach, reduction_rules
+from fastad.eager.tape import storage_of
 from fastad.kernels import optable
 
 CROSS_ENTROPY = block_rules.RULES[optable.BLOCK_BY_NAME["cross_entropy"].code]
@@ -28,16 +29,16 @@ def test_broadcast_shape_is_numpys(a, b):
         expected = np.broadcast_shapes(a, b)
     except ValueError:
         with pytest.raises(ValueError, match="cannot be broadcast"):
-            block_rules.broadcast_shape(a, b)
+            elementwise_rules.broadcast_shape(a, b)
         return
-    assert block_rules.broadcast_shape(a, b) == expected
+    assert elementwise_rules.broadcast_shape(a, b) == expected
 
 
 def test_broadcast_error_names_both_shapes():
     with pytest.raises(ValueError, match=r"shapes \(2, 3, 4\) and \(5, 4\) cannot be broadcast"):
-        block_rules.broadcast_shape((2, 3, 4), (5, 4))
+        elementwise_rules.broadcast_shape((2, 3, 4), (5, 4))
     with pytest.raises(ValueError, match=r"shapes \(3,\) and \(3, 4\)"):
-        block_rules.broadcast_shape((3,), (3, 4))
+        elementwise_rules.broadcast_shape((3,), (3, 4))
 
 
 def _log_softmax_in_numpy(rows):
@@ -65,7 +66,7 @@ def test_log_softmax_rows_equal_the_formula_bit_for_bit(rng, scale):
     rows[7, 3] = -np.inf
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the compiled passes and exp warn about nothing
-        log_p, lse = block_rules.log_softmax_rows(rows)
+        log_p, lse = reduction_rules.log_softmax_rows(rows)
     want_log_p, want_lse = _log_softmax_in_numpy(rows)
     np.testing.assert_array_equal(log_p, want_log_p)
     np.testing.assert_array_equal(lse, want_lse)
@@ -83,27 +84,27 @@ def test_cross_entropy_keeps_its_log_softmax_for_the_vjp(rng, targets):
     with fa.Tape() as tape:
         logits = fa.var(X)
         L = fa.cross_entropy(logits, T)
-        saved = tape.blocks.saved[L.id]
+        saved = storage_of(tape).blocks.saved[L.id]
         L.backward()
     recomputed = CROSS_ENTROPY.vjp((X, T), L.value, 1.0, "mean")
     np.testing.assert_array_equal(logits.grad, recomputed[0] + 0.0)
-    np.testing.assert_array_equal(saved[0], block_rules.log_softmax_rows(X)[0])
+    np.testing.assert_array_equal(saved[0], reduction_rules.log_softmax_rows(X)[0])
     # A replay (tape.forward) saves it again, from the current values.
     tape.forward()
-    assert tape.blocks.saved[L.id] is not saved
-    np.testing.assert_array_equal(tape.blocks.saved[L.id][0], saved[0])
+    assert storage_of(tape).blocks.saved[L.id] is not saved
+    np.testing.assert_array_equal(storage_of(tape).blocks.saved[L.id][0], saved[0])
 
 
 def test_saved_arrays_count_in_the_tapes_memory(rng):
     X = rng.normal(size=(32, 8))
     with fa.Tape() as tape:
         logits = fa.var(X)
-        before = tape.blocks.nbytes
+        before = storage_of(tape).blocks.nbytes
         fa.cross_entropy(logits, rng.integers(0, 8, size=32))
         labels_and_log_p = 32 + 32 + 32 * 8  # the labels constant, int labels, log-softmax
-        assert tape.blocks.nbytes - before == 8 * labels_and_log_p
+        assert storage_of(tape).blocks.nbytes - before == 8 * labels_and_log_p
         tape.forward()  # replaces what was saved, counted once
-        assert tape.blocks.nbytes - before == 8 * labels_and_log_p
+        assert storage_of(tape).blocks.nbytes - before == 8 * labels_and_log_p
 
 
 def test_a_rule_that_saves_nothing_refuses_vjp_saved():

@@ -17,6 +17,7 @@ import pytest
 
 import fastad as fa
 from fastad.core import reach
+from fastad.eager.tape import storage_of
 from fastad.kernels import optable
 
 B, N, H, C = 12, 7, 5, 4
@@ -396,8 +397,8 @@ def test_the_sweep_asks_values_only_for_leaves_and_nothing_for_data():
         data = np.ones((2, 3))
         Y = fa.linear(X, W, np.zeros(2))
         Z = fa.linear(fa.relu(Y), data, np.zeros(3))
-        opcode = tape._columns()[0]
-        blocks = tape.blocks
+        opcode = storage_of(tape).columns()[0]
+        blocks = storage_of(tape).blocks
         need = lambda node: driver.operand_needs(  # noqa: E731
             blocks.operands(node), opcode, blocks.values, None
         )

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
+from fastad.eager.tape import storage_of
 from fastad.kernels import optable
 
 ADD, MUL, SIN, INPUT = (optable.BY_NAME[n].code for n in ("add", "mul", "sin", "input"))
@@ -504,6 +505,7 @@ def test_arguments_that_are_not_numbers_are_named(example, match):
 RAW_CALLS = r"""
 import numpy as np
 import fastad as fa
+from fastad.eager.tape import storage_of
 
 cases = []
 with fa.Tape() as t:
@@ -516,15 +518,15 @@ with fa.Tape() as t:
             ("push in0", lambda b=bad: t.push(4, b, 0, 1.0)),
             ("push in1", lambda b=bad: t.push(4, 0, b, 1.0)),
             ("append", lambda b=bad: t.append(10, b, -1, 1.0)),
-            ("ancestors", lambda b=bad: t.ancestors(b)),
-            ("reaching", lambda b=bad: t.reaching(b)),
-            ("value_ancestors", lambda b=bad: t.value_ancestors(b)),
-            ("descendants root", lambda b=bad: t.descendants([0], 0, b)),
-            ("descendants source", lambda b=bad: t.descendants([b], 0, 1)),
+            ("ancestors", lambda b=bad: storage_of(t).ancestors(b)),
+            ("reaching", lambda b=bad: storage_of(t).reaching(b)),
+            ("value_ancestors", lambda b=bad: storage_of(t).value_ancestors(b)),
+            ("descendants root", lambda b=bad: storage_of(t).descendants([0], 0, b)),
+            ("descendants source", lambda b=bad: storage_of(t).descendants([b], 0, 1)),
             ("value", lambda b=bad: t.value(b)),
             ("operands", lambda b=bad: t.operands(b)),
             ("set_label", lambda b=bad: t.set_label(b, "z")),
-            ("set_leaf_value", lambda b=bad: t.set_leaf_value(b, 1.0)),
+            ("set_leaf_value", lambda b=bad: storage_of(t).set_leaf_value(b, 1.0)),
 
         ]
     for code in (38, 65, 255, 4.5, True, "4"):
@@ -532,9 +534,9 @@ with fa.Tape() as t:
     for row in ((4, 0.5, 0, 1.0), (4, n - 1, 0, 1.0), (10, 0, 1, 1.0), (0, 0, -1, 1.0),
                 (1, -1, 0, 1.0), (4, 0, 1, "a"), (4, 0, 1, None)):
         cases.append(("row", lambda r=row: t.push(*r)))
-    cases.append(("leaf is an op", lambda: t.set_leaf_value(y.id, 3.0)))
-    cases.append(("leaf array", lambda: t.set_leaf_value(X.id, np.ones((2, 2)))))
-    cases.append(("leaf scalar", lambda: t.set_leaf_value(x.id, np.ones(2))))
+    cases.append(("leaf is an op", lambda: storage_of(t).set_leaf_value(y.id, 3.0)))
+    cases.append(("leaf array", lambda: storage_of(t).set_leaf_value(X.id, np.ones((2, 2)))))
+    cases.append(("leaf scalar", lambda: storage_of(t).set_leaf_value(x.id, np.ones(2))))
     for name, call in cases:
         try:
             call()
@@ -564,12 +566,19 @@ def test_raw_tape_methods_refuse_bad_ids_opcodes_and_values_without_crashing():
 
 def test_the_unchecked_row_writers_are_not_public():
     # Rows written without checks (what from_arrays and the loaders validate first),
-    # the writable columns the kernels sweep, and the storage's own bookkeeping.
+    # the writable columns the kernels sweep, and the storage's own bookkeeping: the
+    # tape holds its storage, and none of these is an attribute of the tape.
     private = ("fill", "push_block", "push_block_op", "columns", "constant_id")
-    private += ("widen_adjoints", "clear_adjoints", "end_trace", "refuse", "freeze")
+    private += ("widen_adjoints", "clear_adjoints", "end_trace", "freeze", "sync", "blocks")
+    private += ("check_id", "set_leaf_value", "set_source", "guards", "lock", "generation")
+    with fa.Tape() as tape:
+        fa.var(1.0)
+    storage = storage_of(tape)
     for name in private:
-        assert not hasattr(fa.Tape, name), name
-        assert hasattr(fa.Tape, "_" + name), name
+        assert not hasattr(tape, name) and not hasattr(tape, "_" + name), name
+        assert hasattr(storage, name), name
+    with pytest.raises(TypeError, match="expected a fastad Tape, got int"):
+        storage_of(3)
 
 
 def test_what_a_fuzz_of_the_public_surface_found():
@@ -587,7 +596,7 @@ def test_what_a_fuzz_of_the_public_surface_found():
             t.backward(z, accumulate=bad)
     z.backward(check=np.True_)
     with pytest.raises(ValueError, match=r"node 1 is not an input \(const\)"):
-        t.set_leaf_value(c.id, 9.0)  # shared by later nodes: it keeps its value
+        storage_of(t).set_leaf_value(c.id, 9.0)  # shared by later nodes: it keeps its value
     for call in (
         lambda: fa.jvp(z, X, "a"),  # wrt nodes recorded after the root: checked too
         lambda: fa.hvp(z, u, 1j),
@@ -612,7 +621,7 @@ def test_what_a_fuzz_of_the_public_surface_found():
         lambda: t.push(0, -1, -1, 10**400),
         lambda: fa.var(10**400),
         lambda: t.constant(10**400),
-        lambda: t.set_leaf_value(x.id, 10**400),
+        lambda: storage_of(t).set_leaf_value(x.id, 10**400),
     ):
         with pytest.raises(ValueError, match="too large for a float64"):
             call()
@@ -749,7 +758,7 @@ def test_the_first_fuzzs_minor_findings():
         X = fa.var(np.ones((2, 3)))
         z = (X * x).sum()
     with pytest.raises(TypeError, match=r"location must be \(file, line\)"):
-        t.set_source(0, ("f", True))
+        storage_of(t).set_source(0, ("f", True))
     for bad, kind in ((-1, ValueError), (1.5, TypeError), (True, TypeError)):
         with pytest.raises(kind, match="start must"):
             t.table(start=bad)

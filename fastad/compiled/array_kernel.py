@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 
 from fastad.compiled import batch_axis, module_cache
-from fastad.core.block_rules import Reduction
+from fastad.core.reduction_rules import Reduction
 from fastad.kernels import blas, blockgen, optable
 
 if TYPE_CHECKING:

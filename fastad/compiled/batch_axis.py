@@ -121,7 +121,7 @@ def batch_axes(
             "batch=: the function's comparisons (guards) differ between traces at "
             f"{rows} and {rows + 1} rows: {guards_a} against {guards_b}"
         )
-    columns_a, columns_b = first._columns(), second._columns()
+    columns_a, columns_b = first.columns(), second.columns()
     for name, a, b in zip(("opcode", "in0", "in1"), columns_a[:3], columns_b[:3], strict=True):
         differs = np.flatnonzero(a != b)
         if differs.size:

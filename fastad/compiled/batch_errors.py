@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.eager.tape import Tape
+from fastad.eager.tape import Tape, storage_of
 from fastad.kernels import sweeps
 from fastad.util.errors import NonFiniteError, NonFiniteOrigin
 
@@ -121,14 +121,15 @@ class Diagnosis:
         if tape is None:
             source = self._tape
             tape = Tape(capacity=max(len(source), 1), debug=True)
-            tape._fill(source.opcode, source.in0, source.in1, source.val)
+            storage = storage_of(tape)
+            storage.fill(source.opcode, source.in0, source.in1, source.val)
             for node, label in source.labels.items():
                 tape.set_label(node, label)
             for node, location in self._sources.items():
-                tape.set_source(node, location)
+                storage.set_source(node, location)
             self._copy = tape
         for node, value in zip(self._inputs.tolist(), point.tolist(), strict=True):
-            tape.set_leaf_value(node, value)
+            storage_of(tape).set_leaf_value(node, value)
         tape.forward()
         return tape
 

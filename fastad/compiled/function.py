@@ -44,10 +44,11 @@ from fastad.compiled.replay import (
 from fastad.compiled.tiers import BACKENDS, HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
 from fastad.core.storage import as_stored
 from fastad.eager import block_file
-from fastad.eager.node import Block, Var, is_number
+from fastad.eager.node import Block, Var
+from fastad.eager.operators import is_number
 from fastad.eager.optimize import OptimizationReport
 from fastad.eager.optimize import optimize as optimize_tape
-from fastad.eager.tape import Tape
+from fastad.eager.tape import Tape, storage_of
 from fastad.kernels import optable, sweeps
 from fastad.util import npz
 from fastad.util.errors import BranchError, NonFiniteError, flag, is_int, not_real
@@ -301,7 +302,7 @@ class CompiledFunction:
                     for v, name in zip(point, self._input_names, strict=True)
                 ]
                 result = self._function(*inputs)
-            if tape.blocks.ops:
+            if storage_of(tape).blocks.ops:
                 raise NotImplementedError(
                     "fa.compile's batched replay runs scalar programs; this function recorded "
                     "array (block) operations. Compile it as a function of arrays, "
@@ -315,7 +316,7 @@ class CompiledFunction:
             if not outputs:
                 raise ValueError("the traced function returned no outputs")
             # Tracing is over: the tape is an ordinary tape now.
-            guards = np.array(tape._end_trace(), dtype=np.int64).reshape(-1, 2)
+            guards = np.array(storage_of(tape).end_trace(), dtype=np.int64).reshape(-1, 2)
             input_ids = np.array([node.id for node in inputs], np.int64)
             output_ids = np.array([node.id for node in outputs], np.int64)
             sources = tape.sources
@@ -338,7 +339,7 @@ class CompiledFunction:
         sources: dict[int, tuple[str, int]],
     ) -> None:
         name = getattr(self._function, "__name__", "function")
-        tape._freeze(f"the compiled function {name!r}")
+        storage_of(tape).freeze(f"the compiled function {name!r}")
         self._tape = tape
         self._replay = Replay(tape, inputs, outputs, guards, self._backend, repr(name))
         self._fast_points = self._replay.fast_points
@@ -1107,10 +1108,14 @@ class BlockFunction:
                     "(an array of the example's rows, a length in the code)"
                 ) from error
             self._batch_axes = batch_axis.batch_axes(
-                tape, second, rows, (self._guards, guards), [node.id for node in self._inputs]
+                storage_of(tape),
+                storage_of(second),
+                rows,
+                (self._guards, guards),
+                [node.id for node in self._inputs],
             )
         self._name = getattr(function, "__name__", "function")
-        tape._freeze(f"the compiled function of arrays {self._name!r}")
+        storage_of(tape).freeze(f"the compiled function of arrays {self._name!r}")
         self._tape = tape
         self._shapes = [np.shape(v) for v in values]
         self.optimization: OptimizationReport | None = None  # BlockFunction does not optimise
@@ -1123,7 +1128,7 @@ class BlockFunction:
         self._integers = integers
         tape = self._tape
         elements = sum(
-            math.prod(array_kernel.shape_of(tape, i)) for i in range(len(tape))
+            math.prod(array_kernel.shape_of(storage_of(tape), i)) for i in range(len(tape))
         )  # element operations per call (a scalar counts 1): the tiers' measure of work
         self._work = max(elements, HOT_NODE_POINTS // HOT_CALLS)
         self._code: array_kernel.BlockCode | None = None
@@ -1134,7 +1139,7 @@ class BlockFunction:
             return
         try:
             code = array_kernel.build(
-                tape,
+                storage_of(tape),
                 [node.id for node in self._inputs],
                 self._output.id,
                 self._wrt_positions()[0],
@@ -1717,16 +1722,18 @@ class BlockFunction:
         kept = [tape.value(node.id) for node in self._inputs]
         for node, shape, array in zip(self._inputs, self._shapes, checked, strict=True):
             if shape:  # a private float64 copy, the one copy made
-                tape.set_leaf_value(node.id, as_stored(np.array(array, dtype=np.float64)))
+                storage_of(tape).set_leaf_value(
+                    node.id, as_stored(np.array(array, dtype=np.float64))
+                )
             else:
-                tape.set_leaf_value(node.id, float(array))
+                storage_of(tape).set_leaf_value(node.id, float(array))
         try:
             tape.forward()
         except BaseException:
             # A refused call (a bad label) leaves the tape as the last good call
             # had it: a save or pickle afterwards must load and replay again.
             for node, value in zip(self._inputs, kept, strict=True):
-                tape.set_leaf_value(node.id, value)
+                storage_of(tape).set_leaf_value(node.id, value)
             tape.forward()
             raise
         if check:
@@ -1847,7 +1854,7 @@ def _trace(
             tape.input(v, name) for v, name in zip(values, names, strict=True)
         ]
         result = function(*inputs)
-    guards = tape._end_trace()
+    guards = storage_of(tape).end_trace()
     if isinstance(result, (tuple, list)):
         raise ValueError("a function of arrays returns one output (a scalar or an array)")
     output = (
@@ -1922,7 +1929,7 @@ def _block_function(state: Mapping[str, Any], source: str) -> BlockFunction:
     function._guards = [(int(node), bool(truth)) for node, truth in guards.tolist()]
     function._output = tape.node(int(output[0]))
     function._name = name
-    tape._freeze(f"the compiled function of arrays {name!r}")
+    storage_of(tape).freeze(f"the compiled function of arrays {name!r}")
     function._tape = tape
     function._shapes = [np.shape(tape.value(node.id)) for node in function._inputs]
     function.optimization = None
@@ -1990,7 +1997,7 @@ def _batch_state(
             raise ValueError(f"{source}: batch argument {p} must have its rows along axis 0")
     # Replay with one row more: every node's shape must follow its axes.
     kept = [tape.value(node.id) for node in function._inputs]
-    before = {node: array_kernel.shape_of(tape, node) for node in range(len(tape))}
+    before = {node: array_kernel.shape_of(storage_of(tape), node) for node in range(len(tape))}
     probe = [batch_axis.with_one_more_row(v) if i in positions else v for i, v in enumerate(kept)]
     function._batch = tuple(positions)
     try:
@@ -2001,7 +2008,7 @@ def _batch_state(
         except (TypeError, ValueError) as error:
             raise ValueError(f"{source}: the batch axes do not fit the program: {error}") from None
         for node, shape in before.items():
-            now = array_kernel.shape_of(tape, node)
+            now = array_kernel.shape_of(storage_of(tape), node)
             if now != batch_axis.shape_at(shape, found.get(node, ()), rows + 1):
                 raise ValueError(
                     f"{source}: node {node} has shape {now} at {rows + 1} rows, not its batch "

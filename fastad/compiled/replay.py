@@ -28,6 +28,7 @@ from fastad.compiled import module_cache
 from fastad.compiled.parallel import threaded_region, threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.storage import ARITY
+from fastad.eager.tape import storage_of
 from fastad.kernels import codegen as generator
 from fastad.kernels import sweeps
 from fastad.util.progress import progress
@@ -123,7 +124,7 @@ class Replay:
         # second-order modes compute only the second partials those need.
         depends = np.zeros(n + 1, np.bool_)
         if n:
-            depends[:n] = tape.descendants(inputs.tolist(), 0, n - 1)
+            depends[:n] = storage_of(tape).descendants(inputs.tolist(), 0, n - 1)
         # One int32 array: each array argument costs ~100 ns in Numba's
         # dispatcher on the latency path.
         self.program: IndexArray = np.concatenate(

@@ -28,7 +28,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     (not the side of ``fa.where`` not taken, which the select never reads).
     A leaf or constant holding ``nan``/``inf`` is its own origin.
     """
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
     relevant = tape.value_ancestors(root) if root is not None else None
     used = {} if root is None else _used_elements(tape, opcode, root, relevant)
@@ -92,7 +92,7 @@ def _used_elements(tape: TapeStorage, opcode: Any, root: int, relevant: Any) -> 
 
 def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
     """The report for edge ``slot`` of ``node``, found by a checked backward sweep."""
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     block_rule = tape.blocks.is_op(node)
     partial = float("nan")
     if not block_rule:

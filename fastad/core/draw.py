@@ -19,25 +19,25 @@ from fastad.kernels import optable
 from fastad.util.errors import is_int
 
 if TYPE_CHECKING:
-    from fastad.eager.node import NodeRef
-    from fastad.eager.tape import Tape
+    from fastad.core.storage import TapeStorage
     from fastad.util.hints import StrPath
 
 DEFAULT_MAX_NODES = 200
 
 
 def table(
-    tape: Tape,
+    tape: TapeStorage,
     grad: bool = False,
     start: int = 0,
     stop: int | None = None,
     max_rows: int = 60,
-    around: NodeRef | None = None,
+    around: int | None = None,
     context: int = 5,
 ) -> str:
     """The node table in the articles' form: id, op, value, inputs (and label).
 
-    See :meth:`fastad.Tape.table`.
+    See :meth:`fastad.Tape.table`; ``around`` is a node id (``Tape.table`` resolves
+    handles).
     """
     for name, value, least in (
         ("start", start, 0),
@@ -50,7 +50,7 @@ def table(
         if value < least:
             raise ValueError(f"{name} must be at least {least} (rows count from 0), got {value}")
     if around is not None:
-        around = tape.node_id(around)
+        around = tape.check_id(around)
         start, stop = max(around - context, 0), around + context + 1
     n = len(tape)
     stop = n if stop is None else min(stop, n)
@@ -58,7 +58,7 @@ def table(
     if len(ids) > max_rows:
         half = max_rows // 2
         ids = ids[:half] + [None] + ids[-half:]
-    opcode, _, _, val, adjoint = tape._columns()
+    opcode, _, _, val, adjoint = tape.columns()
     shown = [i for i in ids if i is not None]
     symbols = {i: optable.ALL[opcode[i]].symbol for i in shown}
     values = {}
@@ -98,7 +98,10 @@ def _fmt(x: float, digits: int) -> str:
 
 
 def to_dot(
-    tape: Tape, root: NodeRef | None = None, max_nodes: int = DEFAULT_MAX_NODES, grad: bool = True
+    tape: TapeStorage,
+    root: int | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+    grad: bool = True,
 ) -> str:
     """Graphviz DOT source for ``tape`` (or the part ``root`` depends on).
 
@@ -113,7 +116,7 @@ def to_dot(
     if root is None:
         ids = np.arange(n)
     else:
-        ids = np.flatnonzero(tape.ancestors(tape.node_id(root, "root"))[0])
+        ids = np.flatnonzero(tape.ancestors(root)[0])
     if ids.size > max_nodes:
         raise ValueError(
             f"refusing to draw {ids.size} nodes (max_nodes={max_nodes}): draw the part one "
@@ -122,7 +125,9 @@ def to_dot(
     opcode, in0, in1, val, adjoint = tape.opcode, tape.in0, tape.in1, tape.val, tape.grad
     labels = tape.labels
     scalar_ids = [i for i in ids.tolist() if not tape.blocks.is_op(i)]
-    partials = dict(zip(scalar_ids, tape.local_partials(scalar_ids).tolist(), strict=True))
+    partials = dict(
+        zip(scalar_ids, tape.local_partials(np.array(scalar_ids, np.int64)).tolist(), strict=True)
+    )
     lines = [
         "digraph fastad {",
         "  rankdir=LR;",
@@ -153,9 +158,9 @@ def to_dot(
 
 
 def render(
-    tape: Tape,
+    tape: TapeStorage,
     path: StrPath,
-    root: NodeRef | None = None,
+    root: int | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
     grad: bool = True,
 ) -> pathlib.Path:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from fastad.core.block_table import fresh
 from fastad.core.reach import UNREACHED, Need, any_reached
-from fastad.core.storage import FEW_OPS, as_stored, fresh
+from fastad.core.storage import FEW_OPS, as_stored
 from fastad.kernels import optable, sweeps
 
 CONST, INPUT = optable.CONST, optable.INPUT
@@ -157,7 +158,7 @@ def plan(tape: TapeStorage, root: int) -> Plan:
 
 def replay(tape: TapeStorage, rules: Rules) -> None:
     """Recompute every value, in id order, from the leaves and constants."""
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
 
     def run(lo: int, hi: int) -> None:
@@ -209,7 +210,7 @@ def backward(
     every adjoint is computed except those of array constants (data): a
     block constant gets no gradient (``Tape.block_adjoint`` refuses it).
     """
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
     block_values = blocks.values
     found: tuple[int, int] | None = None
@@ -372,7 +373,7 @@ def second_backward(
     JVP of its VJP), which raises ``NotImplementedError`` naming an op
     without one.
     """
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
     block_values = blocks.values
     adjoints, block_adjoints = first
@@ -425,7 +426,7 @@ def tangent(
     ``block_tangents`` and ``seeded`` (True for the nodes held at their seed,
     not recomputed) are set up by the caller.
     """
-    opcode, in0, in1, val, _ = tape._columns()
+    opcode, in0, in1, val, _ = tape.columns()
     blocks = tape.blocks
 
     def run(lo: int, hi: int) -> None:

@@ -6,10 +6,13 @@ Five parallel NumPy arrays hold the nodes: ``opcode`` (uint8), ``in0`` and
 monotonically and every node references only smaller ids, so reverse id
 order is a reverse topological order and the compiled sweeps are flat loops.
 
-Beside the arrays: labels, the shared constants, and the block table (array
-values, the operands and parameters of block ops, block adjoints). This
-layer knows no handles (``Var``, ``Block``) and no derivative rules: it
-stores ids and values, and validates ids.
+Beside the arrays: labels, the shared constants, and the block table
+(``fastad/core/block_table.py``). This layer knows no handles (``Var``,
+``Block``) and no derivative rules: it stores ids and values, and validates
+ids. A ``fastad.Tape`` holds one and is the user's surface; its methods check
+what users give, so the storage's writers (``push``, ``fill``,
+``push_block_op``) trust their callers. fastad's own layers reach a tape's
+storage with ``fastad.eager.tape.storage_of``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
+from fastad.core.block_table import INDEX_DTYPE, BlockTable, fresh
 from fastad.kernels import optable, sweeps
 from fastad.util.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
 
@@ -34,7 +38,6 @@ if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, IndexArray, OpcodeArray, RuleValue
 
 OPCODE_DTYPE = np.uint8
-INDEX_DTYPE = np.int32
 VALUE_DTYPE = np.float64
 INITIAL_CAPACITY = 64
 MAX_NODES = np.iinfo(INDEX_DTYPE).max
@@ -54,176 +57,17 @@ FEW_OPS = 32
 """Up to this many block ops, picking those a root depends on is a Python loop."""
 
 
-class _Growing:
-    """A 1-D array appended to in place, by amortised doubling (views of it stay cheap).
-
-    Nothing is allocated until the first append: a fresh tape per step makes
-    several of these, most of which stay empty.
-    """
-
-    def __init__(self, dtype: Any) -> None:
-        # A shared empty read-only start, replaced (never written) on the first append.
-        self._array = _EMPTY[dtype]
-        self.size = 0
-
-    def extend(self, values: list[int] | tuple[int, ...]) -> None:
-        end = self.size + len(values)
-        if end > self._array.size or not self._array.flags.writeable:
-            grown = np.empty(max(end, 2 * self._array.size, 16), self._array.dtype)
-            grown[: self.size] = self._array[: self.size]
-            self._array = grown
-        self._array[self.size : end] = values
-        self.size = end
-
-    def view(self) -> NDArray[Any]:
-        return self._array[: self.size]
-
-    def clear(self) -> None:
-        self.size = 0
-
-
-_EMPTY: dict[Any, NDArray[Any]] = {dtype: np.empty(0, dtype) for dtype in (np.int64, INDEX_DTYPE)}
-for _array in _EMPTY.values():
-    _array.flags.writeable = False
-
-
-class BlockTable:
-    """The block side of a tape: array values, block ops and block adjoints.
-
-    ``values`` maps a block node's id to its read-only float64 array. Block
-    ops (nodes computed by a registry rule, ``fastad/core/block_rules.py``) are
-    listed in id order with their operand ids (any number: ``in0``/``in1``
-    of the tape hold the first two) and their parameters (an axis, a key).
-    ``adjoints`` holds the block adjoints of the last backward sweep. A leaf's
-    zeros there may carry either sign (its reach is never settled: see
-    ``reach.Need.VALUES``), so read them with 0.0 added, as every public
-    accessor does, never as strong zeros.
-    """
-
-    def __init__(self) -> None:
-        self.values: dict[int, FloatArray] = {}
-        self.adjoints: dict[int, FloatArray] = {}
-        # What a rule's forward kept for its VJP (``BlockRule.saves``), by block op id.
-        self.saved: dict[int, tuple[Any, ...]] = {}
-        self.nbytes = 0  # held by the arrays in values
-        self._ops: list[int] = []
-        self._op_ids = _Growing(np.int64)  # _ops as an array, extended lazily
-        self._operands: dict[int, tuple[int, ...]] = {}
-        self._params: dict[int, object] = {}
-        # Operands past the second, in CSR form: node _extra_nodes[p] has
-        # _extra_ids[_extra_start[p]:_extra_start[p + 1]]. Recording appends
-        # to lists; the arrays the kernels read catch up with them in place
-        # when a sweep asks (a long-lived tape must not rebuild them per step).
-        self._extra_lists: tuple[list[int], list[int], list[int]] = ([], [0], [])
-        self._extra_nodes = _Growing(INDEX_DTYPE)
-        self._extra_start = _Growing(INDEX_DTYPE)
-        self._extra_ids = _Growing(INDEX_DTYPE)
-
-    def clear(self) -> None:
-        self.values.clear()
-        self.adjoints.clear()
-        self.saved.clear()
-        self.nbytes = 0
-        self._ops.clear()
-        self._op_ids.clear()
-        self._operands.clear()
-        self._params.clear()
-        nodes, start, ids = self._extra_lists
-        nodes.clear()
-        del start[1:]
-        ids.clear()
-        self._extra_nodes.clear()
-        self._extra_start.clear()
-        self._extra_ids.clear()
-
-    def store(self, node: int, array: FloatArray) -> None:
-        """Keep ``array`` (read-only float64, owned by the table) as the value of ``node``."""
-        old = self.values.get(node)
-        if old is not None:
-            self.nbytes -= _owned_bytes(old)
-        self.values[node] = array
-        self.nbytes += _owned_bytes(array)
-
-    def keep_saved(self, node: int, saved: tuple[Any, ...]) -> None:
-        """Keep what block op ``node``'s forward saved for its VJP (arrays it owns)."""
-        for old in self.saved.get(node, ()):
-            if isinstance(old, np.ndarray):
-                self.nbytes -= _owned_bytes(old)
-        self.saved[node] = saved
-        for array in saved:
-            if isinstance(array, np.ndarray):
-                self.nbytes += _owned_bytes(array)  # a view of a value is counted there
-
-    def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
-        """List a block op; ids must rise (``TapeStorage._push_block_op`` checks it first)."""
-        self._ops.append(node)
-        self._operands[node] = operands
-        if params is not None:
-            self._params[node] = params
-        if len(operands) > 2:
-            nodes, start, ids = self._extra_lists
-            nodes.append(node)
-            ids.extend(operands[2:])
-            start.append(len(ids))
-
-    @property
-    def ops(self) -> list[int]:
-        """Ids of the block-op nodes, ascending (the list itself: do not change it)."""
-        return self._ops
-
-    def operands(self, node: int) -> tuple[int, ...]:
-        return self._operands[node]
-
-    @property
-    def operands_table(self) -> dict[int, tuple[int, ...]]:
-        """Block op id -> its operand ids (the dict itself, for the sweeps' hot loop:
-        do not change it)."""
-        return self._operands
-
-    @property
-    def params_table(self) -> dict[int, object]:
-        """Block op id -> its parameters, absent where None (the dict itself: do not
-        change it)."""
-        return self._params
-
-    def params(self, node: int) -> object:
-        return self._params.get(node)
-
-    def is_op(self, node: int) -> bool:
-        return node in self._operands
-
-    def op_ids(self) -> NDArray[np.int64]:
-        """``ops`` as an int64 array."""
-        if self._op_ids.size != len(self._ops):
-            self._op_ids.extend(self._ops[self._op_ids.size :])
-        return self._op_ids.view()
-
-    def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
-        """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
-        for array, source in zip(
-            (self._extra_nodes, self._extra_start, self._extra_ids), self._extra_lists, strict=True
-        ):
-            if array.size != len(source):
-                array.extend(source[array.size :])
-        return self._extra_nodes.view(), self._extra_start.view(), self._extra_ids.view()
-
-
 def _described(value: object) -> str:
     if isinstance(value, np.ndarray):
         return f"a {value.dtype} array of shape {value.shape}"
     return f"{type(value).__name__} {value!r}"
 
 
-def _owned_bytes(array: FloatArray) -> int:
-    # A reshape's value is a view of its operand's array: count memory once.
-    return array.nbytes if fresh(array) else 0
-
-
 class TapeStorage:
     """The arrays of a tape, their growth, constants, labels and block values.
 
-    ``fastad.Tape`` adds handles, sweeps and printing on top; this class
-    stores ids and values only. ``guards`` is None on ordinary tapes and, while
+    A ``fastad.Tape`` holds one and adds handles, sweeps and printing; this
+    class stores ids and values only. ``guards`` is None on ordinary tapes and, while
     ``fa.compile`` traces, the list of ``(node id, truth)`` of every
     ``bool()`` taken of a node. ``generation`` counts resets: handles keep the
     generation they were recorded in, so a stale one can be refused.
@@ -248,7 +92,7 @@ class TapeStorage:
         # node; it swaps in a push of its own so ordinary tapes pay nothing.
         self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
         if debug:
-            self._push = self._push_with_source  # type: ignore[method-assign]
+            self.push = self._push_with_source  # type: ignore[method-assign]
         self.guards: list[tuple[int, bool]] | None = [] if trace else None
         # Held by every sweep and every move of staged rows into the arrays, so
         # that no sweep of one thread meets another's growth or sweep. Not by
@@ -295,13 +139,13 @@ class TapeStorage:
     # Sweeps touch only the span of ids from the lowest node their root depends
     # on to the root, so zeroing adjoints zeroes that span, not the whole tape:
     # on a long-lived tape, earlier history costs nothing per backward.
-    def _clear_adjoints(self) -> None:
+    def clear_adjoints(self) -> None:
         """Zero every scalar adjoint (those outside the span written since are zero)."""
         lo, hi = self._adjoint_span
         self._grad[lo:hi] = 0.0
         self._adjoint_span = (0, 0)
 
-    def _widen_adjoints(self, lo: int, hi: int) -> None:
+    def widen_adjoints(self, lo: int, hi: int) -> None:
         """Note that a sweep writes adjoints ``[lo, hi)``."""
         if not 0 <= lo <= hi <= self._n:
             raise ValueError(f"adjoint span [{lo}, {hi}) is not within the tape's {self._n} nodes")
@@ -309,7 +153,7 @@ class TapeStorage:
         self._adjoint_span = (lo, hi) if old_hi == 0 else (min(lo, old_lo), max(hi, old_hi))
 
     # -- recording ---------------------------------------------------------------
-    def _push(self, code: int, in0: int, in1: int, value: float) -> int:
+    def push(self, code: int, in0: int, in1: int, value: float) -> int:
         """Append one node and return its id, unchecked: the recorders' path (operands
         must already exist; ``Tape.push`` checks what a user gives)."""
         n = self._n
@@ -323,12 +167,12 @@ class TapeStorage:
         return n
 
     def _push_with_source(self, code: int, in0: int, in1: int, value: float) -> int:
-        node = TapeStorage._push(self, code, in0, in1, value)
+        node = TapeStorage.push(self, code, in0, in1, value)
         assert self._sources is not None  # debug tapes keep sources
         self._sources[node] = _user_location()
         return node
 
-    def _constant_id(self, value: float) -> int:
+    def constant_id(self, value: float) -> int:
         """The id of the constant node holding ``value``; repeated constants share one.
 
         Sharing reaches back ``CONSTANT_REACH`` nodes: past that a constant is
@@ -342,16 +186,16 @@ class TapeStorage:
         )
         node = self._constants.get(key)
         if node is None or node < self._n - CONSTANT_REACH:
-            node = self._constants[key] = self._push(optable.CONST, -1, -1, value)
+            node = self._constants[key] = self.push(optable.CONST, -1, -1, value)
         return node
 
-    def _push_block(self, code: int, array: FloatArray) -> int:
+    def push_block(self, code: int, array: FloatArray) -> int:
         """Append a block leaf or constant holding ``array`` (read-only float64, kept as is)."""
-        node = self._push(code, -1, -1, 0.0)
-        self._store(node, array)
+        node = self.push(code, -1, -1, 0.0)
+        self.store_block(node, array)
         return node
 
-    def _push_block_op(
+    def push_block_op(
         self,
         code: int,
         operands: tuple[int, ...],
@@ -365,10 +209,10 @@ class TapeStorage:
         in1 = operands[1] if len(operands) > 1 else -1
         ops = self.blocks.ops
         if isinstance(value, np.ndarray):
-            node = self._push(code, in0, in1, 0.0)
-            self._store(node, value)
+            node = self.push(code, in0, in1, 0.0)
+            self.store_block(node, value)
         else:
-            node = self._push(code, in0, in1, value)
+            node = self.push(code, in0, in1, value)
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self._corrupted = True
             raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
@@ -377,7 +221,7 @@ class TapeStorage:
             self.blocks.keep_saved(node, saved)
         return node
 
-    def _store(self, node: int, array: FloatArray) -> None:
+    def store_block(self, node: int, array: FloatArray) -> None:
         self.blocks.store(node, array)
         if self.blocks.nbytes > GROWTH_WARNING_BYTES:
             self._warn_growth()
@@ -450,7 +294,7 @@ class TapeStorage:
         with self.lock:  # never under another thread's sweep
             for column in self._staged_columns():  # dropped unread: a reset forgets them
                 column.clear()
-            self._clear_adjoints()
+            self.clear_adjoints()
             self._n = self._synced = 0
             self._corrupted = False
             self.generation += 1
@@ -462,7 +306,7 @@ class TapeStorage:
             if self.guards is not None:
                 self.guards.clear()
 
-    def _freeze(self, owner: str) -> None:
+    def freeze(self, owner: str) -> None:
         """Make the recording final: no more nodes, no reset.
 
         ``fa.compile`` freezes the tape it keeps (``f.tape``), which users may
@@ -472,14 +316,14 @@ class TapeStorage:
         """
         self.sync()
         self._owner = owner
-        self._push = self._refuse_push  # type: ignore[method-assign]
+        self.push = self._refuse_push  # type: ignore[method-assign]
 
     @property
     def frozen(self) -> bool:
-        """True for a tape kept by a compiled function (see :meth:`_freeze`)."""
+        """True for a tape kept by a compiled function (see :meth:`freeze`)."""
         return self._owner is not None
 
-    def _end_trace(self) -> list[tuple[int, bool]]:
+    def end_trace(self) -> list[tuple[int, bool]]:
         """Stop tracing: return the guards recorded, and make this an ordinary tape."""
         guards, self.guards = self.guards, None
         return list(guards or ())
@@ -571,7 +415,7 @@ class TapeStorage:
                     f"leaf {node} is a block of shape {held.shape}: its value must be a float64 "
                     f"array of {held.ndim} axes, got {_described(value)}"
                 )
-            self._store(node, value)
+            self.store_block(node, value)
         else:
             if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
                 value, bool
@@ -583,6 +427,21 @@ class TapeStorage:
             if isinstance(value, int) and abs(value) > sys.float_info.max:
                 raise ValueError(f"leaf {node}: {value!r} is too large for a float64")
             self._val[node] = value
+
+    def block_adjoint(self, node: int) -> FloatArray:
+        """The read-only adjoint array of the block node ``node`` (a valid block id): the
+        last backward's, its unreached elements read as +0.0, or zeros before any."""
+        gradient = self.blocks.adjoints.get(node)
+        if gradient is None:
+            gradient = np.zeros(self.blocks.values[node].shape)
+        elif gradient.flags.writeable:  # its first read since the sweep that made it
+            # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
+            # result handed out does. In place, once: then it is frozen.
+            if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
+                gradient = self.blocks.adjoints[node] = np.ascontiguousarray(gradient)
+            sweeps.settle_zero_signs(gradient.reshape(-1))
+        gradient.flags.writeable = False
+        return gradient
 
     def label(self, node: int) -> str | None:
         """A node's label (None: it has none)."""
@@ -625,7 +484,7 @@ class TapeStorage:
         """True for a tape that keeps the source line of every node."""
         return self._sources is not None
 
-    def _columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
+    def columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
         """``opcode, in0, in1, val, grad`` of the first ``len(tape)`` rows, writable.
 
         For the sweep driver and the kernels; users get read-only views.
@@ -642,7 +501,7 @@ class TapeStorage:
     def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
         """A mask of ``root`` and every node it depends on, and the lowest such id."""
         root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self._columns()
+        _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         return mark, lowest
@@ -655,7 +514,7 @@ class TapeStorage:
         so the cost is that span, not the tape's length.
         """
         root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self._columns()
+        _, in0, in1, _, _ = self.columns()
         if self._scratch.size <= root:
             self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
         mark = self._scratch
@@ -677,7 +536,7 @@ class TapeStorage:
         sources = [self.check_id(node, "source") for node in sources]
         if not (isinstance(lowest, (int, np.integer)) and 0 <= lowest <= root):
             raise ValueError(f"lowest must be an id in [0, root {root}], got {lowest!r}")
-        _, in0, in1, _, _ = self._columns()
+        _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         mark[[node for node in sources if node <= root]] = True
         sweeps.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
@@ -686,7 +545,7 @@ class TapeStorage:
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
         """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
         root = self.check_id(root, "root")
-        opcode, in0, in1, val, _ = self._columns()
+        opcode, in0, in1, val, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         is_block = np.zeros(root + 1, np.bool_)
         is_block[[node for node in self.blocks.ops if node <= root]] = True
@@ -694,6 +553,13 @@ class TapeStorage:
             opcode, in0, in1, val, is_block, *self._extra_edges(), root, mark
         )
         return mark
+
+    def local_partials(self, ids: NDArray[np.int64]) -> FloatArray:
+        """``(d/d in0, d/d in1)`` of the scalar nodes ``ids`` (valid ids), zero past their arity."""
+        partials = np.zeros((ids.size, 2), VALUE_DTYPE)
+        opcode, in0, in1, val, _ = self.columns()
+        sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
+        return partials
 
     def _extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
         return self.blocks.extra_edges()
@@ -756,14 +622,14 @@ class TapeStorage:
         self.sync()
         return sum(getattr(self, name).nbytes for name in _COLUMNS)
 
-    def _trim_columns(self) -> None:
+    def trim(self) -> None:
         """Release the arrays' spare capacity (``Tape.trim``)."""
         self.sync()
         for name in _COLUMNS:
             setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
         self._column_views = _NO_VIEWS
 
-    def _fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
+    def fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
         """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
         n = len(opcode)
         if n > self._opcode.size:
@@ -774,7 +640,7 @@ class TapeStorage:
 
 
 _NO_VIEWS: tuple[int, None, tuple[()]] = (-1, None, ())
-"""``TapeStorage._columns``' cache when it holds nothing."""
+"""``TapeStorage.columns``' cache when it holds nothing."""
 
 _CONCURRENT_RECORDING = (
     "several threads recorded onto this tape at the same time (or one read it while "
@@ -806,12 +672,6 @@ def as_stored(value: Any) -> FloatArray:
             flags = array.flags
         flags.writeable = False
     return array
-
-
-def fresh(array: NDArray[Any]) -> bool:
-    """True for an array that owns its memory: NumPy's own new array (no base)
-    or a Numba kernel's (its base is the kernel's memory record, viewed by nothing else)."""
-    return array.base is None or type(array.base).__name__ == "_MemInfo"
 
 
 # fastad/ itself (this file is fastad/core/storage.py), with the separator, so that

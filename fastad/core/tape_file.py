@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.core.storage import ARITY, INDEX_DTYPE, OPCODE_DTYPE, VALUE_DTYPE
+from fastad.core.block_table import INDEX_DTYPE
+from fastad.core.storage import ARITY, OPCODE_DTYPE, VALUE_DTYPE
 from fastad.kernels import optable
 from fastad.util import npz
+from fastad.util.errors import is_int
 
 if TYPE_CHECKING:
     from fastad.core.storage import TapeStorage
@@ -117,3 +119,17 @@ def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
     text = npz.text_field(data, "labels", str(path))
     labels: dict[str, Any] = npz.json_object(text, f"{path}: labels")
     return (data["opcode"], data["in0"], data["in1"], data["val"]), labels
+
+
+def scalar_op(code: object) -> optable.Op:
+    """The scalar op ``code`` names, else raises naming it."""
+    if not is_int(code):
+        raise TypeError(f"opcode must be an integer, got {type(code).__name__} {code!r}")
+    if not 0 <= int(code) < optable.NUM_OPS:
+        block = int(code) in optable.ALL
+        what = "a block op, recorded by its function" if block else "not an opcode"
+        raise ValueError(
+            f"opcode {code} is {what}; scalar opcodes are 0..{optable.NUM_OPS - 1} "
+            "(fastad.kernels.optable.OPS)"
+        )
+    return optable.OPS[int(code)]

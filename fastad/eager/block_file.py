@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad.core import block_rules, tape_file
+from fastad.core.reduction_rules import Reduction
 from fastad.core.storage import as_stored
-from fastad.eager.tape import Tape
+from fastad.eager.tape import Tape, storage_of
 from fastad.kernels import optable
 from fastad.util.memory import available_memory
 
@@ -48,7 +49,7 @@ def encode_param(param: Any) -> Any:
         return {"bool": param}
     if isinstance(param, str):
         return {"str": param}
-    if isinstance(param, block_rules.Reduction):
+    if isinstance(param, Reduction):
         return {"reduction": [encode_param(param.axes), param.keepdims]}
     if isinstance(param, tuple):
         return {"tuple": [encode_param(part) for part in param]}
@@ -83,7 +84,7 @@ def decode_param(data: Any, where: str) -> Any:
             isinstance(axes, tuple) and all(isinstance(axis, int) for axis in axes)
         ):
             raise ValueError(f"{where}: reduction axes must be None or a tuple of ints")
-        return block_rules.Reduction(axes, bool(value[1]))
+        return Reduction(axes, bool(value[1]))
     if tag == "tuple" and isinstance(value, list):
         return tuple(decode_param(part, where) for part in value)
     if tag == "slice" and isinstance(value, list) and len(value) == 3:
@@ -114,14 +115,13 @@ def _decoded_array(data: Mapping[str, Any], where: str) -> Any:
 def block_state(tape: Tape) -> tuple[dict[str, Any], list[Any]]:
     """The block side of ``tape``: ``(arrays, encoded parameters)`` (see the module docstring)."""
     opcode = tape.opcode
+    table = storage_of(tape).blocks
     leaves = [
-        node
-        for node in sorted(tape.blocks.values)
-        if not tape.blocks.is_op(node) and opcode[node] in _LEAVES
+        node for node in sorted(table.values) if not table.is_op(node) and opcode[node] in _LEAVES
     ]
-    blocks = [tape.blocks.values[node] for node in leaves]
-    ops = list(tape.blocks.ops)
-    operands = [tape.blocks.operands(node) for node in ops]
+    blocks = [table.values[node] for node in leaves]
+    ops = list(table.ops)
+    operands = [table.operands(node) for node in ops]
     arrays = {
         "block_nodes": np.array(leaves, np.int64),
         "block_ndim": np.array([block.ndim for block in blocks], np.int64),
@@ -131,7 +131,7 @@ def block_state(tape: Tape) -> tuple[dict[str, Any], list[Any]]:
         "op_start": np.cumsum([0] + [len(o) for o in operands], dtype=np.int64),
         "op_operands": np.array([j for o in operands for j in o], np.int64),
     }
-    return arrays, [encode_param(tape.blocks.params(node)) for node in ops]
+    return arrays, [encode_param(table.params(node)) for node in ops]
 
 
 def rebuild(
@@ -165,6 +165,7 @@ def rebuild(
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
     tape = Tape(capacity=max(n, 1))
+    storage = storage_of(tape)
     shapes: list[tuple[int, ...]] = []
     planned = 0  # bytes the block ops' values will take
     for node in range(n):
@@ -176,7 +177,7 @@ def rebuild(
             if code not in _LEAVES:
                 raise ValueError(f"{where}: an array value belongs to a leaf or a constant")
             block = leaves[node]
-            tape._push_block(code, block)
+            storage.push_block(code, block)
             shapes.append(block.shape)
         elif node in ops:
             operands, param = ops[node]
@@ -184,15 +185,15 @@ def rebuild(
             planned += 8 * math.prod(shape)
             # A stand-in that allocates nothing: the forward sweep computes the value.
             value: FloatArray | float = 0.0 if shape == () else np.broadcast_to(0.0, shape)
-            tape._push_block_op(code, operands, value, param)
+            storage.push_block_op(code, operands, value, param)
             shapes.append(shape)
         else:
-            tape._push(code, int(in0[node]), int(in1[node]), float(values[node]))
-            if any(shapes[j] != () for j in tape.operands(node)):
+            storage.push(code, int(in0[node]), int(in1[node]), float(values[node]))
+            if any(shapes[j] != () for j in storage.operands(node)):
                 raise ValueError(f"{where}: a scalar op with an array operand")
             shapes.append(())
     try:
-        for node, label in tape_file.validated_labels(tape, dict(labels)).items():
+        for node, label in tape_file.validated_labels(storage, dict(labels)).items():
             tape.set_label(node, label)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{source}: {error}") from None

@@ -27,19 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.eager.node import (
-    Block,
-    Node,
-    Var,
-    compute_block,
-    elementwise,
-    matmul,
-    normal_axis,
-    record_block_on,
-    reduction,
-    tape_of,
-)
-from fastad.eager.tape import current_tape
+from fastad.eager.block_params import normal_axis, reduction
+from fastad.eager.handle import Node, tape_of
+from fastad.eager.node import Block, Var, compute_block, elementwise, matmul, record_block_on
+from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
@@ -289,7 +280,7 @@ def scalar_nodes(
     Use the ``fastad`` functions (``fa.relu`` and co.) on object arrays too.
     """
     values = np.asarray(values, dtype=np.float64)
-    tape = tape if tape is not None else current_tape()
+    tape = tape_or_current(tape)
     nodes = np.empty(values.shape, dtype=object)
     for position, value in np.ndenumerate(values):
         label = f"{name}[{', '.join(map(str, position))}]" if name else None

@@ -14,17 +14,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.core import scalar_rules
-from fastad.eager.node import (
-    Block,
-    Var,
-    as_object,
-    check_live,
-    elementwise,
-    is_number,
-    record,
-    record_unary,
-)
-from fastad.eager.tape import current_tape
+from fastad.eager.handle import as_object, check_live
+from fastad.eager.node import Block, Var, elementwise, record, record_unary
+from fastad.eager.operators import is_number
+from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
@@ -65,7 +58,7 @@ def var(
     ...     (x * x).value
     9.0
     """
-    return (tape if tape is not None else current_tape()).input(value, name)
+    return tape_or_current(tape).input(value, name)
 
 
 @overload

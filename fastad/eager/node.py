@@ -16,18 +16,26 @@ meeting an array gives a ``Block``, a ``Block``'s sum is a ``Var``.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, TypeGuard, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, cast, overload
 
 import numpy as np
 
 from fastad.core import block_rules, scalar_rules
 from fastad.core.storage import as_stored
+from fastad.eager.block_params import frozen_key, normal_axis, reduction
+from fastad.eager.handle import (
+    Node,
+    ScalarNode,
+    as_object,
+    check_live,
+    is_array,
+    refuse_escape,
+    tape_of,
+)
 from fastad.eager.operators import Operators, is_number
 from fastad.kernels import optable
-from fastad.util.errors import StaleNodeError, TraceError
+from fastad.util.errors import TraceError
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -40,81 +48,12 @@ if TYPE_CHECKING:
     Axes: TypeAlias = "int | tuple[int, ...] | None"
     """The axes of a reduction: one, several, or None for all."""
 
-__all__ = ["Block", "Node", "Var", "is_number", "record", "record_block", "record_unary"]
+__all__ = ["Block", "Var", "record", "record_block", "record_unary"]
 
 _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
 RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
 MAX, MIN, PROD = _BLOCK["max"].code, _BLOCK["min"].code, _BLOCK["prod"].code
-
-
-NUMPY_HANDLERS: dict[str, Callable[..., Any]] = {}
-"""``"ufunc"`` and ``"function"``: the NumPy protocol's handlers
-(``fastad/eager/numpy_protocol.py``)."""
-
-
-def check_live(node: Node) -> None:
-    """Raise ``StaleNodeError`` if ``node``'s tape (a Var's or a Block's) was reset since."""
-    if node._generation != node._tape.generation:
-        raise StaleNodeError(
-            f"{node!r} belongs to a tape that was reset after the node was "
-            f"recorded; its id may now name a different node. Record it again."
-        )
-
-
-class Node:
-    """What every node handle has: its tape, its id, and the tape generation
-    it was recorded in (a reset tape makes older handles stale)."""
-
-    __slots__ = ("_tape", "_id", "_generation")
-    _tape: Tape
-    _id: int
-    _generation: int
-
-    # The NumPy protocol: `np.sin(node)`, `array * node`, `np.sum(block)`
-    # record fastad ops instead of building object arrays of nodes behind
-    # our back; what fastad has no op for raises a TypeError naming what to
-    # use. The handlers live in fastad/eager/numpy_protocol.py, above the public
-    # functions they call, and register themselves in NUMPY_HANDLERS.
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return NUMPY_HANDLERS["ufunc"](ufunc, method, inputs, kwargs)
-
-    def __array_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        return NUMPY_HANDLERS["function"](func, types, args, kwargs)
-
-    def __init__(self, tape: Tape, node_id: int) -> None:
-        self._tape = tape
-        self._id = node_id
-        self._generation = tape.generation
-
-    @property
-    def id(self) -> int:
-        """The node id: its row in the tape's arrays."""
-        return self._id
-
-    @property
-    def tape(self) -> Tape:
-        """The :class:`fastad.Tape` this node was recorded on."""
-        return self._tape
-
-    @property
-    def op(self) -> str:
-        """The op's name in the op table (``'input'`` for a leaf)."""
-        check_live(self)
-        return self._tape.op_name(self._id)
-
-    @property
-    def name(self) -> str | None:
-        """The label shown in tables and drawings, or None."""
-        check_live(self)
-        return self._tape.label(self._id)
-
-    @name.setter
-    def name(self, label: str) -> None:
-        check_live(self)
-        self._tape.set_label(self._id, label)
 
 
 # -- scalar nodes ------------------------------------------------------------------------------
@@ -126,14 +65,15 @@ _ieee_value = scalar_rules.ieee_value
 def record_unary(code: int, x: Var) -> Var:
     """Record unary op ``code`` on the node ``x``; the value is computed now."""
     tape = x._tape
-    if x._generation != tape.generation:
+    storage = tape._storage
+    if x._generation != storage.generation:
         _check_operands(x, None)
     a = x._value
     try:
         value = _eager[code](a, 0.0)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, 0.0)
-    return Var(tape, tape._push(code, x._id, -1, value), value)
+    return Var(tape, storage.push(code, x._id, -1, value), value)
 
 
 @overload
@@ -157,7 +97,8 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     # for the type checker here would cost the hot path a call.
     if type(x) is Var and type(y) is Var:  # the commonest case, first and straight
         tape = x._tape
-        generation = tape.generation
+        storage = tape._storage
+        generation = storage.generation
         if x._generation != generation or y._generation != generation or y._tape is not tape:
             _check_operands(x, y)
         a, b = x._value, y._value
@@ -165,7 +106,7 @@ def record(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
             value = _eager[code](a, b)
         except (ArithmeticError, ValueError):
             value = _ieee_value(code, a, b)
-        return Var(tape, tape._push(code, x._id, y._id, value), value)
+        return Var(tape, storage.push(code, x._id, y._id, value), value)
     return _record_with_number(code, x, y)
 
 
@@ -176,19 +117,20 @@ def _record_with_number(code: int, x: Any, y: Any) -> Var | Block | ObjectArray:
     other = y if node is x else x
     if not is_number(other):
         return _other_operand(code, x, y, other)
-    if node._generation != tape.generation:
+    storage = tape._storage
+    if node._generation != storage.generation:
         _check_operands(node, None)  # before a constant lands on the reset tape
     if node is x:
         a, b = x._value, float(y)
-        i, j = x._id, tape._constant_id(b)
+        i, j = x._id, storage.constant_id(b)
     else:
         a, b = float(x), y._value
-        i, j = tape._constant_id(a), y._id
+        i, j = storage.constant_id(a), y._id
     try:
         value = _eager[code](a, b)
     except (ArithmeticError, ValueError):
         value = _ieee_value(code, a, b)
-    return Var(tape, tape._push(code, i, j, value), value)
+    return Var(tape, storage.push(code, i, j, value), value)
 
 
 def _check_operands(x: Node | None, y: Node | None) -> None:
@@ -224,21 +166,7 @@ def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | Ob
     return NotImplemented
 
 
-def as_object(x: object) -> object:
-    """``x`` for NumPy's object-array machinery: a node becomes a 0-d object array.
-
-    Handed to ``np.frompyfunc`` as it is, a node is refused (its
-    ``__array_ufunc__ = None`` keeps NumPy from building object arrays
-    behind our back), so ``scalar_nodes(X) * s`` needs it wrapped.
-    """
-    if isinstance(x, Node):
-        wrapped = np.empty((), dtype=object)
-        wrapped[()] = x
-        return wrapped
-    return x
-
-
-class Var(Node, Operators["Var", "Block"]):
+class Var(ScalarNode, Operators["Var", "Block"]):
     """A scalar node on a tape: its value now, its adjoint after ``backward``.
 
     Create leaves with :func:`fastad.var`; arithmetic between nodes and
@@ -265,8 +193,7 @@ class Var(Node, Operators["Var", "Block"]):
     64.0 64.0 32.0
     """
 
-    __slots__ = ("_value",)
-    _value: float
+    __slots__ = ()
     _record = staticmethod(record)
     _record_unary = staticmethod(record_unary)
 
@@ -275,7 +202,7 @@ class Var(Node, Operators["Var", "Block"]):
         self._tape = tape
         self._id = node_id
         self._value = value
-        self._generation = tape.generation
+        self._generation = tape._storage.generation
 
     # -- what a node is -------------------------------------------------
     @property
@@ -285,8 +212,8 @@ class Var(Node, Operators["Var", "Block"]):
         Not available while ``fa.compile`` traces a function: a value read
         then would be frozen into the replay (see :class:`fastad.TraceError`).
         """
-        if self._tape.guards is not None:
-            _escape(self, ".value")
+        if self._tape._storage.guards is not None:
+            refuse_escape(self, ".value")
         return self._value
 
     @property
@@ -314,104 +241,15 @@ class Var(Node, Operators["Var", "Block"]):
         check_live(self)
         self._tape.backward(self._id, accumulate=accumulate, check=check)
 
-    # -- Python protocol --------------------------------------------------
-    def __float__(self) -> float:
-        if self._tape.guards is not None:
-            _escape(self, "float()")
-        return self._value
-
-    def __int__(self) -> int:
-        if self._tape.guards is not None:
-            _escape(self, "int()")
-        return int(self._value)
-
-    @overload
-    def __round__(self, ndigits: None = None) -> int: ...
-    @overload
-    def __round__(self, ndigits: int) -> float: ...
-    def __round__(self, ndigits: int | None = None) -> int | float:
-        if self._tape.guards is not None:
-            _escape(self, "round()")
-        return round(self._value, ndigits)
-
-    def __trunc__(self) -> int:
-        if self._tape.guards is not None:
-            _escape(self, "math.trunc()")
-        return math.trunc(self._value)
-
-    def __floor__(self) -> int:
-        if self._tape.guards is not None:
-            _escape(self, "math.floor()")
-        return math.floor(self._value)
-
-    def __ceil__(self) -> int:
-        if self._tape.guards is not None:
-            _escape(self, "math.ceil()")
-        return math.ceil(self._value)
-
-    def __format__(self, spec: str) -> str:
-        if not spec:
-            return str(self)
-        if self._tape.guards is not None:
-            _escape(self, f"format spec {spec!r}")
-        return format(self._value, spec)
-
-    def __bool__(self) -> bool:
-        # `if x > 0:` lands here. While fa.compile traces, the outcome is
-        # recorded as a guard that every replay re-checks.
-        truth = self._value != 0.0
-        guards = self._tape.guards
-        if guards is not None:
-            guards.append((self._id, truth))
-        return truth
-
     def __repr__(self) -> str:
         # Never raises: error messages use it. While tracing it shows no
         # value, so str(x) cannot smuggle the traced number into the replay.
-        value = "traced" if self._tape.guards is not None else repr(self._value)
-        if self._generation != self._tape.generation:
+        value = "traced" if self._tape._storage.guards is not None else repr(self._value)
+        if self._generation != self._tape._storage.generation:
             return f"Var({value}, id={self._id}, stale)"
-        label = self._tape.label(self._id)
+        label = self._tape._storage.label(self._id)
         named = f", name={label!r}" if label else ""
         return f"Var({value}{named}, id={self._id})"
-
-
-def _escape(node: Node, how: str) -> NoReturn:
-    raise TraceError(
-        f"{how} of {node!r} while fa.compile traces the function: the number "
-        "would be frozen into every replay. Keep computing with fastad "
-        "operations; branch with `if` on a comparison (recorded as a guard) "
-        "or use fa.where."
-    )
-
-
-# -- recording block ops -----------------------------------------------------------------------
-def is_array(x: object) -> TypeGuard[NumericArray]:
-    """True for a real NumPy array (what becomes a block constant beside a node)."""
-    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
-
-
-@overload
-def tape_of(first: Node, /, *others: object) -> Tape: ...
-@overload
-def tape_of(*operands: object) -> Tape | None: ...
-def tape_of(*operands: object) -> Tape | None:
-    """The one tape of the nodes among ``operands`` (None without any); raise if two or stale."""
-    tape = None
-    for x in operands:
-        if isinstance(x, Node):
-            if tape is None:
-                tape = x._tape
-            elif x._tape is not tape:
-                raise ValueError(
-                    "cannot combine nodes of two different tapes: "
-                    + ", ".join(repr(y) for y in operands if isinstance(y, Node))
-                )
-            if x._generation != tape.generation:
-                raise StaleNodeError(
-                    f"{x!r} belongs to a tape that was reset after it was recorded"
-                )
-    return tape
 
 
 def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
@@ -434,7 +272,8 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     """
     # Every block op an eager program records passes here: one pass over the
     # operands, no helper calls but the rule's own.
-    generation, block_values = tape.generation, tape.blocks.values
+    storage = tape._storage
+    generation, block_values = storage.generation, storage.blocks.values
     values: list[RuleValue] = []
     shapes: list[tuple[int, ...]] = []
     ids: list[int] = []
@@ -459,13 +298,13 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
         result, saved = result
     if shape == ():
         scalar = float(result)
-        return Var(tape, tape._push_block_op(code, tuple(ids), scalar, params, saved), scalar)
+        return Var(tape, storage.push_block_op(code, tuple(ids), scalar, params, saved), scalar)
     array = as_stored(result)
     if array.shape != shape:
         raise AssertionError(
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
-    return Block(tape, tape._push_block_op(code, tuple(ids), array, params, saved))
+    return Block(tape, storage.push_block_op(code, tuple(ids), array, params, saved))
 
 
 def record_block(
@@ -578,7 +417,7 @@ class Block(Node, Operators["Block", "Block"]):
         Not available while ``fa.compile`` traces a function: the array
         would be frozen into every replay (see :class:`fastad.TraceError`).
         """
-        if self._tape.guards is not None:
+        if self._tape._storage.guards is not None:
             raise TraceError(
                 f".value of {self!r} while fa.compile traces the function: the array would "
                 "be frozen into every replay. Keep computing with fastad operations."
@@ -606,11 +445,12 @@ class Block(Node, Operators["Block", "Block"]):
 
     def __repr__(self) -> str:
         # Never raises: error messages about stale nodes use it.
-        if self._generation != self._tape.generation:
+        if self._generation != self._tape._storage.generation:
             return f"Block(id={self._id}, stale)"
-        label = self._tape.label(self._id)
+        label = self._tape._storage.label(self._id)
         named = f", name={label!r}" if label else ""
-        return f"Block(shape={self._tape.blocks.values[self._id].shape}{named}, id={self._id})"
+        shape = self._tape._storage.blocks.values[self._id].shape
+        return f"Block(shape={shape}{named}, id={self._id})"
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -651,7 +491,7 @@ class Block(Node, Operators["Block", "Block"]):
         except (IndexError, TypeError) as error:
             message = f"cannot index {self!r} of shape {value.shape} with {key!r}: {error}"
             raise type(error)(message) from None
-        return _append(self._tape, INDEX, (self,), _frozen_key(key))
+        return _append(self._tape, INDEX, (self,), frozen_key(key))
 
     @overload
     def sum(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
@@ -779,7 +619,7 @@ class Block(Node, Operators["Block", "Block"]):
             longer = [t for t in sorted(dropped) if shape[t] != 1]
             if longer:
                 raise ValueError(
-                    f"cannot squeeze axis {longer[0]} of {self!r}: it has length "
+                    f"cannot squeeze axis {longer[0]} (axis={axis!r}) of {self!r}: it has length "
                     f"{shape[longer[0]]}, not 1"
                 )
         kept = tuple(n for t, n in enumerate(shape) if t not in dropped)
@@ -838,55 +678,7 @@ class Block(Node, Operators["Block", "Block"]):
 _MAXIMUM, _MINIMUM = optable.BY_NAME["maximum"].code, optable.BY_NAME["minimum"].code
 
 
-def reduction(
-    shape: tuple[int, ...], axis: object, keepdims: object, owner: object
-) -> block_rules.Reduction:
-    """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
-    as the registry's reductions take them (``owner`` names the operand in errors)."""
-    if not isinstance(keepdims, (bool, np.bool_)) and not (
-        isinstance(keepdims, (int, np.integer)) and keepdims in (0, 1)
-    ):
-        raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
-    if axis is None:
-        return block_rules.Reduction(None, bool(keepdims))
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    normalised = tuple(sorted(normal_axis(shape, a, owner) for a in axes))
-    if len(set(normalised)) != len(normalised):
-        raise ValueError(f"axis {axis!r} names an axis twice (for {owner!r})")
-    return block_rules.Reduction(normalised, bool(keepdims))
-
-
-def normal_axis(shape: tuple[int, ...], axis: object, owner: object) -> int:
-    """``axis`` as an index in ``range(len(shape))``; errors name ``owner`` and its shape."""
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral, np.integer)):
-        raise TypeError(
-            f"axis must be an integer, a tuple of them, or None; got {type(axis).__name__} "
-            f"{axis!r} (for {owner!r} of shape {shape})"
-        )
-    axis = int(axis)
-    if not -len(shape) <= axis < len(shape):
-        raise ValueError(f"axis {axis} is out of range for {owner!r} of shape {shape}")
-    return axis % len(shape)
-
-
-def _frozen_key(key: Any) -> Any:
-    """An index key the caller can no longer change: arrays and lists become read-only copies.
-
-    The key is kept as the index op's parameter for every backward and
-    replay, so a caller's array that changed later must not change them.
-    """
-    if isinstance(key, tuple):
-        return tuple(_frozen_key(part) for part in key)
-    if isinstance(key, (list, np.ndarray)):
-        frozen = np.array(key)
-        if frozen.size == 0 and frozen.dtype.kind == "f":  # [] indexes nothing, as in NumPy
-            frozen = frozen.astype(np.intp)
-        frozen.flags.writeable = False
-        return frozen
-    return key
-
-
 def _array(block: Block) -> FloatArray:
     """A block's array (``.value`` refuses while tracing; recording and rules may read it)."""
     check_live(block)
-    return block._tape.blocks.values[block._id]
+    return block._tape._storage.blocks.values[block._id]

@@ -11,7 +11,7 @@ times slower, where it works at all), never a plain array that has left
 the tape.
 
 This module sits above the public functions it calls and registers its two
-handlers in ``fastad.eager.node.NUMPY_HANDLERS`` when imported (``fastad``
+handlers in ``fastad.eager.handle.NUMPY_HANDLERS`` when imported (``fastad``
 imports it).
 """
 
@@ -24,7 +24,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from fastad.eager import blocks, functions
-from fastad.eager.node import NUMPY_HANDLERS, Block, Node, Var, matmul
+from fastad.eager.handle import NUMPY_HANDLERS, Node
+from fastad.eager.node import Block, Var, matmul
 from fastad.kernels import optable
 
 

@@ -1,8 +1,10 @@
 """The tape users hold: recording scope, handles, gradients, printing and files.
 
 ``Tape`` is the public face of a recording. Its layers live below it:
-``fastad/core/storage.py`` keeps the arrays (a ``Tape`` is a ``TapeStorage``),
-``fastad/core/driver.py`` walks them with the block rules of
+``fastad/core/storage.py`` keeps the arrays (a ``Tape`` holds a ``TapeStorage``;
+fastad's own layers reach it with :func:`storage_of`, users never need it),
+``fastad/core/derivatives.py`` runs the derivative sweeps a tape asks for,
+``fastad/core/driver.py`` walks the arrays with the block rules of
 ``fastad/core/block_rules.py``, ``fastad/eager/node.py`` makes the handles,
 ``fastad/core/diagnose.py`` finds where a ``nan`` was made, ``fastad/core/draw.py``
 prints and draws, ``fastad/core/tape_file.py`` validates arrays and files. Each
@@ -23,22 +25,26 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.core import block_rules, diagnose, draw, driver, tape_file
-from fastad.core.storage import VALUE_DTYPE, TapeStorage, as_stored
-from fastad.eager.node import Block, Node, Var, check_live, is_number
-from fastad.kernels import optable, sweeps
+from fastad.core import block_rules, derivatives, diagnose, draw, driver, tape_file
+from fastad.core.storage import INITIAL_CAPACITY, TapeStorage, as_stored
+from fastad.eager.handle import Node, check_live
+from fastad.eager.node import Block, Var
+from fastad.eager.operators import is_number
+from fastad.kernels import optable
 from fastad.util import npz
-from fastad.util.errors import NonFiniteError, NonFiniteOrigin, flag, is_int, not_real
+from fastad.util.errors import NonFiniteOrigin, flag, is_int
 
 if TYPE_CHECKING:
     from fastad.eager.node import NodeRef
-    from fastad.util.hints import FloatArray, NumericArray, RealNumber, StrPath
-
-# Adjoint and tangent buffers start at UNREACHED (-0.0), the sweeps' mark of
-# a node no contribution reached (see kernels/sweeps.py); every result handed
-# out has 0.0 added, which turns it into an ordinary +0.0.
-UNREACHED = sweeps.UNREACHED
-SAVE_FORMAT = tape_file.SAVE_FORMAT
+    from fastad.util.hints import (
+        FloatArray,
+        IndexArray,
+        NumericArray,
+        OpcodeArray,
+        RealNumber,
+        RuleValue,
+        StrPath,
+    )
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -49,13 +55,13 @@ def _holding_lock(method: _Method) -> _Method:
 
     @functools.wraps(method)
     def locked(self: Tape, *args: Any, **kwargs: Any) -> Any:
-        with self.lock:
+        with self._storage.lock:
             return method(self, *args, **kwargs)
 
     return cast("_Method", locked)
 
 
-class Tape(TapeStorage):
+class Tape:
     """A recording of scalar and array operations, swept by compiled kernels.
 
     Use ``with fa.Tape() as t:`` to record into a fresh tape; nodes created
@@ -65,8 +71,30 @@ class Tape(TapeStorage):
     before a reset raise :class:`fastad.StaleNodeError` when used.
 
     The arrays ``opcode``, ``in0``, ``in1``, ``val`` and ``grad`` are
-    read-only views of the first ``len(t)`` rows.
+    read-only views of the first ``len(t)`` rows. The tape holds its arrays
+    in a ``TapeStorage`` (``fastad/core/storage.py``), which is not part of
+    this surface: fastad's own layers reach it with :func:`storage_of`.
+
+    Parameters
+    ----------
+    capacity : int
+        Rows to allocate first; the tape doubles them as it needs.
+    trace : bool
+        Record the guards of ``bool()`` taken of a node (``fa.compile`` traces).
+    debug : bool
+        Keep the file and line of the user code that recorded each node.
     """
+
+    __slots__ = ("_storage", "__weakref__")
+    _storage: TapeStorage
+
+    def __init__(
+        self, capacity: int = INITIAL_CAPACITY, trace: bool = False, debug: bool = False
+    ) -> None:
+        self._storage = TapeStorage(capacity, trace, debug)
+
+    def __len__(self) -> int:
+        return len(self._storage)
 
     # -- scope -----------------------------------------------------------------
     def __enter__(self) -> Tape:
@@ -90,7 +118,94 @@ class Tape(TapeStorage):
         :class:`fastad.StaleNodeError` instead of silently naming whatever
         node now has its id.
         """
-        self.clear()
+        self._storage.clear()
+
+    @property
+    def frozen(self) -> bool:
+        """True for a tape kept by a compiled function (``f.tape``): it takes no new
+        nodes and no reset."""
+        return self._storage.frozen
+
+    @property
+    def debug(self) -> bool:
+        """True for a tape that keeps the source line of every node (``debug=True``)."""
+        return self._storage.debug
+
+    # -- the arrays (read-only views) --------------------------------------------
+    @property
+    def opcode(self) -> OpcodeArray:
+        """Opcodes (uint8), a read-only view of the first ``len(tape)`` rows."""
+        return self._storage.opcode
+
+    @property
+    def in0(self) -> IndexArray:
+        """First operand ids (int32, -1 where the op has none), read-only."""
+        return self._storage.in0
+
+    @property
+    def in1(self) -> IndexArray:
+        """Second operand ids (int32, -1 where the op has fewer than two), read-only."""
+        return self._storage.in1
+
+    @property
+    def val(self) -> FloatArray:
+        """Node values (float64), read-only.
+
+        Not available while ``fa.compile`` traces a function: a value read
+        then would be frozen into every replay (see :class:`fastad.TraceError`).
+        """
+        return self._storage.val
+
+    @property
+    def grad(self) -> FloatArray:
+        """Node adjoints (float64) of the last backward sweep, read-only."""
+        return self._storage.grad
+
+    @property
+    def inputs(self) -> NDArray[np.intp]:
+        """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
+        return self._storage.inputs
+
+    @property
+    def has_blocks(self) -> bool:
+        """True when the tape holds block (array) nodes."""
+        return self._storage.has_blocks
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the five node arrays (capacity, not just length)."""
+        return self._storage.nbytes
+
+    @property
+    def labels(self) -> dict[int, str]:
+        """A copy of the ``{node id: label}`` mapping."""
+        return self._storage.labels
+
+    @property
+    def sources(self) -> dict[int, tuple[str, int]]:
+        """A copy of ``{node id: (file, line)}`` for the nodes whose line is known
+        (debug tapes)."""
+        return self._storage.sources
+
+    def value(self, node_id: NodeRef) -> RuleValue:
+        """A node's value: its array (read-only) for a block, a float for a scalar node."""
+        return self._storage.value(self.node_id(node_id))
+
+    def block_value(self, node_id: NodeRef) -> FloatArray | None:
+        """The array (read-only) of a block node, None for a scalar node."""
+        return self._storage.block_value(self.node_id(node_id))
+
+    def operands(self, node_id: NodeRef) -> tuple[int, ...]:
+        """The operand ids of a node, in order (any number for a block op)."""
+        return self._storage.operands(self.node_id(node_id))
+
+    def label(self, node_id: NodeRef) -> str | None:
+        """A node's label (None: it has none)."""
+        return self._storage.label(self.node_id(node_id))
+
+    def set_label(self, node_id: NodeRef, label: str) -> None:
+        """Give a node a label, shown by :meth:`table` and :meth:`to_dot`."""
+        self._storage.set_label(self.node_id(node_id), label)
 
     # -- recording -------------------------------------------------------------
     def append(self, code: int, in0: int, in1: int, value: float) -> Var:
@@ -107,7 +222,7 @@ class Tape(TapeStorage):
         none, a unary op one), ``value`` is a real number. The value is kept
         as given, as :meth:`from_arrays` keeps raw rows.
         """
-        op = self._scalar_op(code)
+        op = tape_file.scalar_op(code)
         for slot, j in enumerate((in0, in1)):
             field = ("in0", "in1")[slot]
             if slot >= op.arity:
@@ -116,13 +231,13 @@ class Tape(TapeStorage):
                         f"{op.name} takes {op.arity} operand(s): {field} must be -1, got {j!r}"
                     )
                 continue
-            node = self.check_id(j, f"{field} (operand {slot + 1} of {op.name})")
-            if self.block_value(node) is not None:
+            node = self._storage.check_id(j, f"{field} (operand {slot + 1} of {op.name})")
+            if self._storage.block_value(node) is not None:
                 raise ValueError(
                     f"{field} {node} is a block node: a scalar op reads scalar nodes (record "
                     "ops on blocks with fastad's functions, e.g. fa.sin(X))"
                 )
-        return self._push(int(code), int(in0), int(in1), _as_float(value, "the value"))
+        return self._storage.push(int(code), int(in0), int(in1), _as_float(value, "the value"))
 
     def _wrt_ids(self, wrt: Iterable[NodeRef]) -> list[int]:
         """The ids of a list of wrt nodes; a single node is refused (a block would be
@@ -132,20 +247,6 @@ class Tape(TapeStorage):
                 f"wrt is one node, {wrt!r}: pass a list of nodes ([x]); fa.grad takes one node"
             )
         return [self.node_id(i, "wrt") for i in wrt]
-
-    @staticmethod
-    def _scalar_op(code: object) -> optable.Op:
-        """The scalar op ``code`` names, else raises naming it."""
-        if not is_int(code):
-            raise TypeError(f"opcode must be an integer, got {type(code).__name__} {code!r}")
-        if not 0 <= int(code) < optable.NUM_OPS:
-            block = int(code) in optable.ALL
-            what = "a block op, recorded by its function" if block else "not an opcode"
-            raise ValueError(
-                f"opcode {code} is {what}; scalar opcodes are 0..{optable.NUM_OPS - 1} "
-                "(fastad.kernels.optable.OPS)"
-            )
-        return optable.OPS[int(code)]
 
     @overload
     def input(self, value: RealNumber, name: str | None = None) -> Var: ...
@@ -166,30 +267,30 @@ class Tape(TapeStorage):
         """
         node: Var | Block
         if _is_array_like(value):
-            node = Block(self, self._push_block(optable.INPUT, _block_copy(value)))
+            node = Block(self, self._storage.push_block(optable.INPUT, _block_copy(value)))
         else:
             number = _as_float(value, "fa.var")
-            node = Var(self, self._push(optable.INPUT, -1, -1, number), number)
+            node = Var(self, self._storage.push(optable.INPUT, -1, -1, number), number)
         if name is not None:
-            self.set_label(node.id, name)
+            self._storage.set_label(node.id, name)
         return node
 
     def constant(self, value: RealNumber) -> Var:
         """The constant node holding ``value``; repeated constants share one node."""
         number = _as_float(value, "a constant")
-        return Var(self, self._constant_id(number), number)
+        return Var(self, self._storage.constant_id(number), number)
 
     def block_constant(self, value: NumericArray | list[Any] | tuple[Any, ...]) -> Block:
         """A constant block node holding a copy of the array ``value``."""
-        return Block(self, self._push_block(optable.CONST, _block_copy(value)))
+        return Block(self, self._storage.push_block(optable.CONST, _block_copy(value)))
 
     def node(self, node_id: NodeRef) -> Var | Block:
         """The handle of an existing node id (e.g. on a loaded tape): a ``Var``, or a
         ``Block`` for an array node."""
         node = self.node_id(node_id)
-        if self.block_value(node) is not None:
+        if self._storage.block_value(node) is not None:
             return Block(self, node)
-        return Var(self, node, float(self.value(node)))
+        return Var(self, node, float(self._storage.value(node)))
 
     def node_id(self, node: object, what: str = "node id") -> int:
         """The id of ``node`` (a live handle of this tape, or an id), validated.
@@ -200,7 +301,7 @@ class Tape(TapeStorage):
         ``what`` and the value; a handle of another tape raises
         ``ValueError``, a stale one :class:`fastad.StaleNodeError`.
         """
-        self.sync()
+        self._storage.sync()
         if type(node) is int and 0 <= node < len(self):  # the common case, first
             return node
         if isinstance(node, Node):
@@ -208,22 +309,22 @@ class Tape(TapeStorage):
                 raise ValueError(f"{what}: {node!r} was not recorded on this tape")
             check_live(node)
             return node.id
-        return self.check_id(node, what)
+        return self._storage.check_id(node, what)
 
     def source(self, node_id: NodeRef) -> tuple[str, int] | None:
         """``(file, line)`` of the user code that recorded the node (debug tapes), or None."""
-        return super().source(self.node_id(node_id))
+        return self._storage.source(self.node_id(node_id))
 
     # -- reading -----------------------------------------------------------------
     def adjoint(self, node_id: NodeRef) -> float:
         """The adjoint of one node (what ``Var.grad`` returns)."""
-        self.refuse_while_tracing("a gradient (.grad)")
+        self._storage.refuse_while_tracing("a gradient (.grad)")
         node = self.node_id(node_id)
-        if node in self.blocks.values:
+        if node in self._storage.blocks.values:
             raise TypeError(
                 f"node {node} is a block node: its adjoint is tape.block_adjoint({node})"
             )
-        return float(self._columns()[4][node])
+        return float(self._storage.columns()[4][node])
 
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
         """The adjoint array of a block node (zeros before any backward), read-only.
@@ -233,52 +334,42 @@ class Tape(TapeStorage):
         and never changed afterwards. A later backward makes new arrays, so
         one read keeps its numbers; ``.copy()`` it to change them.
         """
-        self.refuse_while_tracing("a block gradient")
-        node = node_id if type(node_id) is int and node_id in self.blocks.values else None
+        self._storage.refuse_while_tracing("a block gradient")
+        node = node_id if type(node_id) is int and node_id in self._storage.blocks.values else None
         if node is None:
             node = self.node_id(node_id)
-            if node not in self.blocks.values:
+            if node not in self._storage.blocks.values:
                 raise TypeError(
                     f"node {node} is a scalar node: its adjoint is tape.adjoint({node})"
                 )
-        if self._columns()[0][node] == optable.CONST:
+        if self._storage.columns()[0][node] == optable.CONST:
             raise ValueError(
                 f"node {node} is an array constant (data, such as a NumPy array in an "
                 "expression): constants get no gradient. Record it with fa.var(array) to "
                 f"differentiate with respect to it, or use tape.gradient(L, [{node}])"
             )
-        gradient = self.blocks.adjoints.get(node)
-        if gradient is None:
-            gradient = np.zeros(self.blocks.values[node].shape)
-        elif gradient.flags.writeable:  # its first read since the sweep that made it
-            # UNREACHED (-0.0) means "no gradient": it reads as 0.0, as every
-            # result handed out does. In place, once: then it is frozen.
-            if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
-                gradient = self.blocks.adjoints[node] = np.ascontiguousarray(gradient)
-            sweeps.settle_zero_signs(gradient.reshape(-1))
-        gradient.flags.writeable = False
-        return gradient
+        return self._storage.block_adjoint(node)
 
     def op_name(self, node_id: NodeRef) -> str:
         """The op-table name of one node."""
-        return optable.ALL[self.opcode[self.node_id(node_id)]].name
+        return optable.ALL[self._storage.opcode[self.node_id(node_id)]].name
 
     def trim(self) -> Tape:
         """Release the spare capacity: 25 bytes per node on a finished tape."""
-        self._trim_columns()
+        self._storage.trim()
         return self
 
     # -- sweeps ----------------------------------------------------------------
     @_holding_lock
     def forward(self) -> None:
         """Recompute every node value from the current leaf and constant values."""
-        driver.replay(self, block_rules.rule)
+        driver.replay(self._storage, block_rules.rule)
 
     @_holding_lock
     def zero_grad(self) -> None:
         """Set every adjoint to zero, scalar and block (the start of an accumulation)."""
-        self._clear_adjoints()
-        self.blocks.adjoints = {}
+        self._storage.clear_adjoints()
+        self._storage.blocks.adjoints = {}
 
     @_holding_lock
     def backward(self, root: NodeRef, accumulate: bool = False, check: bool = False) -> None:
@@ -289,49 +380,15 @@ class Tape(TapeStorage):
         With ``accumulate`` d root / d node is added to the existing
         adjoints instead; nothing is ever "sometimes zeroed".
         """
-        self.refuse_while_tracing("backward()")
+        self._storage.refuse_while_tracing("backward()")
         node = self._scalar_root(root, "backward")
         check, accumulate = flag(check, "check"), flag(accumulate, "accumulate")
-        if check:
-            origin = diagnose.first_nonfinite(self, node + 1, node)
-            if origin is not None:
-                raise NonFiniteError(origin)
-        grad = self._columns()[4]
-        block_adjoints: dict[int, FloatArray] = {}
-        visits = driver.plan(self, node)
-        lowest, stop = visits[1], node + 1  # the sweep touches adjoints[lowest:stop] only
-        if accumulate:
-            adjoints = np.empty(stop)
-            adjoints[lowest:] = UNREACHED
-            found = driver.backward(
-                self, block_rules.rule, node, adjoints, block_adjoints, check, visits
-            )
-            with driver.ieee():  # inf + -inf is nan, silently, as within the sweep
-                grad[lowest:stop] += adjoints[lowest:]
-                self._widen_adjoints(lowest, stop)
-                for i, gradient in block_adjoints.items():
-                    held = self.blocks.adjoints.get(i)
-                    self.blocks.adjoints[i] = gradient if held is None else held + gradient
-        else:  # sweep straight into the tape's adjoints: no buffer, no copy
-            self._clear_adjoints()  # the last sweep's span, not the whole tape
-            grad[lowest:stop] = UNREACHED
-            self._widen_adjoints(lowest, stop)
-            try:
-                found = driver.backward(
-                    self, block_rules.rule, node, grad, block_adjoints, check, visits
-                )
-            except BaseException:
-                self.zero_grad()  # never half a sweep beside the last one's block adjoints
-                raise
-            grad[lowest:stop] += 0.0
-            self.blocks.adjoints = block_adjoints
-        if found is not None:
-            raise NonFiniteError(diagnose.backward_origin(self, *found))
+        derivatives.backward_into(self._storage, node, accumulate, check)
 
     def _scalar_root(self, root: NodeRef, what: str) -> int:
         """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
         node = self.node_id(root, "output")
-        block = self.block_value(node)
+        block = self._storage.block_value(node)
         if block is not None:
             raise TypeError(
                 f"{what} needs a scalar output; node {node} is a block of shape "
@@ -351,22 +408,10 @@ class Tape(TapeStorage):
         A float64 array for scalar nodes; with blocks among ``wrt``, a list
         of floats and arrays.
         """
-        self.refuse_while_tracing("fa.grad")
+        self._storage.refuse_while_tracing("fa.grad")
         node = self._scalar_root(root, "a gradient")
         ids = self._wrt_ids(wrt)
-        visits = driver.plan(self, node)
-        adjoints = np.zeros(len(self))  # what the sweep does not touch stays zero
-        adjoints[visits[1] : node + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        # With block ops on the way, compute no more than the gradient needs:
-        # no contribution to what none of `wrt` feeds (a layer's data X).
-        needed = self.descendants(ids, visits[1], node) if visits[0] else None
-        driver.backward(
-            self, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed
-        )
-        if not any(self.block_value(i) is not None for i in ids):
-            return adjoints[np.asarray(ids, dtype=np.intp)] + 0.0
-        return [self._result(i, adjoints, block_adjoints) for i in ids]
+        return derivatives.gradient(self._storage, node, ids)
 
     @_holding_lock
     def vjp(
@@ -381,37 +426,18 @@ class Tape(TapeStorage):
         everywhere. A list of floats and arrays, shaped like the nodes;
         ``.grad`` is untouched.
         """
-        self.refuse_while_tracing("fa.vjp")
+        self._storage.refuse_while_tracing("fa.vjp")
         node = self.node_id(root, "output")
         ids = self._wrt_ids(wrt)
-        block = self.block_value(node)
-        u = _real_direction(cotangent, "the cotangent")
+        block = self._storage.block_value(node)
+        u = derivatives.real_direction(cotangent, "the cotangent")
         shape = () if block is None else block.shape
         if u.shape != shape:
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
         if not np.isfinite(u).all():
-            raise ValueError("the cotangent must be finite")
-        visits = driver.plan(self, node)
-        adjoints = np.zeros(len(self))
-        adjoints[visits[1] : node + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        seed = float(u) if block is None else 0.0
-        if block is not None:
-            block_adjoints[node] = np.where(u == 0.0, UNREACHED, u)
-        needed = self.descendants(ids, visits[1], node) if visits[0] else None
-        driver.backward(
-            self, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed, seed
-        )
-        return [self._result(i, adjoints, block_adjoints) for i in ids]
-
-    def _result(
-        self, node: int, adjoints: FloatArray, block_adjoints: dict[int, FloatArray]
-    ) -> float | FloatArray:
-        block = self.block_value(node)
-        if block is None:
-            return float(adjoints[node]) + 0.0
-        found = block_adjoints.get(node)
-        return found + 0.0 if found is not None else np.zeros(block.shape)
+            found = u[~np.isfinite(u)].flat[0]
+            raise ValueError(f"the cotangent must be finite, got {found} in it")
+        return derivatives.vjp(self._storage, node, ids, u)
 
     @_holding_lock
     def tangent(
@@ -430,35 +456,16 @@ class Tape(TapeStorage):
         is an array of the block's shape. A block ``root`` gives an array of
         its shape: ``J v`` for all its elements from the one sweep.
         """
-        self.refuse_while_tracing("fa.jvp")
+        self._storage.refuse_while_tracing("fa.jvp")
         node = self.node_id(root, "output")
         ids = self._wrt_ids(wrt)
-        visits = driver.plan(self, node)
-        tangents, block_tangents, seeded = self._seed_tangents(node, ids, direction, visits)
-        return driver.tangent(
-            self, block_rules.rule, node, tangents, block_tangents, seeded, visits
+        visits = driver.plan(self._storage, node)
+        tangents, block_tangents, seeded = derivatives.seed_tangents(
+            self._storage, node, ids, direction, visits
         )
-
-    def _seed_tangents(
-        self, root: int, ids: list[int], direction: Iterable[ArrayLike], visits: driver.Plan
-    ) -> tuple[FloatArray, dict[int, FloatArray], NDArray[np.bool_]]:
-        """The buffers of a tangent sweep from ``root``, seeded along ``direction`` at ``ids``."""
-        tangents = np.zeros(root + 1)  # only [lowest, root] is swept and read
-        tangents[visits[1] :] = UNREACHED
-        block_tangents: dict[int, FloatArray] = {}
-        seeded = np.zeros(root + 1, np.bool_)
-        if not self.has_blocks:
-            nodes = np.asarray(ids, dtype=np.intp)
-            along = _real_direction(direction, "the direction")
-            if along.shape != nodes.shape:
-                raise ValueError(f"direction shape {along.shape} != wrt shape {nodes.shape}")
-            inside = nodes <= root
-            moved = inside & (along != 0.0)  # a zero direction is a strong zero
-            np.add.at(tangents, nodes[moved], along[moved])  # a node listed twice adds
-            seeded[nodes[inside]] = True
-        else:
-            self._seed_blocks(root, ids, list(direction), tangents, block_tangents, seeded)
-        return tangents, block_tangents, seeded
+        return driver.tangent(
+            self._storage, block_rules.rule, node, tangents, block_tangents, seeded, visits
+        )
 
     # -- second order ------------------------------------------------------------
     @_holding_lock
@@ -476,15 +483,10 @@ class Tape(TapeStorage):
         floats and arrays, each shaped like its node. A block op on the way
         without a second-order rule raises ``NotImplementedError`` naming it.
         """
-        self.refuse_while_tracing("fa.hvp")
+        self._storage.refuse_while_tracing("fa.hvp")
         node = self._scalar_root(root, "a Hessian-vector product")
         ids = self._wrt_ids(wrt)
-        visits = driver.plan(self, node)
-        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hvp")
-        second, block_second = self._second_pass(node, ids, direction, visits, first, needed)
-        if not any(self.block_value(i) is not None for i in ids):
-            return second[np.asarray(ids, dtype=np.intp)] + 0.0
-        return [self._result(i, second, block_second) for i in ids]
+        return derivatives.hvp(self._storage, node, ids, direction)
 
     @_holding_lock
     def hessian(self, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
@@ -494,131 +496,17 @@ class Tape(TapeStorage):
         backward sweep's tangent: row ``t`` is ``H e_t`` (:meth:`hvp`), so
         the result is symmetric up to rounding. For blocks use :meth:`hvp`.
         """
-        self.refuse_while_tracing("fa.hessian")
+        self._storage.refuse_while_tracing("fa.hessian")
         node = self._scalar_root(root, "a Hessian")
         ids = self._wrt_ids(wrt)
         for i in ids:
-            block = self.block_value(i)
+            block = self._storage.block_value(i)
             if block is not None:
                 raise TypeError(
                     f"fa.hessian takes scalar nodes; node {i} is a block of shape "
                     f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
                 )
-        visits = driver.plan(self, node)
-        first, needed = self._second_order_adjoints(node, ids, visits, "fa.hessian")
-        nodes = np.asarray(ids, dtype=np.intp)
-        rows = np.empty((len(ids), len(ids)))
-        for t, unit in enumerate(np.eye(len(ids))):
-            second, _ = self._second_pass(node, ids, unit, visits, first, needed)
-            rows[t] = second[nodes] + 0.0
-        return rows
-
-    def _second_order_adjoints(
-        self, root: int, ids: list[int], visits: driver.Plan, what: str
-    ) -> tuple[tuple[FloatArray, dict[int, FloatArray]], NDArray[np.bool_] | None]:
-        """The backward sweep a second-order pass differentiates, and what it needs.
-
-        Refuses a node of ``ids`` that depends on another: second derivatives
-        hold each as an independent variable, and a gradient (a total
-        derivative through everything downstream) would not be consistent
-        with that. The nodes downstream of ``ids`` serve both that check and,
-        with block ops on the way, the sweep (nothing for what none of
-        ``ids`` feeds, a layer's data X, as for a gradient).
-        """
-        inside = sorted({i for i in ids if i <= root})
-        downstream = None
-        if visits[0] or len(inside) > 1:
-            lowest = min(visits[1], inside[0]) if inside else visits[1]
-            downstream = self.descendants(inside, lowest, root)
-        if len(inside) > 1:
-            assert downstream is not None  # computed above for two or more
-            for i in inside:
-                for j in self.operands(i):
-                    if downstream[j]:
-                        source = next(w for w in inside if w <= j and self._reaches(w, j))
-                        raise ValueError(
-                            f"{what}: wrt node {i} depends on wrt node {source}; second "
-                            "derivatives take every wrt node as an independent variable, "
-                            "which one computed from another is not: pass independent "
-                            "nodes (the leaves, for example)"
-                        )
-        needed = downstream if visits[0] else None
-        adjoints = np.zeros(len(self))
-        adjoints[visits[1] : root + 1] = UNREACHED
-        block_adjoints: dict[int, FloatArray] = {}
-        driver.backward(
-            self, block_rules.rule, root, adjoints, block_adjoints, False, visits, needed
-        )
-        return (adjoints, block_adjoints), needed
-
-    def _reaches(self, source: int, node: int) -> bool:
-        """Whether ``node`` is ``source`` or depends on it."""
-        return bool(self.descendants([source], source, node)[node])
-
-    def _second_pass(
-        self,
-        root: int,
-        ids: list[int],
-        direction: Iterable[ArrayLike],
-        visits: driver.Plan,
-        first: tuple[FloatArray, dict[int, FloatArray]],
-        needed: NDArray[np.bool_] | None,
-    ) -> tuple[FloatArray, dict[int, FloatArray]]:
-        """A tangent sweep along ``direction``, then the tangent of the backward sweep."""
-        tangents, block_tangents, seeded = self._seed_tangents(root, ids, direction, visits)
-        driver.tangent(self, block_rules.rule, root, tangents, block_tangents, seeded, visits)
-        second = np.zeros(len(self))
-        second[visits[1] : root + 1] = UNREACHED
-        block_second: dict[int, FloatArray] = {}
-        driver.second_backward(
-            self,
-            block_rules.rule,
-            root,
-            first,
-            (tangents, block_tangents),
-            second,
-            block_second,
-            visits,
-            needed,
-        )
-        return second, block_second
-
-    def _seed_blocks(
-        self,
-        root: int,
-        wrt: list[int],
-        direction: list[Any],
-        tangents: FloatArray,
-        block_tangents: dict[int, FloatArray],
-        seeded: NDArray[np.bool_],
-    ) -> None:
-        """Seed a tangent sweep: a float for each scalar node of ``wrt``, an array per block."""
-        if len(direction) != len(wrt):
-            raise ValueError(
-                f"{len(direction)} directions for {len(wrt)} wrt nodes: give one direction "
-                "per node, in a list (a float for a scalar node, an array of its shape for "
-                "a block)"
-            )
-        for node, d in zip(wrt, direction, strict=True):
-            block = self.block_value(node)
-            d = _real_direction(d, f"the direction for node {node}")
-            if block is not None and d.shape != block.shape:
-                raise ValueError(
-                    f"direction for node {node} has shape {d.shape}, the block has {block.shape}"
-                )
-            if block is None and d.ndim:
-                raise ValueError(
-                    f"the direction for node {node}, a scalar node, must be a number; got "
-                    f"an array of shape {d.shape}"
-                )
-            if node > root:  # recorded after the root: it moves nothing (checked all the same)
-                continue
-            seeded[node] = True
-            if block is not None:
-                d = np.where(d == 0.0, UNREACHED, d)  # zero directions are strong zeros
-                block_tangents[node] = block_tangents.get(node, UNREACHED) + d
-            elif float(d) != 0.0:
-                tangents[node] += float(d)
+        return derivatives.hessian(self._storage, node, ids)
 
     # -- finding where nan/inf came from ---------------------------------------
     @_holding_lock
@@ -634,9 +522,9 @@ class Tape(TapeStorage):
         points at where it was *made*.
         """
         if root is None:
-            return diagnose.first_nonfinite(self, len(self), None)
+            return diagnose.first_nonfinite(self._storage, len(self), None)
         node = self.node_id(root)
-        return diagnose.first_nonfinite(self, node + 1, node)
+        return diagnose.first_nonfinite(self._storage, node + 1, node)
 
     def local_partials(self, nodes: NodeRef | Iterable[NodeRef]) -> FloatArray:
         """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes.
@@ -645,7 +533,7 @@ class Tape(TapeStorage):
         fewer operands. This is the edge label of a drawing: the number a
         node's adjoint is multiplied by on its way to each operand.
         """
-        self.refuse_while_tracing("local partials")
+        self._storage.refuse_while_tracing("local partials")
         items: list[Any]
         if isinstance(nodes, Node) or not isinstance(nodes, Iterable):
             items = [nodes]  # one node (a Block handle is not a sequence of elements here)
@@ -655,15 +543,12 @@ class Tape(TapeStorage):
             items = list(nodes)
         ids = np.array([self.node_id(i) for i in items], np.int64)
         for node in ids.tolist():
-            if self.blocks.is_op(node):
+            if self._storage.blocks.is_op(node):
                 raise TypeError(
                     f"node {node} ({self.op_name(node)}) is a block op: its rule is a "
                     "vector-Jacobian product, it has no local partial per operand"
                 )
-        partials = np.zeros((ids.size, 2), VALUE_DTYPE)
-        opcode, in0, in1, val, _ = self._columns()
-        sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
-        return partials
+        return self._storage.local_partials(ids)
 
     # -- printing --------------------------------------------------------------
     def table(
@@ -683,11 +568,12 @@ class Tape(TapeStorage):
         (for instance the origin a checked backward reported). Debug tapes
         add the file and line that recorded each node.
         """
-        return draw.table(self, grad, start, stop, max_rows, around, context)
+        around_id = None if around is None else self.node_id(around)
+        return draw.table(self._storage, grad, start, stop, max_rows, around_id, context)
 
     def to_dot(self, root: NodeRef | None = None, max_nodes: int = 200, grad: bool = True) -> str:
         """Graphviz DOT source of the tape; see :func:`fastad.core.draw.to_dot`."""
-        return draw.to_dot(self, root, max_nodes, grad)
+        return draw.to_dot(self._storage, self._root_id(root), max_nodes, grad)
 
     def render(
         self,
@@ -697,7 +583,10 @@ class Tape(TapeStorage):
         grad: bool = True,
     ) -> pathlib.Path:
         """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.core.draw.render`."""
-        return draw.render(self, path, root, max_nodes, grad)
+        return draw.render(self._storage, path, self._root_id(root), max_nodes, grad)
+
+    def _root_id(self, root: NodeRef | None) -> int | None:
+        return None if root is None else self.node_id(root, "root")
 
     # -- building from arrays, saving, loading ---------------------------------
     @classmethod
@@ -721,15 +610,15 @@ class Tape(TapeStorage):
         """
         arrays = tape_file.validated_arrays(opcode, in0, in1, val)
         tape = cls(capacity=max(arrays[0].size, 1))
-        tape._fill(*arrays)
-        for node, label in tape_file.validated_labels(tape, labels).items():
+        tape._storage.fill(*arrays)
+        for node, label in tape_file.validated_labels(tape._storage, labels).items():
             tape.set_label(node, label)
         tape.forward()
         return tape
 
     def save(self, path: StrPath) -> None:
         """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
-        tape_file.write(self, npz.file_path(path, "Tape.save"))
+        tape_file.write(self._storage, npz.file_path(path, "Tape.save"))
 
     @classmethod
     def load(cls, path: StrPath) -> Tape:
@@ -739,14 +628,6 @@ class Tape(TapeStorage):
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: {error}") from None
-
-
-def _real_direction(direction: object, what: str) -> FloatArray:
-    """``direction`` as float64, refusing what is not real (a complex part would be dropped)."""
-    array = np.asarray(direction)
-    if array.dtype.kind not in "biuf":
-        raise not_real(direction, what)
-    return array.astype(VALUE_DTYPE)
 
 
 def _is_array_like(value: object) -> bool:
@@ -788,6 +669,27 @@ def _tape_stack() -> list[Tape]:
     if stack is None:
         stack = _local.stack = [Tape()]
     return stack
+
+
+def storage_of(tape: Tape) -> TapeStorage:
+    """The storage ``tape`` holds: its arrays, staging, block table, guards and lock.
+
+    For fastad's own layers (the sweep driver's callers, compiled functions,
+    checks and files); not part of ``fa``'s namespace. Its methods trust their
+    callers more than the tape's do: ``push`` appends a row unchecked.
+    """
+    if not isinstance(tape, Tape):
+        raise TypeError(f"expected a fastad Tape, got {type(tape).__name__}")
+    return tape._storage
+
+
+def tape_or_current(tape: object) -> Tape:
+    """``tape`` where one is given (it must be a ``fa.Tape``), else :func:`current_tape`."""
+    if tape is None:
+        return current_tape()
+    if not isinstance(tape, Tape):
+        raise TypeError(f"tape must be a fastad.Tape, got {type(tape).__name__} {tape!r}")
+    return tape
 
 
 def current_tape() -> Tape:

@@ -1,0 +1,180 @@
+"""Block rules of the elementwise ops: the scalar op table's rows per element.
+
+Each scalar op with operands (``kernels/optable.py``) applies per element
+by compiled kernels, with NumPy broadcasting; VJP and JVP use
+``contribution`` per element, so reach is kept element by element.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fastad.core.block_rule import BlockRule, Needs, Shape, Values
+from fastad.core.reach import (
+    UNREACHED,
+    contributions,
+    unbroadcast,
+)
+from fastad.kernels import optable, sweeps
+
+if TYPE_CHECKING:
+    from fastad.util.hints import FloatArray, RuleValue
+
+
+# -- elementwise: the scalar op table, per element ---------------------------------------------
+def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
+    """NumPy's broadcast of two shapes, with an error that names both.
+
+    In Python: ``np.broadcast_shapes`` costs a few microseconds a call, which
+    every elementwise op on a tape would pay twice.
+    """
+    if shape_a == shape_b or not shape_b:
+        return shape_a
+    if not shape_a:
+        return shape_b
+    extra = len(shape_a) - len(shape_b)
+    if extra > 0:
+        shape_b = (1,) * extra + shape_b
+    elif extra < 0:
+        shape_a = (1,) * -extra + shape_a
+    shape = []
+    for n, m in zip(shape_a, shape_b, strict=True):
+        if n == m or m == 1:
+            shape.append(n)
+        elif n == 1:
+            shape.append(m)
+        else:
+            raise ValueError(
+                f"shapes {shape_a[max(-extra, 0) :]} and {shape_b[max(extra, 0) :]} cannot be "
+                "broadcast together (NumPy rules: trailing axes must match or be 1)"
+            )
+    return tuple(shape)
+
+
+def flat(x: RuleValue, shape: Shape) -> FloatArray:
+    """``x`` broadcast to ``shape`` as a 1-D C-contiguous float64 array.
+
+    A view, not a copy, when ``x`` already is such an array of ``shape``
+    (the common case: operands of one shape).
+    """
+    if (
+        type(x) is np.ndarray
+        and x.shape == shape
+        and x.dtype == np.float64
+        and x.flags.c_contiguous
+    ):
+        return x.reshape(-1)
+    full = np.empty(shape)
+    full[...] = x  # NumPy broadcasts (and converts) as it copies
+    return full.reshape(-1)
+
+
+def _shape(value: RuleValue) -> Shape:
+    return value.shape if type(value) is np.ndarray else np.shape(value)
+
+
+_ADD = optable.BY_NAME["add"].code
+
+
+class Elementwise(BlockRule):
+    """A scalar op (``kernels/optable.py``) applied per element, with broadcasting."""
+
+    def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
+        return shapes[0] if self.arity == 1 else broadcast_shape(shapes[0], shapes[1])
+
+    def forward(self, values: Values, params: object) -> FloatArray:
+        a = values[0]
+        if self.arity == 1:
+            shape = _shape(a)
+            a_full = b_full = flat(a, shape)
+        else:
+            b = values[1]
+            shape = broadcast_shape(_shape(a), _shape(b))
+            a_full, b_full = flat(a, shape), flat(b, shape)
+        out = np.empty(shape)
+        sweeps.map_forward(self.code, a_full, b_full, out.reshape(-1))
+        return out
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
+        shape = out.shape  # an elementwise block op's value is an array
+        if self.code == _ADD and type(g) is np.ndarray and g.shape == shape:
+            # d(a + b) = g for each, bit for bit map_vjp's contribution(1.0, g): g
+            # itself where reached (+ 0.0 changes nothing but -0.0), -0.0 where not.
+            return tuple(
+                unbroadcast(g.copy(), _shape(value)) if want else None
+                for value, want in zip(
+                    values, (True, True) if needs is None else needs, strict=True
+                )
+            )
+        a_full = flat(values[0], shape)
+        b_full = a_full if self.arity == 1 else flat(values[1], shape)
+        da, db = np.empty(a_full.size), np.empty(a_full.size)
+        sweeps.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
+        da_operand = unbroadcast(da.reshape(shape), _shape(values[0]))
+        if self.arity == 1:
+            return (da_operand,)
+        if needs is not None and not needs[1]:  # data (a constant): nothing to sum
+            return da_operand, None
+        return da_operand, unbroadcast(db.reshape(shape), _shape(values[1]))
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
+        shape = np.shape(out)
+        a_full = flat(values[0], shape)
+        b_full = a_full if self.arity == 1 else flat(values[1], shape)
+        ta = tangents[0]
+        ta_full = flat(UNREACHED if ta is None else ta, shape)
+        if self.arity == 1:
+            tb_full = ta_full
+        else:
+            tb = tangents[1]
+            tb_full = flat(UNREACHED if tb is None else tb, shape)
+        tangent = np.empty(a_full.size)
+        sweeps.map_jvp(self.code, a_full, b_full, flat(out, shape), ta_full, tb_full, tangent)
+        return tangent.reshape(shape)
+
+    def second_vjp(
+        self,
+        values: Values,
+        out: RuleValue,
+        g: RuleValue,
+        h: RuleValue,
+        tangents: Values,
+        params: object,
+        needs: Needs = None,
+    ) -> Values:
+        # Per element the scalar sweeps' rule (sweeps.second_backward_range):
+        # d0 * h + (s0 * ta + s1 * tb) * g for the first operand, each product
+        # with strong zeros, in the same order, so blocks and scalar nodes agree.
+        shape = np.shape(out)
+        a_full = flat(values[0], shape)
+        b_full = a_full if self.arity == 1 else flat(values[1], shape)
+        out_full = flat(out, shape)
+        n = a_full.size
+        first = [np.full(n, UNREACHED), np.full(n, UNREACHED)]
+        if h is not None:
+            sweeps.map_vjp(self.code, a_full, b_full, out_full, flat(h, shape), *first)
+        if g is not None:
+            s0, s1, s2 = np.empty(n), np.empty(n), np.empty(n)
+            sweeps.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
+            ta = flat(UNREACHED if tangents[0] is None else tangents[0], shape)
+            tb = (
+                flat(UNREACHED, shape)
+                if self.arity == 1 or tangents[1] is None
+                else flat(tangents[1], shape)
+            )
+            g_full = flat(g, shape)
+            first[0] = first[0] + contributions(
+                contributions(s0, ta) + contributions(s1, tb), g_full
+            )
+            first[1] = first[1] + contributions(
+                contributions(s1, ta) + contributions(s2, tb), g_full
+            )
+        sent = tuple(
+            unbroadcast(first[slot].reshape(shape), _shape(values[slot]))
+            for slot in range(self.arity)
+        )
+        return sent

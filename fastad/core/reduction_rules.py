@@ -1,0 +1,255 @@
+"""Block rules of reductions: ``sum``, ``mean``, ``max``, ``min``, ``prod``.
+
+A reduction moves the reduced axes last and works on rows
+(:func:`to_rows`, :func:`from_rows`); the softmax family
+(``loss_rules``) uses the same layout.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import numpy as np
+
+from fastad.core.block_rule import BlockRule, Needs, Shape, Values
+from fastad.core.reach import (
+    UNREACHED,
+    contributions,
+    reach_sum,
+)
+from fastad.kernels import fused
+
+if TYPE_CHECKING:
+    from fastad.util.hints import FloatArray, RuleValue
+
+
+# -- reductions ---------------------------------------------------------------------------------
+class Reduction(NamedTuple):
+    """The parameters of a reduction, normalised by the recorder: sorted
+    non-negative ``axes`` (None: all of them) and NumPy's ``keepdims``."""
+
+    axes: tuple[int, ...] | None
+    keepdims: bool = False
+
+    def shape(self, shape: Shape) -> Shape:
+        """The result's shape for an operand of ``shape``."""
+        if self.axes is None and not self.keepdims:
+            return ()
+        axes = range(len(shape)) if self.axes is None else self.axes
+        if self.keepdims:
+            return tuple(1 if i in axes else n for i, n in enumerate(shape))
+        return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+    def count(self, shape: Shape) -> int:
+        """How many elements each result element reduces."""
+        axes = range(len(shape)) if self.axes is None else self.axes
+        return math.prod(shape[i] for i in axes)
+
+    def spread(self, reduced: RuleValue, shape: Shape) -> FloatArray:
+        """A result-shaped array as a view that broadcasts against the operand's ``shape``."""
+        return np.reshape(reduced, self._replace(keepdims=True).shape(shape))
+
+    def expand(self, reduced: RuleValue, shape: Shape) -> FloatArray:
+        """A result-shaped array repeated over the reduced axes: a read-only view of ``shape``."""
+        return np.broadcast_to(self.spread(reduced, shape), shape)
+
+
+Layout = tuple[Shape, list[int]]
+
+
+def to_rows(a: RuleValue, axes: tuple[int, ...] | None) -> tuple[FloatArray, Layout]:
+    """``a`` as a C-contiguous (rows, k) array whose rows are the slices along ``axes``.
+
+    The reduced axes are moved last (in order) and flattened; rows follow
+    the kept axes in order, so a result of :meth:`Reduction.shape` read
+    flat lines up with them. ``from_rows`` undoes it.
+    """
+    a = np.asarray(a, dtype=np.float64)  # a scalar (a Var's value) is a 0-d array
+    layout = row_layout(a.shape, axes)
+    moved_shape, order = layout
+    kept = moved_shape[: a.ndim - (a.ndim if axes is None else len(axes))]
+    rows = np.ascontiguousarray(np.transpose(a, order)).reshape(
+        math.prod(kept), math.prod(moved_shape[len(kept) :])
+    )
+    return rows, layout
+
+
+def row_layout(shape: Shape, axes: tuple[int, ...] | None) -> Layout:
+    """The layout :func:`to_rows` gives an array of ``shape``, without touching its data."""
+    axes = tuple(range(len(shape))) if axes is None else axes
+    order = [i for i in range(len(shape)) if i not in axes] + list(axes)
+    return tuple(shape[i] for i in order), order
+
+
+def from_rows(rows: FloatArray, layout: Layout) -> FloatArray:
+    """The inverse of :func:`to_rows`: the array in its own axis order, C-contiguous."""
+    shape, order = layout
+    out = np.transpose(rows.reshape(shape), np.argsort(order))
+    # not np.ascontiguousarray, which makes a 0-d result (a scalar operand) 1-d
+    return out if out.flags.c_contiguous else out.copy()
+
+
+def log_softmax_rows(rows: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The log-softmax of each row of ``rows`` (r, k), and each row's logsumexp (r,).
+
+    Each row is shifted by its maximum ``m``, so every exp is at most 1 (no
+    overflow at logits of 1e4 or more), and the log-softmax is ``(x - m) -
+    log(sum(exp(x - m)))``: ``x - m`` is exact near the maximum, where ``x -
+    logsumexp(x)`` would lose the digits of logsumexp's rounding (1e-12
+    relative at 1e4). A row whose maximum is infinite or nan gets
+    logsumexp ``m`` (inf for a row holding inf, -inf for a row of -inf, nan
+    with a nan) and a log-softmax of nan throughout (so a softmax of nan
+    throughout, as JAX, PyTorch and SciPy give). NumPy's vectorised exp does the exps (a
+    compiled loop calling exp per element is several times slower), two
+    compiled passes the rest: the maxima and the shift, then the sums, their
+    logs and the subtraction.
+    """
+    log_p, shift = fused.shifted_rows(rows)
+    # Every x - m is at most 0 or nan: the exps neither overflow nor warn.
+    log_total = fused.finish_log_softmax(log_p, np.exp(log_p), shift)
+    return log_p, shift + log_total
+
+
+def per_row(x: RuleValue) -> FloatArray:
+    """A reduction's result (or its adjoint) read flat, one element per row of ``to_rows``."""
+    return np.ascontiguousarray(np.reshape(x, -1), dtype=np.float64)
+
+
+def scalar_or_array(out: Any) -> RuleValue:
+    return float(out) if np.ndim(out) == 0 else out
+
+
+class Reduce(BlockRule):
+    """``sum`` or ``mean`` over the axes of a :class:`Reduction` (all: a scalar)."""
+
+    linear_adjoint = True
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        return cast(Reduction, params).shape(shapes[0])
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        a = values[0]
+        # IEEE results, silently: inf - inf is nan, and so is the mean of
+        # nothing (0 / 0), where np.mean would warn. Sum, then divide: what
+        # np.mean computes, bit for bit.
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            # np.add.reduce is what a.sum calls, without its Python wrapper.
+            out = np.add.reduce(a, axis=params.axes, keepdims=params.keepdims)
+            if self.name == "mean":
+                out = out / params.count(a.shape)
+        return scalar_or_array(out)
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
+        (a,) = values
+        if a.size == 0:
+            return (np.zeros(a.shape),)  # nothing to send a gradient to
+        if self.name == "mean":
+            g = g * (1.0 / params.count(a.shape))
+        if params.axes is None:  # a scalar adjoint, sent to every element
+            return (np.full(a.shape, g),)
+        gradient = np.empty(a.shape)
+        gradient[...] = params.spread(g, a.shape)  # one broadcasting copy
+        return (gradient,)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        a = values[0]
+        value = reach_sum(tangents[0], axis=params.axes, keepdims=params.keepdims)
+        if self.name == "mean" and a.size:
+            value = value / params.count(a.shape)
+        return scalar_or_array(value)
+
+
+class Extremum(Reduce):
+    """``max`` or ``min`` over the axes of a :class:`Reduction`.
+
+    NumPy's values: a nan anywhere in a reduced slice makes its result nan.
+    The gradient goes to the elements equal to the result, split evenly
+    among ties (as ``torch.amax``; a scalar ``fa.maximum`` splits a two-way
+    tie the same way); where the result is nan, to the nan elements (where
+    ``torch.amax`` gives nan everywhere). The other elements get nothing
+    (UNREACHED), not even from an inf adjoint.
+    """
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        if params.count(shapes[0]) == 0:
+            raise ValueError(
+                f"{self.name} of an empty array (shape {shapes[0]}, axes {params.axes}) "
+                "has no value"
+            )
+        return super().shape(shapes, params)
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        reduce = np.max if self.name == "max" else np.min
+        return scalar_or_array(reduce(values[0], axis=params.axes, keepdims=params.keepdims))
+
+    def _shares(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
+        """Each element's share of the result's derivative: 1 / ties where it is hit."""
+        best = params.spread(out, a.shape)
+        hit = (a == best) | (np.isnan(a) & np.isnan(best))
+        return hit / np.sum(hit, axis=params.axes, keepdims=True)
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
+        (a,) = values
+        return (contributions(self._shares(a, out, params), params.expand(g, a.shape)),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        (a,) = values
+        shares = contributions(self._shares(a, out, params), tangents[0])
+        return scalar_or_array(reach_sum(shares, axis=params.axes, keepdims=params.keepdims))
+
+
+class Prod(Reduce):
+    """``prod`` over the axes of a :class:`Reduction`.
+
+    The derivative for an element is the product of the *other* elements of
+    its slice, computed as prefix times suffix products, never by dividing
+    the result: exact at zeros (one zero: only it gets a nonzero gradient;
+    two: nobody does). A zero among the others makes the derivative
+    exactly 0 even beside an inf (a chain of scalar multiplies gives 0 or
+    nan there, by its order; this rule is the chain that meets the zero
+    first); a nan among the others makes it nan.
+    """
+
+    linear_adjoint = False  # no second-order rule yet
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = values[0].prod(axis=params.axes, keepdims=params.keepdims)
+        return scalar_or_array(out)
+
+    def _others(self, a: FloatArray, params: Any) -> FloatArray:
+        """Per element, the product of the other elements of its slice: exactly 0
+        (a strong zero) where another element is 0, even with an inf among the
+        others (not inf * 0 = nan: a chain of scalar multiplies that meets the
+        zero first gives 0); nan where another element is nan."""
+        rows, layout = to_rows(a, params.axes)
+        ones = np.ones((rows.shape[0], 1))
+        reversed_rows = rows[:, :0:-1]  # (VJP and JVP run under the sweep's IEEE state)
+        before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
+        after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
+        others = before * after[:, ::-1]
+        zeros, nans = rows == 0.0, np.isnan(rows)
+        other_zero = (zeros.sum(axis=1, keepdims=True) - zeros) > 0
+        other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
+        others[other_zero & ~other_nan] = 0.0
+        return from_rows(others, layout)
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
+        (a,) = values
+        if a.size == 0:
+            return (np.zeros(a.shape),)
+        return (contributions(self._others(a, params), params.expand(g, a.shape)),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        (a,) = values
+        if a.size == 0:
+            return scalar_or_array(np.full(np.shape(out), UNREACHED))
+        moved = contributions(self._others(a, params), tangents[0])
+        return scalar_or_array(reach_sum(moved, axis=params.axes, keepdims=params.keepdims))
