@@ -1,27 +1,24 @@
-"""The README's Python examples run and print what the README says they print.
+"""The examples of README.md and the manual (docs/*.md) run and print what the pages say.
 
 Every ``print(...)`` call in a Python block whose closing line carries a
 comment is checked: the comment (up to a two-space ``  (`` aside) must appear
 in what that top-level statement printed. The call may span several lines
 (the formatter splits long ones); the comment sits after its closing
-parenthesis.
+parenthesis. Each page is read top to bottom in one namespace of its own.
 """
 
 import ast
 import contextlib
+import functools
 import io
-import pathlib
 import subprocess
 import sys
 import tokenize
 
 import pytest
+from pages import DOCS, PAGES, README, ROOT, fenced_blocks, python_blocks
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
-
-
-def python_blocks():
-    return [text for language, text in fenced_blocks() if language == "python"]
+import fastad
 
 
 def comments_by_line(source):
@@ -48,6 +45,24 @@ def expected_outputs(statement, comments):
         yield comment.split("  (")[0].split("  #")[0].strip()
 
 
+@functools.cache
+def run_and_check(page):
+    """Run a page's Python blocks in order; the number of commented prints checked
+    (once per page and test run: the tests below share the result)."""
+    namespace = {}  # one namespace per page: a page is read top to bottom
+    checked = 0
+    for block in python_blocks(page):
+        tree, comments = ast.parse(block, str(page)), comments_by_line(block)
+        for statement in tree.body:
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                exec(compile(ast.Module([statement], []), str(page), "exec"), namespace)
+            for expected in expected_outputs(statement, comments):
+                assert expected in printed.getvalue(), (page.name, expected, printed.getvalue())
+                checked += 1
+    return checked
+
+
 def test_expected_outputs_are_found_in_multi_line_prints():
     # The parser itself: a print split over lines is seen, an uncommented one is not.
     source = 'print(\n    "a",\n    "b",\n)  # a b\nprint("c")\nprint("d")  # d  (aside)\n'
@@ -56,43 +71,31 @@ def test_expected_outputs_are_found_in_multi_line_prints():
     assert found == ["a b", "d"]
 
 
+def test_the_pages_are_found():
+    names = {page.name for page in PAGES}
+    assert {"README.md", "index.md", "performance.md", "design.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_examples_run_and_print_their_comments(page):
+    run_and_check(page)
+
+
 def test_readme_examples_run_and_print_their_comments():
-    blocks = python_blocks()
-    assert len(blocks) >= 3
-    namespace = {}  # one namespace: the README is read top to bottom
-    checked = 0
-    for block in blocks:
-        tree, comments = ast.parse(block, str(README)), comments_by_line(block)
-        for statement in tree.body:
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                exec(compile(ast.Module([statement], []), str(README), "exec"), namespace)
-            for expected in expected_outputs(statement, comments):
-                assert expected in printed.getvalue(), (expected, printed.getvalue())
-                checked += 1
-    # Every commented print of the README, the multi-line ones included.
-    assert checked >= 10
+    assert len(python_blocks(README)) >= 1
+    assert run_and_check(README) >= 2  # the ten-line example
 
 
-def fenced_blocks():
-    """``(language, text)`` of every fenced block of the README, in order."""
-    blocks, language, lines = [], None, []
-    for line in README.read_text().splitlines(keepends=True):
-        if line.startswith("```"):
-            if language is None:
-                language, lines = line[3:].strip(), []
-            else:
-                blocks.append((language, "".join(lines)))
-                language = None
-        elif language is not None:
-            lines.append(line)
-    assert language is None, "unclosed fenced block in README.md"
-    return blocks
+def test_every_commented_print_is_checked():
+    # Every commented print of the pages, the multi-line ones included: the
+    # 21 the README held when it was the whole manual, or more.
+    counts = {page.name: run_and_check(page) for page in PAGES if python_blocks(page)}
+    assert sum(counts.values()) >= 21, counts
 
 
 def output_blocks():
-    """The README's plain fenced blocks: program output it shows."""
-    return [text for language, text in fenced_blocks() if not language]
+    """The pages' plain fenced blocks: program output they show."""
+    return [text for page in PAGES for language, text in fenced_blocks(page) if not language]
 
 
 def shown_output(starting_with):
@@ -100,15 +103,15 @@ def shown_output(starting_with):
     return block
 
 
-def run_readme_blocks(until_containing):
-    """Run the README's Python blocks in order up to the first holding the text."""
+def run_page_blocks(page, until_containing):
+    """Run a page's Python blocks in order up to the first holding the text."""
     namespace = {}
     with contextlib.redirect_stdout(io.StringIO()):
-        for block in python_blocks():
-            exec(compile(block, str(README), "exec"), namespace)
+        for block in python_blocks(page):
+            exec(compile(block, str(page), "exec"), namespace)
             if until_containing in block:
                 return namespace
-    raise AssertionError(f"no README block contains {until_containing!r}")
+    raise AssertionError(f"no block of {page.name} contains {until_containing!r}")
 
 
 def test_every_shown_output_block_is_checked():
@@ -126,12 +129,12 @@ def test_every_shown_output_block_is_checked():
 
 
 def test_shown_node_table_is_the_first_examples_table():
-    namespace = run_readme_blocks("z.backward()")
+    namespace = run_page_blocks(README, "z.backward()")
     assert namespace["tape"].table() + "\n" == shown_output("     id  op")
 
 
 def test_shown_gradcheck_message_is_printed_in_full():
-    namespace = run_readme_blocks("wrong_gradient")
+    namespace = run_page_blocks(DOCS / "gradcheck.md", "wrong_gradient")
     result = namespace["fa"].gradcheck(
         namespace["loss"], [2.0, 3.0], grad=namespace["wrong_gradient"], raise_exception=False
     )
@@ -141,7 +144,7 @@ def test_shown_gradcheck_message_is_printed_in_full():
 @pytest.mark.parametrize("name", ["train_two_layer", "train_mlp"])
 def test_shown_training_output_is_what_the_example_prints(name):
     shown = shown_output(f"$ python examples/{name}.py").splitlines()
-    example = README.parent / "examples" / f"{name}.py"
+    example = ROOT / "examples" / f"{name}.py"
     printed = subprocess.run(
         [sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True
     ).stdout.splitlines()
@@ -150,7 +153,7 @@ def test_shown_training_output_is_what_the_example_prints(name):
 
 
 def test_shown_debug_table_is_what_a_debug_tape_prints(tmp_path):
-    # The README shows the report of a model.py whose lines 4 and 5 record
+    # The manual shows the report of a model.py whose lines 4 and 5 record
     # the nodes; write such a file and run it.
     model = tmp_path / "model.py"
     model.write_text(
@@ -169,3 +172,24 @@ def test_shown_debug_table_is_what_a_debug_tape_prints(tmp_path):
         [sys.executable, str(model)], capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert printed == shown_output("node 3")
+
+
+def test_readme_is_a_front_page():
+    assert len(README.read_text().splitlines()) <= 250
+
+
+def test_readme_links_reach_the_pages():
+    text = README.read_text()
+    for page in DOCS.glob("*.md"):
+        if page.name != "index.md":
+            assert f"(docs/{page.name})" in text, page.name
+
+
+def test_the_api_reference_has_every_public_name():
+    text = (DOCS / "api.rst").read_text()
+    documented = {
+        line.split("::", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith(".. auto") and "::" in line
+    }
+    assert set(fastad.__all__) <= documented, set(fastad.__all__) - documented
