@@ -5,9 +5,9 @@ structure-of-arrays tape; Numba-compiled sweeps compute values and
 gradients. See README.md and docs/design.md.
 """
 
-# The kernels first: a checkout's fastad/ found ahead of a non-editable
-# install has no kernels inside, and the bare ModuleNotFoundError would not
-# say why (see fastad/_install_check.py).
+# The kernels first: in a checkout whose fastad/kernels link git wrote as a
+# plain file, the bare ModuleNotFoundError would not say why (see
+# fastad/_install_check.py).
 try:
     import fastad.kernels as _kernels  # noqa: F401
 except ModuleNotFoundError as _error:

@@ -6,15 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import fastad
-from fastad._install_check import require_regular_package
-
-# A folder named fastad without __init__.py ahead of an editable install is
-# imported as an empty namespace package, and this module still loads (through
-# the editable finder): say so before anything fails obscurely.
-require_regular_package(fastad)
-
-from fastad import demo  # noqa: E402  after the check: a namespace fastad has no demo
+from fastad import demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,11 +12,10 @@ attribute 'sin'`` or ``No module named 'fastad.kernels'``:
   the entry points that load first (``fastad.__main__``, ``tests/conftest.py``).
   A common cause is ``site-packages/fastad/`` left behind by an earlier
   non-editable install, for example holding cache files pip does not own.
-- A **source-checkout shadow**: ``fastad/__init__.py`` of a checkout runs
-  (the checkout is the current directory, which Python puts first on
-  ``sys.path``) while fastad is installed non-editable, so
-  ``fastad.kernels``, which lives in ``kernels/`` of the checkout and is
-  mapped into ``fastad`` only by an editable install, cannot be found.
+- A **checkout without its link**: ``fastad/kernels`` of a checkout is a
+  symbolic link to ``kernels/``. Where git does not make symbolic links
+  (``core.symlinks`` false, as on Windows by default) it writes a small text
+  file instead, and ``fastad.kernels`` cannot be found.
 
 This module imports nothing of fastad, so it loads in either situation.
 """
@@ -25,36 +24,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from types import ModuleType
 
 PACKAGE = "fastad"
-
-
-def require_regular_package(module: ModuleType) -> None:
-    """Raise ImportError if ``module`` (``fastad``) is an empty namespace package.
-
-    Parameters
-    ----------
-    module : module
-        The imported ``fastad`` module object.
-
-    Raises
-    ------
-    ImportError
-        Naming the folders Python took for ``fastad`` and what to do.
-    """
-    if getattr(module, "__file__", None) is not None:
-        return
-    folders = [str(folder) for folder in getattr(module, "__path__", [])]
-    listed = ", ".join(folders) if folders else "(no folder)"
-    raise ImportError(
-        f"'import {PACKAGE}' found the folder(s) {listed}, which have no __init__.py, and "
-        "Python imported them as an empty namespace package that hides the installed "
-        f"{PACKAGE} (this is why {PACKAGE}.sin and the rest are missing). Rename or remove "
-        "that folder (a leftover site-packages/fastad/ from an earlier non-editable "
-        "install is a common cause: delete it, or uninstall and reinstall fastad), or "
-        "take it off sys.path: run from another directory, check PYTHONPATH."
-    )
 
 
 def kernels_missing_error(
@@ -76,21 +47,23 @@ def kernels_missing_error(
     """
     folders = [os.path.abspath(folder) for folder in package_folders]
     listed = ", ".join(folders)
-    checkout = any(
-        os.path.isdir(os.path.join(os.path.dirname(folder), "kernels")) for folder in folders
-    )
-    if checkout:
-        why = (
-            "That is the source folder of a fastad checkout, which Python found first "
-            "because it is in the current directory (or the script's folder); the compiled "
-            "kernels live beside it in kernels/, and only an editable install maps them "
-            "into fastad."
+    unlinked = [
+        folder
+        for folder in folders
+        if os.path.isfile(os.path.join(folder, "kernels"))
+        and os.path.isdir(os.path.join(os.path.dirname(folder), "kernels"))
+    ]
+    if unlinked:
+        return ImportError(
+            f"{PACKAGE} was imported from {listed}, but its kernels (fastad.kernels) are not "
+            f"there ({error}). That is a checkout in which {unlinked[0]}/kernels is a plain "
+            "file: git wrote the symbolic link to ../kernels as text because it does not make "
+            "links here (core.symlinks is false). Fix: 'git config core.symlinks true' and "
+            "check out again (on Windows, with Developer Mode or as administrator), or "
+            "install from a wheel."
         )
-    else:
-        why = "The installation looks incomplete."
     return ImportError(
         f"{PACKAGE} was imported from {listed}, but its kernels (fastad.kernels) are not "
-        f"there ({error}). {why} Fix: install editable with 'pip install -e .' from the "
-        "checkout, or run from another directory so the installed fastad is imported "
-        "(reinstall fastad if the installation is incomplete)."
+        f"there ({error}). The installation looks incomplete. Fix: reinstall fastad "
+        "('pip install --force-reinstall fastad', or 'pip install -e .' in a checkout)."
     )
