@@ -131,12 +131,16 @@ def hvp(output: Var, wrt: Var, direction: ArrayLike) -> float: ...
 @overload
 def hvp(output: Var, wrt: Block, direction: ArrayLike) -> FloatArray: ...
 @overload
+def hvp(output: Var, wrt: Iterable[Var], direction: ArrayLike) -> FloatArray: ...
+@overload
+def hvp(output: Var, wrt: Iterable[Block], direction: ArrayLike) -> list[FloatArray]: ...
+@overload
 def hvp(
     output: Var, wrt: Iterable[Var | Block], direction: ArrayLike
 ) -> FloatArray | list[float | FloatArray]: ...
 def hvp(
     output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike
-) -> float | FloatArray | list[float | FloatArray]:
+) -> float | FloatArray | list[FloatArray] | list[float | FloatArray]:
     """Hessian-vector product ``H v`` of a scalar ``output`` (``jax.jvp`` of ``jax.grad``).
 
     ``H`` is the Hessian with respect to ``wrt`` and ``direction`` holds one

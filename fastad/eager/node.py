@@ -370,15 +370,17 @@ def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     return cast("Block", _append(tape, code, nodes, None))
 
 
+# Typed as NumPy types ndarray @ ndarray: a block, though two vectors give a
+# scalar node, as two 1-D arrays give a NumPy scalar; the hints cannot see ranks.
 @overload
-def matmul(x: Block, y: Block | NumericArray) -> Block | Var: ...
+def matmul(x: Block, y: Block | NumericArray) -> Block: ...
 @overload
-def matmul(x: Block | NumericArray, y: Block) -> Block | Var: ...
+def matmul(x: Block | NumericArray, y: Block) -> Block: ...
 @overload
 def matmul(x: Any, y: Any) -> Any: ...
 def matmul(x: Any, y: Any) -> Any:
     """``x @ y`` with NumPy's rules (vectors, batch axes that broadcast); a scalar node
-    for two vectors."""
+    for two vectors (typed as a block, as NumPy types a product of two arrays)."""
     if tape_of(x, y) is None:
         return np.matmul(x, y)
     return record_block(MATMUL, (x, y), None, "matmul operand")
@@ -455,7 +457,13 @@ class Block(Node, Operators["Block", "Block"]):
     def __len__(self) -> int:
         return self.shape[0]
 
-    if not TYPE_CHECKING:  # a runtime guard: to type checkers a Block is no ArrayLike
+    if TYPE_CHECKING:
+        # To type checkers a block is array-like, so that NumPy's functions that
+        # record on blocks through __array_function__ (np.sum(X, axis=0),
+        # np.concatenate, ...) type-check; at run time the conversion itself raises.
+        def __array__(self, dtype: None = None, copy: bool | None = None) -> FloatArray: ...
+
+    else:
 
         def __array__(self, dtype=None, copy=None):
             # Without this NumPy would iterate the block (it has __len__ and
@@ -477,10 +485,10 @@ class Block(Node, Operators["Block", "Block"]):
         )
 
     # -- structure -----------------------------------------------------------------------
-    def __matmul__(self, other: Block | NumericArray) -> Block | Var:
+    def __matmul__(self, other: Block | NumericArray) -> Block:
         return matmul(self, other)
 
-    def __rmatmul__(self, other: Block | NumericArray) -> Block | Var:
+    def __rmatmul__(self, other: Block | NumericArray) -> Block:
         return matmul(other, self)
 
     def __getitem__(self, key: Any) -> Block | Var:

@@ -8,6 +8,7 @@ adds nothing at run time. The tape's own array types come from
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "IdArray",
     "IndexArray",
     "NumericArray",
+    "PlainArrayLike",
     "ObjectArray",
     "OpcodeArray",
     "RealNumber",
@@ -36,6 +38,11 @@ NumericArray: TypeAlias = NDArray[np.bool_ | np.integer[Any] | np.floating[Any]]
 """A real NumPy array: what becomes a block constant beside a node."""
 
 ObjectArray: TypeAlias = NDArray[np.object_]
+
+PlainArrayLike: TypeAlias = NDArray[Any] | Sequence[Any] | RealNumber
+"""Array data that is not a node: the NumPy overloads of the fused ops take it. (A
+``Block`` is array-like to type checkers, so NumPy's functions accept blocks; an
+overload typed ``ArrayLike`` would then overlap the block overloads.)"""
 """An object array of nodes (:func:`fastad.scalar_nodes`)."""
 
 StrPath: TypeAlias = str | os.PathLike[str]
