@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.compiled.function import BlockFunction, CompiledFunction
+from fastad.compiled import BlockFunction, CompiledFunction
 from fastad.eager.node import Node
 
 if TYPE_CHECKING:

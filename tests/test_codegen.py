@@ -591,7 +591,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
     f = fa.compile(wide, example=[0.3, -0.2], backend="codegen")
     points = np.random.default_rng(9).uniform(-1, 1, (50, 2))
     expected = (f.jacobian(points),)
-    module = f._replay._generated.module("jacobian_fwd")
+    module = f._calls.replay._generated.module("jacobian_fwd")
     signatures = len(module.batch.signatures)
     read_only = points.copy()
     read_only.flags.writeable = False
