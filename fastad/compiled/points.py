@@ -308,8 +308,12 @@ class PointCalls:
             and not check
             and threads is None
         ):
-            # The latency path, as value_and_grad's: no conversion, no copy.
-            return self.point_hvp(points, directions)
+            # The latency path, as value_and_grad's: no conversion, no copy, one call.
+            product = np.empty(self.k)
+            _, guard = self.replay.point_hvp(points, directions, product)
+            if guard != NO_FAILED_GUARD:
+                self._raise_branch_error(points.reshape(1, -1), np.array([guard]))
+            return product
         points, single = self.points(points)
         self.require_scalar("hvp")
         v = along_points(directions, points, single, "direction", strict=True)
