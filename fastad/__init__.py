@@ -18,7 +18,7 @@ except ModuleNotFoundError as _error:
     raise kernels_missing_error(__path__, _error) from _error
 
 import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
-from fastad.compiled.function import BlockFunction, CompiledFunction, compile, load
+from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.derivative_checks import GradcheckError, GradcheckResult, gradcheck, hesscheck
 from fastad.eager.blocks import (
     Block,

@@ -51,7 +51,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import delayed
 
-from fastad.compiled.function import CompiledFunction
+from fastad.compiled import CompiledFunction
 from fastad.util.errors import BranchError, NonFiniteError, flag
 
 if TYPE_CHECKING:

@@ -256,7 +256,8 @@ def test_generated_code_keeps_few_row_plans(data):
     f = fa.compile(mlp, example=(*parameters, X[:ROWS], y[:ROWS]), batch=(4, 5), backend="codegen")
     for rows in range(1, 3 * ROWS + 1):
         f.value_and_grad((*parameters, X[:rows], y[:rows]))
-    kept = {rows for _, rows in f._code._plans}  # the plans the code keeps, by number of rows
+    # the plans the code keeps, by number of rows
+    kept = {rows for _, rows in f._generated.code._plans}
     assert ROWS in kept and len(kept) <= 1 + array_kernel.ROW_PLANS
 
 

@@ -462,7 +462,7 @@ def test_unknown_mode_is_refused(rng):
     with pytest.raises(ValueError, match="call must be"):
         f.tier("hessian")
     with pytest.raises(ValueError, match="unknown mode"):
-        blockgen.kernel_source(f._code.program, "hessian")
+        blockgen.kernel_source(f._generated.code.program, "hessian")
 
 
 def test_auto_keeps_long_programs_on_the_interpreter(rng):
@@ -607,7 +607,7 @@ def test_read_only_and_other_label_dtypes_compile_nothing_more(rng):
     args = mlp_args(rng, False)
     f = compiled("mlp", args, "codegen")
     want = f.grad(args)
-    kernel = f._code.module("grad").grad
+    kernel = f._generated.code.module("grad").grad
     compiled_before = len(kernel.signatures)
     X = args[4].copy()
     X.setflags(write=False)
@@ -693,7 +693,7 @@ def test_a_deep_network_holds_half_its_buffers_and_the_interpreters_numbers(rng)
     assert value == pytest.approx(want_value, rel=1e-14)
     for got, expected in zip(gradients, want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13 * np.abs(expected).max())
-    held, one_each = f._code.buffer_bytes("grad")
+    held, one_each = f._generated.code.buffer_bytes("grad")
     assert held <= 0.6 * one_each
 
 

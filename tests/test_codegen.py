@@ -591,7 +591,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
     f = fa.compile(wide, example=[0.3, -0.2], backend="codegen")
     points = np.random.default_rng(9).uniform(-1, 1, (50, 2))
     expected = (f.jacobian(points),)
-    module = f._replay._generated.module("jacobian_fwd")
+    module = f._calls.replay._generated.module("jacobian_fwd")
     signatures = len(module.batch.signatures)
     read_only = points.copy()
     read_only.flags.writeable = False
@@ -611,7 +611,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
         value, gradient = scalar.value_and_grad(variant)
         assert_same_bits(value, reference[0])
         assert_same_bits(gradient, reference[1])
-    assert len(scalar._replay._generated.module("grad").point.signatures) == 1
+    assert len(scalar._calls.replay._generated.module("grad").point.signatures) == 1
 
 
 def test_the_memory_check_reads_cgroup_limits_without_page_cache(tmp_path):

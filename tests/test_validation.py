@@ -454,7 +454,7 @@ def test_fortran_ordered_members_load_in_their_order(tmp_path):
     state = dict(np.load(path))
     state["guards"] = np.asfortranarray(np.array([[2, 1], [2, 1]]))
     np.savez(path, **state)
-    np.testing.assert_array_equal(fa.load(path)._guards, [[2, 1], [2, 1]])
+    np.testing.assert_array_equal(fa.load(path)._calls.program.guards, [[2, 1], [2, 1]])
 
 
 def test_tape_values_cannot_be_read_while_tracing():

@@ -22,8 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastad.eager.tape import Tape, storage_of
-from fastad.kernels import sweeps
-from fastad.util.errors import NonFiniteError, NonFiniteOrigin
+from fastad.kernels import optable, sweeps
+from fastad.util.errors import BranchError, NonFiniteError, NonFiniteOrigin
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, IdArray
@@ -36,6 +36,45 @@ def check_errors(errors: object) -> None:
     """Refuse an ``errors=`` that is not one of :data:`ERRORS`."""
     if errors not in ERRORS:
         raise ValueError(f'errors must be "raise" or "mask", got {errors!r}')
+
+
+def branch_error(tape: Tape, guards: IdArray, points: FloatArray, status: IdArray) -> BranchError:
+    """The error for the points whose ``status`` names a failed guard (some do).
+
+    ``guards`` are the program's rows ``(node id, truth)``; the error names the
+    first failing point's comparison, then the other failing comparisons.
+    """
+    failing = np.flatnonzero(status != NO_FAILED_GUARD)
+    found, first = np.unique(status[failing], return_index=True)
+    described = [describe_guard(tape, int(guards[guard, 0])) for guard in found[np.argsort(first)]]
+    truth = bool(guards[int(status[failing[0]]), 1])
+    return BranchError(
+        described[0],
+        truth,
+        failing,
+        tuple(points[failing[0]].tolist()),
+        points.shape[0],
+        tuple(described[1:]),
+    )
+
+
+def describe_guard(tape: Tape, node: int) -> str:
+    """A guard node as its comparison reads (``x > 0.0``), or ``bool(...)`` of the node."""
+    op = optable.ALL[tape.opcode[node]]
+    if op.code in optable.COMPARISONS:
+        a, b = tape.in0[node], tape.in1[node]
+        return f"{_operand(tape, a)} {op.symbol} {_operand(tape, b)}"
+    return f"bool({_operand(tape, node)})"
+
+
+def _operand(tape: Tape, node: int) -> str:
+    label = tape.labels.get(int(node))
+    if label:
+        return label
+    op = optable.ALL[tape.opcode[node]]
+    if op.name == "const":
+        return repr(float(tape.val[node]))
+    return f"node {int(node)} ({op.symbol})"
 
 
 def mask_failed(values: FloatArray, derivatives: FloatArray, status: IdArray) -> NDArray[np.bool_]:
