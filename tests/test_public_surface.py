@@ -165,6 +165,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     "CompiledFunction.jvp": [(VALUE, "f.jvp(b, [1.0, 1.0])"), (VALUE, "f.jvp([1.0, 2.0], b)")],
     "CompiledFunction.num_inputs": [(GET, "f.num_inputs")],
     "CompiledFunction.num_outputs": [(GET, "f.num_outputs")],
+    "CompiledFunction.optimization": [(GET, "f.optimization")],
     "CompiledFunction.save": [(PATH, "f.save(b)")],
     "CompiledFunction.tape": [(GET, "f.tape")],
     "CompiledFunction.tier": [(VALUE, "f.tier(b)")],
