@@ -6,7 +6,7 @@ collects ``tests/``). Two groups:
 - ``record``: eager recording plus one backward, fastad against the
   micrograd-style engine, on the same DAG through the same driver loop;
 - ``replay``: the compiled forward+backward sweep of the recorded tape at a
-  new point (``fastad.kernels.sweeps.value_and_grad``).
+  new point (``fastad.kernels.tape_sweeps.value_and_grad``).
 
 Each benchmark stores ``ns_per_node`` (best round) in ``extra_info`` and
 checks its gradient against the other engine once, so a broken engine fails
@@ -22,7 +22,7 @@ import pytest
 from dag import evaluate_floats, random_dag, record_fastad, record_micrograd
 from micrograd_engine import Value
 
-from fastad.kernels import sweeps
+from fastad.kernels import tape_sweeps
 
 N_NODES = 100_000
 SEED = 0
@@ -63,7 +63,7 @@ def warm_jit():
     small = random_dag(1000, n_inputs=10, seed=SEED)
     tape, root, _ = record_fastad(small)
     root.backward()
-    sweeps.value_and_grad(*replay_arguments(tape, root, small.input_values))
+    tape_sweeps.value_and_grad(*replay_arguments(tape, root, small.input_values))
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,8 @@ def test_replay_fastad(benchmark, dag, replay_point, warm_jit, micrograd_referen
     arguments = replay_arguments(tape, root, replay_point)
     # Numba compiles per argument type, not size, so warm_jit already compiled
     # this call; one untimed call here also brings the arrays into cache.
-    sweeps.value_and_grad(*arguments)
-    value = benchmark(sweeps.value_and_grad, *arguments)
+    tape_sweeps.value_and_grad(*arguments)
+    value = benchmark(tape_sweeps.value_and_grad, *arguments)
     store_ns_per_node(benchmark, len(tape))
     grad, inputs = arguments[4], arguments[5]
     assert_same_gradient((value, grad[inputs]), micrograd_reference["replay"])

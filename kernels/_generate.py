@@ -1,11 +1,14 @@
-"""Generate the compiled rule dispatch in ``sweeps.py`` from the op table.
+"""Generate the compiled rules from the op table: the modules listed in ``GENERATED``.
 
 Run ``python -m fastad.kernels._generate`` after editing ``optable.py``; the
-test suite fails while the block in ``sweeps.py`` differs from what this
-produces. The block is written into ``sweeps.py`` itself (between the BEGIN
-and END markers) rather than a module of its own because Numba's on-disk
-cache only watches the file that defines a kernel: with the rules and the
-sweeps in one file, any change to a rule invalidates every cached sweep.
+test suite fails while a generated module differs from what this produces.
+Each module is written whole, its imports included, and holds one job's
+rules (``point_rules.py`` one node at one point, ``lane_rules.py`` one node
+over lanes, ``map_rules.py`` an elementwise block op...); ``rule_helpers.py``
+holds Numba copies of the table's helper functions, which the rules call.
+Numba's cache stamps every kernel with the contents of all of ``kernels/``
+(``jit.py``), so a change to a rule invalidates every cached kernel that
+calls it, whichever module that kernel lives in.
 """
 
 from __future__ import annotations
@@ -13,17 +16,13 @@ from __future__ import annotations
 import inspect
 import pathlib
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from . import optable
+from . import codegen, optable
 
-SWEEPS_PATH = pathlib.Path(__file__).with_name("sweeps.py")
-BEGIN = "# BEGIN GENERATED RULES"
-END = "# END GENERATED RULES"
-LINE_LENGTH = 100  # [tool.ruff] line-length: the block must pass ruff format unchanged
-HEADER = (
-    f"{BEGIN}: made from kernels/optable.py by\n"
-    "# `python -m fastad.kernels._generate`. Do not edit by hand."
-)
+KERNELS_FOLDER = pathlib.Path(__file__).parent
+LINE_LENGTH = 100  # [tool.ruff] line-length: the modules must pass ruff format unchanged
+MARK = "Made from kernels/optable.py by ``python -m fastad.kernels._generate``: do not edit."
 
 
 def _helper_sources() -> Iterator[str]:
@@ -145,7 +144,7 @@ def _second_lanes_source() -> str:
     # One loop per second partial that is needed and not the literal 0.0:
     # d2/da2 when operand a depends on an input, d2/db2 when b does, the
     # mixed one when both do. The others are never read against a reached
-    # tangent (sweeps.second_pass: a product with an UNREACHED tangent is
+    # tangent (lane_sweeps.second_pass: a product with an UNREACHED tangent is
     # UNREACHED whatever the partial, nan included), so their values do not
     # matter and they are never computed: a pow with a constant exponent
     # skips the two logs of its exponent's partials. Literal zeros are not
@@ -284,41 +283,117 @@ def _map_source(kind: str) -> str:
     )
 
 
-def generated_block() -> str:
-    """The exact text that belongs between the markers in ``sweeps.py``."""
-    parts = [
-        HEADER,
-        *_helper_sources(),
-        _forward_value_source(),
-        _local_partials_source(),
-        _values_and_partials_source(),
-        _second_partials_source(),
-        _lanes_source(with_partials=False),
-        _lanes_source(with_partials=True),
-        _second_lanes_source(),
-        _map_source("forward"),
-        _map_source("vjp"),
-        _map_source("jvp"),
-        _map_source("second"),
-    ]
-    return "\n\n\n".join(parts) + "\n\n\n" + END
+class Module(NamedTuple):
+    """One generated module: its docstring's summary and body, and what it holds."""
+
+    summary: str
+    about: tuple[str, ...]
+    parts: tuple[Callable[[], str], ...]
+    arrays: bool = True  # it takes arrays (imports FloatArray)
+    helpers: bool = True  # its rules may call the table's helpers
+    strong_zeros: bool = False  # it sends with contribution
 
 
-def current_block(source: str) -> str:
-    """The generated block as it stands in ``source`` (the text of sweeps.py)."""
-    start = source.index(BEGIN)
-    stop = source.index(END) + len(END)
-    return source[start:stop]
+GENERATED: dict[str, Module] = {
+    "rule_helpers.py": Module(
+        "Numba copies of the op table's helper functions, which the rules call.",
+        ("The functions of ``optable.HELPERS``, each as a ``@kernel``.",),
+        (lambda: "\n\n\n".join(_helper_sources()),),
+        arrays=False,
+        helpers=False,
+    ),
+    "point_rules.py": Module(
+        "The rules of one node at one point, one branch per op of the op table.",
+        (
+            "``forward_value``, ``local_partials``, ``values_and_partials`` and",
+            "``second_partials``: the tape sweeps (``tape_sweeps.py``) and the",
+            "one-point paths of the lane sweeps (``lane_sweeps.py``) call them.",
+        ),
+        (
+            _forward_value_source,
+            _local_partials_source,
+            _values_and_partials_source,
+            _second_partials_source,
+        ),
+        arrays=False,
+    ),
+    "lane_rules.py": Module(
+        "The rules of one node over lanes (one column per point), one loop per op.",
+        (
+            "``values_lanes`` and ``values_and_partials_lanes``, for the lane sweeps",
+            "of compiled functions (``lane_sweeps.py``).",
+        ),
+        (lambda: _lanes_source(with_partials=False), lambda: _lanes_source(with_partials=True)),
+    ),
+    "lane_second_rules.py": Module(
+        "The second local partials of one node over lanes, one loop per op.",
+        (
+            "``second_partials_lanes``, for the second-order modes of the lane",
+            "sweeps (``lane_sweeps.py``).",
+        ),
+        (_second_lanes_source,),
+    ),
+    "map_rules.py": Module(
+        "Elementwise block ops by the scalar rules: values and reverse mode.",
+        (
+            "``map_forward`` and ``map_vjp`` over 1-D arrays, one loop per op,",
+            "with the strong zeros of ``contribution``.",
+        ),
+        (lambda: _map_source("forward"), lambda: _map_source("vjp")),
+        strong_zeros=True,
+    ),
+    "map_tangent_rules.py": Module(
+        "Elementwise block ops by the scalar rules: forward mode.",
+        ("``map_jvp`` over 1-D arrays, one loop per op, with strong zeros.",),
+        (lambda: _map_source("jvp"),),
+        strong_zeros=True,
+    ),
+    "map_second_rules.py": Module(
+        "Elementwise block ops by the scalar rules: the second local partials.",
+        ("``map_second`` over 1-D arrays, one loop per op.",),
+        (lambda: _map_source("second"),),
+    ),
+}
+"""Every generated module of ``kernels/`` by file name."""
+
+
+def _import(module: str, names: list[str], comment: str = "") -> list[str]:
+    """``from module import names`` as ruff's isort and format write it."""
+    line = f"from {module} import {', '.join(names)}"
+    if not comment and len(line) <= LINE_LENGTH:
+        return [line]
+    opening = f"from {module} import (" + (f"  # {comment}" if comment else "")
+    return [opening, *(f"    {name}," for name in names), ")"]
+
+
+def module_text(name: str) -> str:
+    """The exact text of the generated module ``name`` (a key of ``GENERATED``)."""
+    module = GENERATED[name]
+    namespace = "noqa: F401  (the generated rules' namespace)"
+    lines = [f'"""{module.summary}', "", *module.about, "", MARK, '"""', ""]
+    lines += ["from __future__ import annotations", ""]
+    lines += [*_import("math", codegen.MATH_NAMES, namespace), ""]
+    if module.arrays:
+        lines += _import(".arrays", ["FloatArray"])
+    lines += _import(".jit", ["kernel"])
+    if module.helpers:
+        helpers = sorted(helper.__name__ for helper in optable.HELPERS)
+        lines += _import(".rule_helpers", helpers, namespace)
+    if module.strong_zeros:
+        lines += _import(".strong_zeros", ["contribution"])
+    parts = [part() for part in module.parts]
+    return "\n".join(lines) + "\n\n\n" + "\n\n\n".join(parts) + "\n"
 
 
 def main() -> None:
-    source = SWEEPS_PATH.read_text()
-    updated = source.replace(current_block(source), generated_block())
-    if updated != source:
-        SWEEPS_PATH.write_text(updated)
-        print(f"updated {SWEEPS_PATH}")
-    else:
-        print(f"{SWEEPS_PATH} is up to date")
+    for name in GENERATED:
+        path = KERNELS_FOLDER / name
+        text = module_text(name)
+        if path.exists() and path.read_text() == text:
+            print(f"{path} is up to date")
+        else:
+            path.write_text(text)
+            print(f"updated {path}")
 
 
 if __name__ == "__main__":

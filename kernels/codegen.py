@@ -1,6 +1,6 @@
 """Straight-line kernels generated from one traced program: the second replay tier.
 
-The interpreter (``sweeps.sweep_block``) dispatches on every node's opcode
+The interpreter (``lane_sweeps.sweep_block``) dispatches on every node's opcode
 for every row of lanes. For a program that is not too long, this module
 writes instead the Python source of a module whose kernels evaluate that
 one program as straight-line code, one local variable per node, with the
@@ -52,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from . import optable, sweeps
+from . import optable, strong_zeros
 
 MODES = ("values", "grad", "vjp", "jvp", "jacobian_fwd", "jacobian_rev", "hvp", "hessian")
 """What a module computes per point.
@@ -299,7 +299,7 @@ class _Emitter:
         pass and tangent pass) this is the tangent of that adjoint pass,
         forward-over-reverse: each edge also sends the tangent of its
         partial times the node's adjoint, the rule of
-        ``sweeps.second_backward_range``.
+        ``tape_sweeps.second_backward_range``.
         """
         current: dict[int, str] = {}  # node -> the name of its adjoint so far
         versions: dict[int, int] = {}
@@ -342,7 +342,7 @@ class _Emitter:
         """The tangent of edge ``(i, slot)``'s partial, or None where it is statically unreached.
 
         ``d2/da2 * t_a + d2/da db * t_b`` for the first operand's edge, ``d2/da db
-        * t_a + d2/db2 * t_b`` for the second's, as ``sweeps.second_pass``.
+        * t_a + d2/db2 * t_b`` for the second's, as ``lane_sweeps.second_pass``.
         """
         pairs = [(0, 0), (1, 1)] if slot == 0 else [(1, 0), (2, 1)]
         operands = self.operands(i)
@@ -472,7 +472,7 @@ def helper_sources() -> Iterator[str]:
     """The rule helpers and ``contribution``, as ``@kernel`` sources."""
     for helper in optable.HELPERS:
         yield "@kernel\n" + inspect.getsource(helper).rstrip()
-    for kernel in (sweeps.reached, sweeps.contribution):
+    for kernel in (strong_zeros.reached, strong_zeros.contribution):
         function = getattr(kernel, "py_func", kernel)  # a plain function under NUMBA_DISABLE_JIT
         yield inspect.getsource(function).rstrip()
 
@@ -577,5 +577,5 @@ def module_source(program: Program, mode: str) -> str:
 
 MATH_NAMES = sorted({*optable.MATH_NAMES, "copysign", "isfinite"})
 """What a generated module imports from :mod:`math`: the rules' names, and ``copysign``
-and ``isfinite``, which the kernels' own code calls (``kernels/sweeps.py`` imports the
-same; a test compares the two)."""
+and ``isfinite``, which the kernels' own code calls (the generated rule modules of
+``kernels/`` import the same; a test compares them)."""

@@ -25,14 +25,14 @@ import numpy as np
 from .jit import kernel
 
 if TYPE_CHECKING:
-    from .sweeps import FloatArray
+    from .arrays import FloatArray
 
-# Strong zeros, as in sweeps.py (UNREACHED, reached, contribution): an
+# Strong zeros, as in strong_zeros.py (UNREACHED, reached, contribution): an
 # adjoint element nothing reached holds -0.0 and sends nothing; a local
-# partial that is exactly zero sends nothing either. Restated here rather
-# than imported because Numba's cache keys a kernel on its own file only
-# (see jit.py); tests/test_block_reach.py checks the fused rules against the
-# scalar-node expansion, where reach is exact node by node.
+# partial that is exactly zero sends nothing either. Restated here, so this
+# module imports only jit.py; tests/test_block_reach.py checks them against
+# strong_zeros.py's bit for bit, and the fused rules against the scalar-node
+# expansion, where reach is exact node by node.
 UNREACHED = -0.0
 
 

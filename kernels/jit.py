@@ -18,13 +18,20 @@ The options and why:
   never next to the source: files written into ``site-packages`` belong to no
   installed package, so pip leaves them behind on uninstall, and the
   leftover ``site-packages/fastad/`` folder (no ``__init__.py``) then hides a
-  later editable install as an empty namespace package. Numba keys each
-  entry on the *defining file* (its size and timestamp before Numba 0.64,
-  its content hash since), so every kernel and every helper it calls live in
-  one module (``sweeps.py``); a change anywhere in that file, including the
-  generated rules, invalidates all of it, and a package upgrade rewrites the
-  file and so can never hit a stale entry. The folder is also keyed by the
-  source folder's absolute path, so two installs never share entries.
+  later editable install as an empty namespace package. Numba stamps each
+  entry with its *defining file* only (its size and timestamp before Numba
+  0.64, its content hash since), so a kernel calling a helper from another
+  module would keep stale machine code when only the helper's file
+  changed. fastad's kernels live in several modules (sweeps, generated
+  rules, lane kernels...), so :class:`KernelCacheLocator` stamps a kernel
+  of the ``fastad.kernels`` folder with a hash of the contents of every
+  ``*.py`` file there (:func:`kernels_source_stamp`): a change to any kernel
+  file, a generated rule included, invalidates every entry, and a package
+  upgrade that changes any file can never hit a stale one. Kernels defined
+  elsewhere (the generated modules of compiled functions, which call no
+  kernel of another file) keep Numba's stamp of their own file. The folder
+  is also keyed by the source folder's absolute path, so two installs never
+  share entries.
 - ``nogil=True``: compiled calls release the GIL so Python threads can run
   kernels concurrently.
 
@@ -40,6 +47,7 @@ still takes precedence, as it does for every Numba function.)
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import os
 import sys
@@ -64,6 +72,9 @@ JIT_OPTIONS: dict[str, Any] = dict(
 )
 
 CACHE_DIR_VARIABLE = "FASTAD_CACHE_DIR"
+
+KERNELS_FOLDER = os.path.dirname(os.path.abspath(__file__))
+"""The ``fastad.kernels`` folder, whose kernels share one source stamp."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -218,6 +229,41 @@ def _writable_folder_problem(folder: Path, private: bool = False) -> str | None:
 
 
 @functools.cache
+def kernels_source_stamp(folder: str = KERNELS_FOLDER) -> str:
+    """The source stamp of every cached kernel defined in ``folder``.
+
+    A SHA-256 over the name and contents of each ``*.py`` file of ``folder``,
+    in name order, read once per process. Numba stores it with each cache
+    entry and discards an entry whose stamp differs, so changing any one
+    kernel file (a helper another module's kernel calls, a generated rule)
+    recompiles every kernel, while rewriting a file with the same content
+    (a reinstall, a checkout) keeps the cache.
+
+    Parameters
+    ----------
+    folder : str
+        Absolute path of a folder of kernel modules (default: this one).
+
+    Returns
+    -------
+    str
+        The hexadecimal digest.
+
+    Examples
+    --------
+    >>> from fastad.kernels.jit import kernels_source_stamp
+    >>> len(kernels_source_stamp())
+    64
+    """
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.py")):
+        contents = path.read_bytes()
+        digest.update(f"{path.name}\0{len(contents)}\0".encode())
+        digest.update(contents)
+    return digest.hexdigest()
+
+
+@functools.cache
 def _numba_cache_folder(source_folder: str, root: Path) -> Path | None:
     """Folder for the Numba cache files of kernels defined in ``source_folder``."""
     # The same key Numba's own user-wide locators use: the folder's name plus
@@ -289,8 +335,11 @@ if _NUMBA_CACHE_API:
     class KernelCacheLocator(_SOURCE_FILE_BACKED, _LOCATOR_BASE):  # type: ignore[misc]
         """Numba cache locator: fastad's kernels cache under ``cache_directory()/numba``.
 
-        Source stamp and disambiguator come from Numba's source-file-backed
-        mixin, exactly as for Numba's own locators; only the folder differs.
+        The disambiguator comes from Numba's source-file-backed mixin, as
+        for Numba's own locators. The source stamp of a kernel defined in
+        the ``fastad.kernels`` folder is :func:`kernels_source_stamp` (every
+        kernel file's contents, since kernels call helpers in other files);
+        any other file keeps the mixin's stamp of that file alone.
         """
 
         def __init__(self, py_func: FunctionType, py_file: str) -> None:
@@ -300,6 +349,12 @@ if _NUMBA_CACHE_API:
 
         def get_cache_path(self) -> str:
             return self._cache_path
+
+        def get_source_stamp(self) -> Any:
+            folder = os.path.dirname(os.path.abspath(self._py_file))
+            if folder == KERNELS_FOLDER:
+                return ("fastad.kernels", kernels_source_stamp(folder))
+            return super().get_source_stamp()
 
         @classmethod
         def from_function(cls, py_func: FunctionType, py_file: str) -> KernelCacheLocator | None:

@@ -13,14 +13,15 @@ that is valid both in Python and in Numba-compiled code:
   ``nan`` and ``inf`` included) and use only ``math``, so the same source
   compiles under Numba.
 
-Everything else follows from this table: ``kernels/sweeps.py`` holds a
-generated block (``python -m fastad.kernels._generate``) with the compiled
-``forward_value`` and ``local_partials`` dispatch, and the front end builds
+Everything else follows from this table: the generated modules of
+``kernels/`` (``python -m fastad.kernels._generate``: ``point_rules.py``
+with the compiled ``forward_value`` and ``local_partials`` dispatch, the
+lane and elementwise-map rules, ``rule_helpers.py``), and the front end builds
 its eager evaluators, its elementwise block rules, the public functions
 (``fa.<name>`` for rows with a ``doc``), the optimiser's commutative ops and
 the compiled functions' branch reports from the same rows. Adding an op is
 one row here plus one row in the op test table (``tests/test_ops.py``); a
-test fails if the generated block is out of date or an opcode lacks any
+test fails if a generated module is out of date or an opcode lacks any
 part.
 
 Exact zeros are strong: a local derivative or an adjoint (or tangent) that is

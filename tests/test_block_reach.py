@@ -379,7 +379,7 @@ def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypat
     # from the lowest its root depends on up to the root, however long the
     # history; earlier adjoints are still replaced (zero), as the API says.
     from fastad.core import driver
-    from fastad.kernels import sweeps
+    from fastad.kernels import tape_sweeps
 
     tape = fa.Tape()
     with tape:
@@ -394,9 +394,9 @@ def test_on_a_long_lived_scalar_tape_backward_sweeps_only_its_own_span(monkeypat
         x = fa.var(2.0)
         later = x * x + 3.0 * x
     ranges = []
-    original = sweeps.backward_range
+    original = tape_sweeps.backward_range
     monkeypatch.setattr(
-        sweeps, "backward_range", lambda *a: ranges.append((a[-2], a[-3])) or original(*a)
+        tape_sweeps, "backward_range", lambda *a: ranges.append((a[-2], a[-3])) or original(*a)
     )
     later.backward()
     assert x.grad == 7.0 and w.grad == 0.0 and first.grad == 0.0
@@ -428,17 +428,17 @@ def test_repeated_constants_are_shared_only_within_reach():
 
 
 def test_the_fused_kernels_strong_zeros_are_the_sweeps():
-    # kernels/fused.py restates contribution and reached (Numba caches a kernel by its
-    # own file, so it may not call sweeps.py's); the two must agree bit for bit.
-    from fastad.kernels import fused, sweeps
+    # kernels/fused.py restates contribution and reached (so that it
+    # imports only jit.py); the two must agree bit for bit.
+    from fastad.kernels import fused, strong_zeros
 
     special = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 5e-324, 1e308]
     for partial in special:
         for incoming in special:
             got = fused._contribution(partial, incoming)
-            want = sweeps.contribution(partial, incoming)
+            want = strong_zeros.contribution(partial, incoming)
             assert np.float64(got).tobytes() == np.float64(want).tobytes() or (
                 np.isnan(got) and np.isnan(want)
             ), (partial, incoming, got, want)
-        assert fused._is_reached(partial) == sweeps.reached(partial)
-    assert fused.UNREACHED == sweeps.UNREACHED and np.signbit(fused.UNREACHED)
+        assert fused._is_reached(partial) == strong_zeros.reached(partial)
+    assert fused.UNREACHED == strong_zeros.UNREACHED and np.signbit(fused.UNREACHED)

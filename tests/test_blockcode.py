@@ -19,7 +19,7 @@ import pytest
 
 import fastad as fa
 from fastad.compiled import array_kernel
-from fastad.kernels import blockgen
+from fastad.kernels import array_program, array_source
 from fastad.util.errors import BranchError
 
 B, N, H, C = 12, 7, 5, 4
@@ -462,7 +462,7 @@ def test_unknown_mode_is_refused(rng):
     with pytest.raises(ValueError, match="call must be"):
         f.tier("hessian")
     with pytest.raises(ValueError, match="unknown mode"):
-        blockgen.kernel_source(f._generated.code.program, "hessian")
+        array_source.kernel_source(f._generated.code.program, "hessian")
 
 
 def test_auto_keeps_long_programs_on_the_interpreter(rng):
@@ -652,7 +652,7 @@ def grad(a, b, c, d):
 
 
 def test_buffers_share_memory_only_where_their_uses_never_meet():
-    P = blockgen.Parameter
+    P = array_program.Parameter
     parameters = [
         P("s_a", "scratch", 0, (4, 3), -1),
         P("s_b", "scratch", 1, (12,), -1),

@@ -165,7 +165,7 @@ def test_a_0d_array_beside_scalar_nodes_is_a_number():
 def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
     # Add's VJP sends the adjoint itself (no kernel call): the same bits as map_vjp's
     # contribution(1.0, g), strong zeros (-0.0), reached zeros, infs and nans included.
-    from fastad.kernels import sweeps
+    from fastad.kernels import map_rules
 
     g = rng.normal(size=(6, 5))
     g[0] = -0.0
@@ -178,7 +178,7 @@ def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
     full = np.broadcast_to(b, out.shape).copy().reshape(-1)
     with np.errstate(invalid="ignore"):  # inf - inf in a column's sum, as in a sweep
         sent = add.vjp((a, b), out, g, None, None)
-        sweeps.map_vjp(add.code, a.reshape(-1), full, out.reshape(-1), g.reshape(-1), da, db)
+        map_rules.map_vjp(add.code, a.reshape(-1), full, out.reshape(-1), g.reshape(-1), da, db)
         want = (da.reshape(out.shape), reach.unbroadcast(db.reshape(out.shape), b_shape))
     for got, expected in zip(sent, want, strict=True):
         assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()

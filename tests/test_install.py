@@ -33,24 +33,24 @@ if len(sys.argv) > 1:
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import fastad as fa
-    from fastad.kernels import fused, jit, sweeps
+    from fastad.kernels import fused, jit, lane_sweeps, tape_sweeps
     with fa.Tape():
         x = fa.var(2.0)
         y = fa.sin(x) * x
         y.backward()
 dispatchers = {
     f"{module.__name__}.{name}": value
-    for module in (sweeps, fused)
+    for module in (tape_sweeps, lane_sweeps, fused)
     for name, value in vars(module).items()
     if hasattr(value, "stats") and hasattr(value, "py_func")
 }
 root = jit.cache_directory()
 print(json.dumps({
     "root": None if root is None else str(root),
-    "kernels_folder": str(__import__("pathlib").Path(sweeps.__file__).parent),
+    "kernels_folder": str(__import__("pathlib").Path(tape_sweeps.__file__).parent),
     "cache_paths": {name: d.stats.cache_path for name, d in dispatchers.items()},
-    "hits": sum(sweeps.backward_sweep.stats.cache_hits.values()),
-    "misses": sum(sweeps.backward_sweep.stats.cache_misses.values()),
+    "hits": sum(tape_sweeps.backward_sweep.stats.cache_hits.values()),
+    "misses": sum(tape_sweeps.backward_sweep.stats.cache_misses.values()),
     "grad": x.grad,
     "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
 }))
@@ -118,7 +118,7 @@ def test_kernels_cache_in_fastad_cache_dir_and_never_next_to_the_source(tmp_path
     # Every kernel caches there, the parallel one included.
     assert first["cache_paths"], "the probe found no kernels"
     assert set(first["cache_paths"].values()) == {str(folder)}, first["cache_paths"]
-    assert "fastad.kernels.sweeps.sweep_points_parallel" in first["cache_paths"]
+    assert "fastad.kernels.lane_sweeps.sweep_points_parallel" in first["cache_paths"]
     written = numba_files(folder)
     assert any("backward_sweep" in name and name.endswith(".nbi") for name in written), written
     assert any(name.endswith(".nbc") for name in written), written
@@ -252,7 +252,7 @@ def test_leftover_fastad_folder_does_not_hide_the_editable_install(tmp_path):
     shadow = tmp_path / "shadow"
     leftover = shadow / "fastad" / "kernels" / "__pycache__"
     leftover.mkdir(parents=True)
-    (leftover / "sweeps.backward_sweep-1.py311.nbi").write_bytes(b"not owned by pip")
+    (leftover / "tape_sweeps.backward_sweep-1.py311.nbi").write_bytes(b"not owned by pip")
     probe = "import fastad, fastad.__main__; print(fastad.__file__, fastad.sin(0.0))"
     result = run_python(["-c", probe], tmp_path, clean_env(PYTHONPATH=shadow))
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ from op_table import CASES, OP_CASES, expected_partial, sample_operands
 
 import fastad as fa
 from fastad.core import scalar_rules
-from fastad.kernels import _generate, optable, sweeps
+from fastad.kernels import _generate, optable, point_rules
 
 
 def central_difference(function, point, index):
@@ -43,11 +43,22 @@ def test_every_op_has_all_parts(op):
         assert len(CASES[op.name].domain) == op.arity
 
 
-def test_generated_rules_are_current():
-    source = _generate.SWEEPS_PATH.read_text()
-    assert _generate.current_block(source) == _generate.generated_block(), (
-        "kernels/sweeps.py is out of date: run `python -m fastad.kernels._generate`"
+@pytest.mark.parametrize("name", sorted(_generate.GENERATED))
+def test_generated_rules_are_current(name):
+    source = (_generate.KERNELS_FOLDER / name).read_text()
+    assert source == _generate.module_text(name), (
+        f"kernels/{name} is out of date: run `python -m fastad.kernels._generate`"
     )
+
+
+def test_every_generated_module_is_listed():
+    # A module that says it is generated but is no longer listed would go stale unseen.
+    marked = {
+        path.name
+        for path in _generate.KERNELS_FOLDER.glob("*.py")
+        if _generate.MARK in path.read_text() and path.name != "_generate.py"
+    }
+    assert marked == set(_generate.GENERATED)
 
 
 def test_public_functions_are_the_rows_with_a_doc():
@@ -134,9 +145,9 @@ def test_kernel_local_partials_match_central_differences(case, rng):
     code = optable.BY_NAME[case.name].code
     for point in sample_operands(case, rng):
         a, b = (point + [0.0])[:2]
-        out = sweeps.forward_value(code, a, b)
+        out = point_rules.forward_value(code, a, b)
         assert out == scalar_rules.value(code, a, b)
-        partials = sweeps.local_partials(code, a, b, out)
+        partials = point_rules.local_partials(code, a, b, out)
         for i in range(len(point)):
             value = lambda *p: scalar_rules.value(code, *p)  # noqa: E731
             numeric = expected_partial(case, value, point, i, central_difference)
@@ -276,7 +287,9 @@ def test_second_partials_match_central_differences_of_the_first(case, rng):
 
     def first(point, i):
         a, b = (list(point) + [0.0])[:2]
-        return sweeps.local_partials(op.code, a, b, sweeps.forward_value(op.code, a, b))[i]
+        return point_rules.local_partials(op.code, a, b, point_rules.forward_value(op.code, a, b))[
+            i
+        ]
 
     for point in sample_operands(case, rng, count=10):
         a, b = (point + [0.0])[:2]

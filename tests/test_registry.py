@@ -217,7 +217,7 @@ def test_the_math_names_are_one_list():
     import pathlib
 
     from fastad.core import scalar_rules
-    from fastad.kernels import codegen, sweeps
+    from fastad.kernels import codegen, point_rules
 
     def imported_from_math(module):
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
@@ -229,7 +229,7 @@ def test_the_math_names_are_one_list():
         )
 
     assert list(optable.MATH_NAMES) == imported_from_math(optable)
-    assert imported_from_math(sweeps) == codegen.MATH_NAMES
+    assert imported_from_math(point_rules) == codegen.MATH_NAMES
     assert set(codegen.MATH_NAMES) - set(optable.MATH_NAMES) == {"copysign", "isfinite"}
     assert set(scalar_rules._math_namespace) >= set(optable.MATH_NAMES)
 
@@ -241,7 +241,7 @@ def test_no_kernel_calls_blas():
     # end (NumPy); a kernel calling BLAS would bring the second pool back.
     kernels = pathlib.Path(fastad.kernels.__file__).resolve().parent
     paths = sorted(kernels.glob("*.py"))
-    assert {"fused.py", "sweeps.py"} <= {path.name for path in paths}, kernels
+    assert {"fused.py", "tape_sweeps.py"} <= {path.name for path in paths}, kernels
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

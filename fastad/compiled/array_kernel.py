@@ -1,8 +1,8 @@
 """Generated code for a compiled function of arrays: the program, its buffers, its calls.
 
-:mod:`fastad.kernels.blockgen` writes the source of one kernel per kind of
+:mod:`fastad.kernels.array_source` writes the source of one kernel per kind of
 call (``values``, ``grad``, ``vjp``, ``jvp``, ``hvp``) from a
-:class:`~fastad.kernels.blockgen.BlockProgram`; this module builds that
+:class:`~fastad.kernels.array_program.BlockProgram`; this module builds that
 program from a traced tape, keeps the modules on disk and loads them
 (:mod:`fastad.compiled.module_cache`'s cache, the same one functions of scalars use),
 allocates the kernel's buffers once, and calls it.
@@ -28,17 +28,17 @@ import numpy as np
 
 from fastad.compiled import batch_axis, module_cache
 from fastad.core.reduction_rules import Reduction
-from fastad.kernels import blas, blockgen, optable
+from fastad.kernels import array_program, array_source, blas, optable
 
 if TYPE_CHECKING:
     from fastad.core.storage import TapeStorage
     from fastad.util.hints import FloatArray
 
-Unsupported = blockgen.Unsupported
-OK, BAD_LABEL = blockgen.OK, blockgen.BAD_LABEL
+Unsupported = array_program.Unsupported
+OK, BAD_LABEL = array_program.OK, array_program.BAD_LABEL
 RECHECK = -3
 """Status: a gradient held a nan; the exact rules compute the call again."""
-MODES = blockgen.MODES
+MODES = array_program.MODES
 
 # The cold compile time of a generated kernel for a function of arrays, measured
 # on the 2-core machine (`python bench/blockcode_curve.py`, the README's table):
@@ -78,7 +78,7 @@ def program_of(
     output: int,
     wrt: Sequence[int],
     guards: Sequence[tuple[int, bool]],
-) -> blockgen.BlockProgram:
+) -> array_program.BlockProgram:
     """The traced tape as the generator reads it; :class:`Unsupported` names an op it cannot run."""
     opcode = tape.opcode
     blocks = tape.blocks
@@ -108,12 +108,12 @@ def program_of(
                 params = (labels, found == "mean")
         else:
             kind = "scalar"
-        if kind not in blockgen.SUPPORTED:
+        if kind not in array_program.SUPPORTED:
             raise Unsupported(
                 f"generated code has no rule for the op {optable.ALL[code].name!r} (node {i})"
             )
-        nodes.append(blockgen.Node(kind, code, operands, shape, params))
-    return blockgen.BlockProgram(
+        nodes.append(array_program.Node(kind, code, operands, shape, params))
+    return array_program.BlockProgram(
         tuple(nodes),
         tuple(int(i) for i in inputs),
         int(output),
@@ -137,7 +137,7 @@ class BlockCode:
 
     def __init__(
         self,
-        program: blockgen.BlockProgram,
+        program: array_program.BlockProgram,
         constants: FloatArray,
         integers: Sequence[bool],
         title: str,
@@ -165,7 +165,7 @@ class BlockCode:
         self._title = title
         self._arrays: dict[int, FloatArray] = {}  # array constants, by node
         self._sources: dict[str, tuple[str, str]] = {}
-        self._parameters: dict[str, list[blockgen.Parameter]] = {}
+        self._parameters: dict[str, list[array_program.Parameter]] = {}
         self._modules = module_cache.Modules(self._source)
         self._prepared: set[str] = set()
         self._plans: dict[tuple[str, int | None], _Plan] = {}
@@ -244,11 +244,11 @@ class BlockCode:
     def _source(self, mode: str) -> tuple[str, str]:
         found = self._sources.get(mode)
         if found is None:
-            text, self._parameters[mode] = blockgen.module_source(self.program, mode)
+            text, self._parameters[mode] = array_source.module_source(self.program, mode)
             found = self._sources[mode] = (text, f"fastad_{module_cache.module_key(text)}")
         return found
 
-    def _source_at(self, mode: str, rows: int) -> tuple[str, list[blockgen.Parameter]]:
+    def _source_at(self, mode: str, rows: int) -> tuple[str, list[array_program.Parameter]]:
         """The module text and parameters of the program written again with ``rows`` rows
         along its batch axes: :meth:`_axes_of_parameters` compares them with the traced
         kernel's at one row more (a call never runs this kernel)."""
@@ -258,7 +258,7 @@ class BlockCode:
             else node
             for i, node in enumerate(self.program.nodes)
         )
-        return blockgen.module_source(self.program._replace(nodes=nodes), mode)
+        return array_source.module_source(self.program._replace(nodes=nodes), mode)
 
     def source(self, mode: str) -> str:
         """The text of ``mode``'s generated module."""
@@ -267,7 +267,7 @@ class BlockCode:
     def products(self, mode: str) -> list[str]:
         """The BLAS calls of ``mode``'s kernel, one line each (see
         :meth:`fastad.BlockFunction.blas_calls`)."""
-        return blockgen.describe_products(self.source(mode))
+        return array_source.describe_products(self.source(mode))
 
     def module(self, mode: str) -> types.ModuleType:
         """The generated module for ``mode`` (written or checked on first use)."""
@@ -573,7 +573,7 @@ _ASSIGNED = re.compile(r"^\s*(\w+) = ")
 
 
 def shared_buffers(
-    parameters: Sequence[blockgen.Parameter], ranges: dict[str, tuple[int, int]]
+    parameters: Sequence[array_program.Parameter], ranges: dict[str, tuple[int, int]]
 ) -> dict[str, FloatArray]:
     """One array per buffer parameter, buffers whose live ranges do not meet sharing memory.
 
@@ -585,7 +585,7 @@ def shared_buffers(
     """
     order = sorted(parameters, key=lambda p: ranges.get(p.name, (-1, -1))[0])
     blocks: list[list[int]] = []  # [size, last statement using it]
-    placed: list[tuple[blockgen.Parameter, int]] = []
+    placed: list[tuple[array_program.Parameter, int]] = []
     for parameter in order:
         first, last = ranges.get(parameter.name, (-1, 2**62))  # unseen: never shared
         size = math.prod(parameter.shape)
@@ -623,7 +623,7 @@ def kernel_argument(value: Any, labels: bool = False) -> Any:
     return np.require(array, dtype=wanted, requirements=["C", "A", "W"])
 
 
-def label_inputs(program: blockgen.BlockProgram) -> set[int]:
+def label_inputs(program: array_program.BlockProgram) -> set[int]:
     """The input nodes used only as the class labels of cross-entropies."""
     uses: dict[int, set[bool]] = {}
     for node in program.nodes:

@@ -22,14 +22,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastad.eager.tape import Tape, storage_of
-from fastad.kernels import optable, sweeps
+from fastad.kernels import lane_sweeps, optable
 from fastad.util.errors import BranchError, NonFiniteError, NonFiniteOrigin
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, IdArray
 
 ERRORS = ("raise", "mask")
-NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
+NO_FAILED_GUARD = lane_sweeps.NO_FAILED_GUARD
 
 
 def check_errors(errors: object) -> None:

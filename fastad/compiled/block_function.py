@@ -56,7 +56,7 @@ class BlockFunction:
     - the interpreter replays the traced tape: its forward and backward
       sweeps, the registry's block rules with the exact rules for strong
       zeros; the tape then holds that call's values and gradients;
-    - generated code (``fastad.kernels.blockgen``) runs the whole program
+    - generated code (``fastad.kernels.array_source`` and its writers) runs the whole program
       as one compiled kernel: loops for the elementwise ops, NumPy's own
       BLAS for the products, row loops for the softmax family, buffers
       allocated once. Its gradients are computed plainly; a call whose

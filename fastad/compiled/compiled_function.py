@@ -1,7 +1,7 @@
 """``CompiledFunction``: a traced function of scalars, replayed in compiled code anywhere.
 
 Replays never run Python per point or per node: the compiled kernels
-(``fastad.kernels.sweeps.sweep_*``) evaluate the recorded program at new
+(``fastad.kernels.lane_sweeps.sweep_*``) evaluate the recorded program at new
 input values, many points at a time in lanes (one opcode dispatch serves a
 row of points) and, for large batches, on several threads.
 

@@ -40,7 +40,7 @@ from fastad.compiled.replay import (
 from fastad.compiled.tiers import Tier
 from fastad.compiled.trace import trace_scalars
 from fastad.eager.tape import storage_of
-from fastad.kernels import sweeps
+from fastad.kernels import lane_sweeps
 from fastad.util.errors import flag, is_int, not_real
 from fastad.util.memory import check_fits
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     Failed = NDArray[np.bool_]
 
-NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
+NO_FAILED_GUARD = lane_sweeps.NO_FAILED_GUARD
 NO_GRADIENT = np.empty(0)
 FLOAT64 = np.dtype(np.float64)  # `dtype is FLOAT64`: a cheaper test than ==
 

@@ -2,7 +2,7 @@
 
 A :class:`Replay` holds one traced program in the two forms the replay
 tiers take: the packed program of the lanes interpreter
-(``sweeps.sweep_block``: one opcode dispatch per node serves a row of
+(``lane_sweeps.sweep_block``: one opcode dispatch per node serves a row of
 points) and, made on demand, the straight-line kernels of
 :mod:`fastad.compiled.module_cache` (one module per mode). Both give the same bits (a
 nan's sign and payload aside); the tier only changes the time.
@@ -30,16 +30,16 @@ from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.storage import ARITY
 from fastad.eager.tape import storage_of
 from fastad.kernels import codegen as generator
-from fastad.kernels import sweeps
+from fastad.kernels import lane_sweeps
 from fastad.util.progress import progress
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
     from fastad.util.hints import FloatArray, IdArray, IndexArray
 
-VALUES, VJP, JVP, GRAD = sweeps.VALUES, sweeps.VJP, sweeps.JVP, sweeps.GRAD
-JACOBIAN_REV, JACOBIAN_FWD = sweeps.JACOBIAN_REV, sweeps.JACOBIAN_FWD
-HVP, HESSIAN = sweeps.HVP, sweeps.HESSIAN
+VALUES, VJP, JVP, GRAD = lane_sweeps.VALUES, lane_sweeps.VJP, lane_sweeps.JVP, lane_sweeps.GRAD
+JACOBIAN_REV, JACOBIAN_FWD = lane_sweeps.JACOBIAN_REV, lane_sweeps.JACOBIAN_FWD
+HVP, HESSIAN = lane_sweeps.HVP, lane_sweeps.HESSIAN
 MODE_NAMES = {
     VALUES: "values",
     GRAD: "grad",
@@ -52,7 +52,7 @@ MODE_NAMES = {
 }
 MODES = {name: mode for mode, name in MODE_NAMES.items()}
 """A kind of call's name (``f.tier("grad")``) to its sweep mode."""
-NO_FAILED_GUARD = sweeps.NO_FAILED_GUARD
+NO_FAILED_GUARD = lane_sweeps.NO_FAILED_GUARD
 _NO_STATUS = np.empty(0, np.int64)  # programs without guards never write status
 
 # Lanes per block: enough points that one dispatch per node is amortised,
@@ -82,7 +82,7 @@ def _threaded(threads: int, n_points: int) -> bool:
     return threads > 1 and n_points >= PARALLEL_MIN_POINTS and threads_allowed()
 
 
-def lane_count(n: int, planes: int = sweeps.PLANES) -> int:
+def lane_count(n: int, planes: int = lane_sweeps.PLANES) -> int:
     """Points per block for a program of ``n`` nodes and a work space of ``planes``.
 
     As many as a first-order work space fits in the per-core cache budget,
@@ -93,7 +93,7 @@ def lane_count(n: int, planes: int = sweeps.PLANES) -> int:
     the cache (HVP of an 85-node Rosenbrock function at 10^5 points: 1,167
     ns a point on 32 lanes, 851 on 64, 605 on 128, 624 on 256).
     """
-    lanes = _WORK_BUDGET_BYTES // (8 * sweeps.PLANES * (n + 1))
+    lanes = _WORK_BUDGET_BYTES // (8 * lane_sweeps.PLANES * (n + 1))
     most = max(1, _MAX_WORK_BYTES // (8 * planes * (n + 1)))
     return int(min(_MAX_LANES, most, max(_MIN_LANES, lanes)))
 
@@ -144,7 +144,7 @@ class Replay:
         self.k, self.m, self.g = inputs.size, outputs.size, guards.shape[0]
         self.backend = backend
         self._lanes = {
-            count: lane_count(n, count) for count in (sweeps.PLANES, sweeps.SECOND_PLANES)
+            count: lane_count(n, count) for count in (lane_sweeps.PLANES, lane_sweeps.SECOND_PLANES)
         }
         self._local = threading.local()
         self._generated = module_cache.GeneratedCode(
@@ -229,7 +229,7 @@ class Replay:
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
         parallel = _threaded(threads, n_points)
-        kernel = sweeps.sweep_points_parallel if parallel else sweeps.sweep_points
+        kernel = lane_sweeps.sweep_points_parallel if parallel else lane_sweeps.sweep_points
         with _first_use(kernel):
             self._sweep(points, directions, values, derivatives, status, mode, threads, parallel)
         return values, derivatives, status
@@ -247,7 +247,7 @@ class Replay:
     ) -> None:
         if parallel:
             with threaded_region():
-                sweeps.sweep_points_parallel(
+                lane_sweeps.sweep_points_parallel(
                     self.program,
                     self.template,
                     points,
@@ -256,7 +256,7 @@ class Replay:
                     derivatives,
                     status,
                     mode,
-                    self._lanes[sweeps.work_planes(mode)],
+                    self._lanes[lane_sweeps.work_planes(mode)],
                     threads,
                 )
         else:
@@ -264,11 +264,13 @@ class Replay:
             spaces = getattr(self._local, "work", None)
             if spaces is None:
                 spaces = self._local.work = {}
-            count = sweeps.work_planes(mode)
+            count = lane_sweeps.work_planes(mode)
             work = spaces.get(count)
             if work is None:
-                work = spaces[count] = sweeps.new_work(self.template, self._lanes[count], count)
-            sweeps.sweep_points(
+                work = spaces[count] = lane_sweeps.new_work(
+                    self.template, self._lanes[count], count
+                )
+            lane_sweeps.sweep_points(
                 self.program, work, points, directions, values, derivatives, status, mode
             )
 
@@ -297,9 +299,9 @@ class Replay:
         except AttributeError:  # per thread: concurrent calls never share a work space
             work = self._local.point_work = np.zeros((4, self.template.size))
             work[0] = self.template
-            with _first_use(sweeps.sweep_point):
-                return sweeps.sweep_point(self.program, work, point, gradient, mode)
-        return sweeps.sweep_point(self.program, work, point, gradient, mode)
+            with _first_use(lane_sweeps.sweep_point):
+                return lane_sweeps.sweep_point(self.program, work, point, gradient, mode)
+        return lane_sweeps.sweep_point(self.program, work, point, gradient, mode)
 
     def point_hvp(
         self, point: FloatArray, direction: FloatArray, product: FloatArray
@@ -319,8 +321,8 @@ class Replay:
         try:
             work = self._local.hvp_work
         except AttributeError:  # per thread, as the other work spaces
-            work = self._local.hvp_work = np.zeros((sweeps.SECOND_PLANES, self.template.size))
+            work = self._local.hvp_work = np.zeros((lane_sweeps.SECOND_PLANES, self.template.size))
             work[0] = self.template
-            with _first_use(sweeps.sweep_point_hvp):
-                return sweeps.sweep_point_hvp(self.program, work, point, direction, product)
-        return sweeps.sweep_point_hvp(self.program, work, point, direction, product)
+            with _first_use(lane_sweeps.sweep_point_hvp):
+                return lane_sweeps.sweep_point_hvp(self.program, work, point, direction, product)
+        return lane_sweeps.sweep_point_hvp(self.program, work, point, direction, product)

@@ -165,7 +165,7 @@ class BlockTable:
         return self._op_ids.view()
 
     def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
-        """Operands past the second, for the ancestry kernels (``sweeps.mark_ancestors``)."""
+        """Operands past the second, for the ancestry kernels (``graph_marks.mark_ancestors``)."""
         for array, source in zip(
             (self._extra_nodes, self._extra_start, self._extra_ids), self._extra_lists, strict=True
         ):

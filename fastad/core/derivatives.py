@@ -18,14 +18,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad.core import block_rules, diagnose, driver
 from fastad.core.storage import VALUE_DTYPE
-from fastad.kernels import sweeps
+from fastad.kernels import strong_zeros
 from fastad.util.errors import NonFiniteError, not_real
 
 if TYPE_CHECKING:
     from fastad.core.storage import TapeStorage
     from fastad.util.hints import FloatArray
 
-UNREACHED = sweeps.UNREACHED
+UNREACHED = strong_zeros.UNREACHED
 
 
 def real_direction(direction: object, what: str) -> FloatArray:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad.core.reach import reduce_to
-from fastad.kernels import optable, sweeps
+from fastad.kernels import optable, tape_sweeps
 from fastad.util.errors import NonFiniteOrigin
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def backward_origin(tape: TapeStorage, node: int, slot: int) -> NonFiniteOrigin:
     partial = float("nan")
     if not block_rule:
         partials = np.zeros((1, 2))
-        sweeps.evaluate_partials(opcode, in0, in1, val, np.array([node], np.int64), partials)
+        tape_sweeps.evaluate_partials(opcode, in0, in1, val, np.array([node], np.int64), partials)
         partial = float(partials[0, slot])
     return _origin(tape, node, "backward", slot=slot, partial=partial, block_rule=block_rule)
 

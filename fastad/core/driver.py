@@ -26,7 +26,7 @@ import numpy as np
 from fastad.core.block_table import fresh
 from fastad.core.reach import UNREACHED, Need, any_reached
 from fastad.core.storage import FEW_OPS, as_stored
-from fastad.kernels import optable, sweeps
+from fastad.kernels import optable, strong_zeros, tape_sweeps
 
 CONST, INPUT = optable.CONST, optable.INPUT
 
@@ -162,7 +162,7 @@ def replay(tape: TapeStorage, rules: Rules) -> None:
     blocks = tape.blocks
 
     def run(lo: int, hi: int) -> None:
-        sweeps.forward_sweep(opcode, in0, in1, val, lo, hi)
+        tape_sweeps.forward_sweep(opcode, in0, in1, val, lo, hi)
 
     def step(node: int) -> None:
         values = tuple(tape.value(j) for j in blocks.operands(node))
@@ -222,8 +222,8 @@ def backward(
             # data X): a block node's scalar adjoint slot is never read, so
             # the compiled sweep would do nothing here but cost its call.
             return
-        origin = sweeps.backward_range(opcode, in0, in1, val, adjoints, hi, lo, check)
-        if found is None and origin != sweeps.NO_ORIGIN:
+        origin = tape_sweeps.backward_range(opcode, in0, in1, val, adjoints, hi, lo, check)
+        if found is None and origin != tape_sweeps.NO_ORIGIN:
             found = (origin // 2, origin % 2)
 
     operands_of, params_of, saved_of = blocks.operands_table, blocks.params_table, blocks.saved
@@ -245,7 +245,7 @@ def backward(
                 return
         else:
             g = adjoints.item(node)
-            if g == 0.0 and math.copysign(1.0, g) < 0.0:  # UNREACHED: not sweeps.reached
+            if g == 0.0 and math.copysign(1.0, g) < 0.0:  # UNREACHED: not strong_zeros.reached
                 return
             out = val.item(node)
         if needed is not None and not needed[node]:
@@ -278,8 +278,8 @@ def backward(
 
     relevant, lowest = plan(tape, root) if visits is None else visits
     if lowest == 0 and not blocks.ops and seed is None:  # one compiled sweep, seed included
-        origin = sweeps.backward_sweep(opcode, in0, in1, val, adjoints, root, check)
-        return None if origin == sweeps.NO_ORIGIN else (origin // 2, origin % 2)
+        origin = tape_sweeps.backward_sweep(opcode, in0, in1, val, adjoints, root, check)
+        return None if origin == tape_sweeps.NO_ORIGIN else (origin // 2, origin % 2)
     if seed is None:
         adjoints[root] += 1.0
     elif seed != 0.0:  # a zero cotangent is a strong zero: nothing is sent
@@ -381,7 +381,7 @@ def second_backward(
     adopted_ids: set[int] = set()
 
     def run(lo: int, hi: int) -> None:
-        sweeps.second_backward_range(
+        tape_sweeps.second_backward_range(
             opcode, in0, in1, val, adjoints, scalar_tangents, second, hi, lo
         )
 
@@ -430,7 +430,7 @@ def tangent(
     blocks = tape.blocks
 
     def run(lo: int, hi: int) -> None:
-        sweeps.tangent_sweep(opcode, in0, in1, val, tangents, seeded, lo, hi)
+        tape_sweeps.tangent_sweep(opcode, in0, in1, val, tangents, seeded, lo, hi)
 
     def tangent_of(node: int) -> RuleValue:
         return _reached(node, tangents, block_tangents, blocks.values)
@@ -471,7 +471,7 @@ def _reached(
         found = arrays.get(node)
         return found if found is not None and any_reached(found) else None
     value = float(scalars[node])
-    return value if sweeps.reached(value) else None
+    return value if strong_zeros.reached(value) else None
 
 
 def owned(array: RuleValue, adopted: set[int]) -> FloatArray:

@@ -17,7 +17,7 @@ from fastad.core.reach import (
     contributions,
     unbroadcast,
 )
-from fastad.kernels import optable, sweeps
+from fastad.kernels import map_rules, map_second_rules, map_tangent_rules, optable
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, RuleValue
@@ -94,7 +94,7 @@ class Elementwise(BlockRule):
             shape = broadcast_shape(_shape(a), _shape(b))
             a_full, b_full = flat(a, shape), flat(b, shape)
         out = np.empty(shape)
-        sweeps.map_forward(self.code, a_full, b_full, out.reshape(-1))
+        map_rules.map_forward(self.code, a_full, b_full, out.reshape(-1))
         return out
 
     def vjp(
@@ -113,7 +113,7 @@ class Elementwise(BlockRule):
         a_full = flat(values[0], shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         da, db = np.empty(a_full.size), np.empty(a_full.size)
-        sweeps.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
+        map_rules.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
         da_operand = unbroadcast(da.reshape(shape), _shape(values[0]))
         if self.arity == 1:
             return (da_operand,)
@@ -133,7 +133,9 @@ class Elementwise(BlockRule):
             tb = tangents[1]
             tb_full = flat(UNREACHED if tb is None else tb, shape)
         tangent = np.empty(a_full.size)
-        sweeps.map_jvp(self.code, a_full, b_full, flat(out, shape), ta_full, tb_full, tangent)
+        map_tangent_rules.map_jvp(
+            self.code, a_full, b_full, flat(out, shape), ta_full, tb_full, tangent
+        )
         return tangent.reshape(shape)
 
     def second_vjp(
@@ -146,7 +148,7 @@ class Elementwise(BlockRule):
         params: object,
         needs: Needs = None,
     ) -> Values:
-        # Per element the scalar sweeps' rule (sweeps.second_backward_range):
+        # Per element the scalar sweeps' rule (tape_sweeps.second_backward_range):
         # d0 * h + (s0 * ta + s1 * tb) * g for the first operand, each product
         # with strong zeros, in the same order, so blocks and scalar nodes agree.
         shape = np.shape(out)
@@ -156,10 +158,10 @@ class Elementwise(BlockRule):
         n = a_full.size
         first = [np.full(n, UNREACHED), np.full(n, UNREACHED)]
         if h is not None:
-            sweeps.map_vjp(self.code, a_full, b_full, out_full, flat(h, shape), *first)
+            map_rules.map_vjp(self.code, a_full, b_full, out_full, flat(h, shape), *first)
         if g is not None:
             s0, s1, s2 = np.empty(n), np.empty(n), np.empty(n)
-            sweeps.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
+            map_second_rules.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
             ta = flat(UNREACHED if tangents[0] is None else tangents[0], shape)
             tb = (
                 flat(UNREACHED, shape)

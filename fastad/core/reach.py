@@ -1,6 +1,6 @@
 """Strong zeros through array rules: which elements an adjoint or tangent reached.
 
-The scalar sweeps' rule (``kernels/sweeps.py``), element by element: an
+The scalar sweeps' rule (``kernels/strong_zeros.py``), element by element: an
 adjoint or tangent element nothing reached holds ``UNREACHED`` (-0.0) and
 sends nothing; a reached one is an ordinary number. Every block rule keeps
 that, so a block computation gets the reach of its scalar-node expansion: a
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.kernels import sweeps
+from fastad.kernels import block_reach, strong_zeros
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, RuleValue
 
-UNREACHED = sweeps.UNREACHED
+UNREACHED = strong_zeros.UNREACHED
 
 
 class Need(enum.IntEnum):
@@ -62,9 +62,9 @@ def any_reached(x: RuleValue) -> bool:
         if first != 0.0 or math.copysign(1.0, first) > 0.0:
             return True
     if type(x) is np.ndarray and x.dtype == np.float64 and x.flags.c_contiguous:
-        return bool(sweeps.any_reached(x))
+        return bool(block_reach.any_reached(x))
     if isinstance(x, float):
-        return bool(sweeps.reached(x))
+        return bool(strong_zeros.reached(x))
     return bool(reached_elements(x).any())
 
 
@@ -83,7 +83,7 @@ def reach_sum(
 
 
 def contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
-    """``sweeps.contribution`` elementwise: ``partial * incoming``, with strong zeros."""
+    """``strong_zeros.contribution`` elementwise: ``partial * incoming``, with strong zeros."""
     product = partial * incoming + 0.0  # discarded where unreached
     return np.where((partial != 0.0) & reached_elements(incoming), product, UNREACHED)
 
@@ -120,7 +120,7 @@ def reach_matmul(
         nonfinite_rows = np.zeros(stacked.shape[0], np.bool_)
         zero_rows = np.empty(stacked.shape[0], np.int64)
         columns = np.zeros(n, np.bool_)
-        zeros, nonfinite = sweeps.nonfinite_lines(stacked, nonfinite_rows, columns, zero_rows)
+        zeros, nonfinite = block_reach.nonfinite_lines(stacked, nonfinite_rows, columns, zero_rows)
         if nonfinite or (zeros and reach):
             batch = product.shape[:-2]
             count = math.prod(batch)  # not -1 in the reshapes: a factor may be empty (k = 0)
@@ -152,17 +152,17 @@ def product_reach(
     the slow path (``slow_path_counts``): a legitimate ``inf`` (an ``inf``
     adjoint times a non-zero value) sends its line there too. The other
     zeros have the right value and get their reach from
-    ``sweeps.settle_zeros``, which reads a factor's line once and scans
+    ``block_reach.settle_zeros``, which reads a factor's line once and scans
     terms only for a zero that neither factor's line explains; without
     ``reach`` (see ``reach_matmul``) they keep BLAS's signs.
     """
-    zeros, nonfinite = sweeps.zeros_and_nonfinite(product)  # no lines to mark: the common case
+    zeros, nonfinite = block_reach.zeros_and_nonfinite(product)  # no lines to mark: the common case
     if not nonfinite and not (zeros and reach):
         return product
     m, n = product.shape
     rows, columns = np.zeros(m, np.bool_), np.zeros(n, np.bool_)
     zero_rows = np.empty(m, np.int64)
-    zeros, nonfinite = sweeps.nonfinite_lines(product, rows, columns, zero_rows)
+    zeros, nonfinite = block_reach.nonfinite_lines(product, rows, columns, zero_rows)
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     by_row, exact = adjoint_left, rows if adjoint_left else columns
     if nonfinite:
@@ -172,10 +172,10 @@ def product_reach(
         if row_terms != column_terms:
             by_row = row_terms < column_terms
         exact, marked = (rows, marked_rows) if by_row else (columns, marked_columns)
-        sweeps.exact_lines(x, y, adjoint_left, marked, by_row, product)
+        block_reach.exact_lines(x, y, adjoint_left, marked, by_row, product)
         _count("exact_lines", marked.size)
     if zeros and reach:
-        scanned = sweeps.settle_zeros(product, x, y, adjoint_left, exact, by_row, zero_rows)
+        scanned = block_reach.settle_zeros(product, x, y, adjoint_left, exact, by_row, zero_rows)
         _count("settled_zeros", zeros)
         _count("scanned_zeros", scanned)
     return product

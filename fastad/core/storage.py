@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fastad.core.block_table import INDEX_DTYPE, BlockTable, fresh
-from fastad.kernels import optable, sweeps
+from fastad.kernels import block_reach, graph_marks, optable, tape_sweeps
 from fastad.util.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
 
 if TYPE_CHECKING:
@@ -439,7 +439,7 @@ class TapeStorage:
             # result handed out does. In place, once: then it is frozen.
             if not gradient.flags.c_contiguous:  # (sweeps adopt C arrays only)
                 gradient = self.blocks.adjoints[node] = np.ascontiguousarray(gradient)
-            sweeps.settle_zero_signs(gradient.reshape(-1))
+            block_reach.settle_zero_signs(gradient.reshape(-1))
         gradient.flags.writeable = False
         return gradient
 
@@ -503,7 +503,7 @@ class TapeStorage:
         root = self.check_id(root, "root")
         _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
-        lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
+        lowest = graph_marks.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         return mark, lowest
 
     def reaching(self, root: int) -> tuple[list[int], int]:
@@ -518,7 +518,7 @@ class TapeStorage:
         if self._scratch.size <= root:
             self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
         mark = self._scratch
-        lowest = sweeps.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
+        lowest = graph_marks.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
         ops = self.blocks.ops
         if len(ops) <= FEW_OPS:
             picked = [node for node in ops if lowest <= node <= root and mark[node]]
@@ -539,7 +539,7 @@ class TapeStorage:
         _, in0, in1, _, _ = self.columns()
         mark = np.zeros(root + 1, np.bool_)
         mark[[node for node in sources if node <= root]] = True
-        sweeps.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
+        graph_marks.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
         return mark
 
     def value_ancestors(self, root: int) -> NDArray[np.bool_]:
@@ -549,7 +549,7 @@ class TapeStorage:
         mark = np.zeros(root + 1, np.bool_)
         is_block = np.zeros(root + 1, np.bool_)
         is_block[[node for node in self.blocks.ops if node <= root]] = True
-        sweeps.mark_value_ancestors(
+        graph_marks.mark_value_ancestors(
             opcode, in0, in1, val, is_block, *self._extra_edges(), root, mark
         )
         return mark
@@ -558,7 +558,7 @@ class TapeStorage:
         """``(d/d in0, d/d in1)`` of the scalar nodes ``ids`` (valid ids), zero past their arity."""
         partials = np.zeros((ids.size, 2), VALUE_DTYPE)
         opcode, in0, in1, val, _ = self.columns()
-        sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
+        tape_sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
         return partials
 
     def _extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:

@@ -2,7 +2,7 @@
 
 Only for annotations: the modules import this under ``TYPE_CHECKING``, so it
 adds nothing at run time. The tape's own array types come from
-``fastad.kernels.sweeps``, which documents their dtypes.
+``fastad.kernels.arrays``, which documents their dtypes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.kernels.sweeps import BoolArray, FloatArray, IdArray, IndexArray, OpcodeArray
+from fastad.kernels.arrays import BoolArray, FloatArray, IdArray, IndexArray, OpcodeArray
 
 __all__ = [
     "BoolArray",

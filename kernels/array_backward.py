@@ -1,0 +1,395 @@
+"""The backward pass of a generated kernel: each node's contributions to its operands.
+
+In decreasing node order and slot order, as the interpreter's driver: the
+first contribution to an adjoint is written into it, a later one is made in
+a scratch buffer and added, so the additions happen in the same order.
+Derivatives are plain (no strong-zero tests; see ``array_source.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .array_forward import ForwardWriter
+from .array_program import Node, Unsupported, loop_indices
+
+
+class BackwardWriter(ForwardWriter):
+    """The gradients (modes grad and vjp) and the backward step of mode hvp, with
+    its elementwise second terms: ``backward_<op>`` per kind of node."""
+
+    # -- backward --------------------------------------------------------------------------
+    def adjoint(self, j: int) -> str:
+        """The name of node ``j``'s adjoint (registering its buffer): ``g<j>`` or ``d<j>``."""
+        p = self.p
+        if not self.shape(j):
+            return f"{p.scalar}{j}"
+        node = self.nodes[j]
+        if node.op == "input" and p.results:
+            position = self.program.inputs.index(j)
+            return self.parameter(f"{p.array}{j}", "gradient", j, node.shape, position)
+        return self.parameter(f"{p.array}{j}", "adjoint", j, node.shape)
+
+    def sink(self, j: int, tag: str) -> tuple[str, bool]:
+        """Where a contribution to array ``j`` goes: ``(buffer, add it to j's adjoint after)``.
+
+        The first contribution (in backward order) goes straight into the
+        adjoint; a later one into a scratch buffer that is then added, as
+        the interpreter adds a rule's fresh contribution to what arrived.
+        """
+        target = self.adjoint(j)
+        self.products.pop(j, None)  # a second contribution: the sum is scanned
+        if not self.written[j]:
+            self.written[j] = True
+            return target, False
+        return self.scratch(tag, self.shape(j)), True
+
+    def product(self, call: str, target: str, j: int, factors: tuple[str, str]) -> None:
+        """Emit a BLAS ``call`` whose result goes straight into ``j``'s adjoint ``target``."""
+        self.emit(call)
+        if target == self.adjoint(j):
+            self.products[j] = factors
+
+    def add_into(self, j: int, source: str) -> None:
+        target = self.adjoint(j)
+        self.emit(f"a{j} = {target}.reshape({target}.size)")
+        self.emit(f"b{j} = {source}.reshape({source}.size)")
+        self.emit(f"for i0 in range(a{j}.size):")
+        self.emit(f"a{j}[i0] += b{j}[i0]", 2)
+
+    def add_scalar(self, j: int, value: str) -> None:
+        if self.written[j]:
+            self.emit(f"{self.p.scalar}{j} += {value}")
+        else:
+            self.written[j] = True
+            self.emit(f"{self.p.scalar}{j} = {value}")
+
+    def backward(self, i: int, node: Node) -> None:
+        if not self.written[i]:  # nothing the output reads came through this node
+            return
+        if node.op == "scalar":
+            names = self.scalar_names(i, node)
+            for slot, j in enumerate(node.operands):
+                if self.needs[j]:
+                    partial = self.expression(node, "partial", names, slot)
+                    self.add_scalar(j, f"({partial}) * {self.own(i)}")
+            return
+        getattr(self, f"backward_{node.op}")(i, node)
+
+    def backward_elementwise(self, i: int, node: Node) -> None:
+        shape = node.shape
+        names = self.element_names(i, node)
+        index = ", ".join(loop_indices(len(shape)))
+        before: list[str] = []
+        inside: list[str] = []
+        after: list[tuple[str, int]] = []
+        for slot, j in enumerate(node.operands):
+            if not self.needs[j]:
+                continue
+            term = self.elementwise_term(i, node, names, slot)
+            if not term:
+                continue
+            own = self.shape(j)
+            if own == shape:
+                target, added = self.sink(j, f"{i}_{slot}")
+                inside.append(f"{target}[{index}] = {term}")
+                if added:
+                    after.append((target, j))
+                continue
+            one_column = len(shape) == 2 and shape[1] == 1 and own in ((1,), (1, 1))
+            if not own or one_column or (len(shape) == 2 and own == (shape[0], 1)):
+                # Sums of whole rows, or of the one column (NumPy's pairwise runs).
+                full = self.scratch(f"{i}_{slot}_terms", shape)
+                inside.append(f"{full}[{index}] = {term}")
+                after.append((full, -1 - j))
+                continue
+            if len(shape) == 2 and own in ((shape[1],), (1, shape[1])):  # column sums
+                target, added = self.sink(j, f"{i}_{slot}")
+                element = f"{target}[i1]" if len(own) == 1 else f"{target}[0, i1]"
+                before.append(f"{target}[:] = 0.0")
+                inside.append(f"{element} += {term}")
+                if added:
+                    after.append((target, j))
+                continue
+            raise Unsupported(f"generated code has no rule for broadcasting shape {own} to {shape}")
+        self.loop(f"v{i}", shape, inside, before)
+        for source, j in after:
+            if j >= 0:
+                self.add_into(j, source)
+                continue
+            j = -1 - j
+            whole = f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))"
+            if not self.shape(j):
+                self.add_scalar(j, whole)
+                continue
+            if self.shape(j) in ((1,), (1, 1)):  # the sum of a one-column array
+                target, added = self.sink(j, f"{i}_column")
+                self.emit(f"{target}.reshape({target}.size)[0] = {whole}")
+                if added:
+                    self.add_into(j, target)
+                continue
+            target, added = self.sink(j, f"{i}_rows")
+            self.emit(f"for i0 in range({source}.shape[0]):")
+            self.emit(f"{target}[i0, 0] = 0.0 + pairwise({source}[i0], 0, {source}.shape[1])", 2)
+            if added:
+                self.add_into(j, target)
+
+    def backward_matmul(self, i: int, node: Node) -> None:
+        a, b = node.operands
+        for slot, (j, other) in enumerate(((a, f"v{b}"), (b, f"v{a}"))):
+            if self.needs[j]:
+                G = self.own(i)
+                self.contribute(j, f"{i}_{'ab'[slot]}", [self.matmul_adjoint(node, slot, G, other)])
+
+    def matmul_adjoint(self, node: Node, slot: int, G: str, other: str) -> Callable[[str], None]:
+        """What writes the contribution of matmul ``node``'s adjoint ``G`` (a buffer, or
+        a local for a scalar product) to operand ``slot`` into a target: ``G B^T`` or
+        ``A^T G`` by rank, ``other`` the other operand's values (or tangents)."""
+        a, b = node.operands
+        j = node.operands[slot]
+        ranks = (len(self.shape(a)), len(self.shape(b)))
+
+        def first(target: str) -> None:
+            if ranks == (2, 2):
+                self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
+            elif ranks == (1, 1):  # one term per element
+                self.emit(f"for i0 in range({target}.size):")
+                self.emit(f"{target}[i0] = {G} * {other}[i0]", 2)
+            elif ranks == (2, 1):  # dA = outer(G, x): one term per element
+                self.emit(f"for i0 in range({target}.shape[0]):")
+                self.emit(f"for i1 in range({target}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = {G}[i0] * {other}[i1]", 3)
+            else:  # x @ B: dx = B @ G
+                self.product(f"gemv(False, {other}, {G}, {target})", target, j, (other, G))
+
+        def second(target: str) -> None:
+            if ranks == (2, 2):
+                self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
+            elif ranks == (1, 1):
+                self.emit(f"for i0 in range({target}.size):")
+                self.emit(f"{target}[i0] = {other}[i0] * {G}", 2)
+            elif ranks == (2, 1):  # A @ x: dx = A^T G
+                self.product(f"gemv(True, {other}, {G}, {target})", target, j, (other, G))
+            else:  # dB = outer(x, G)
+                self.emit(f"for i0 in range({target}.shape[0]):")
+                self.emit(f"for i1 in range({target}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = {other}[i0] * {G}[i1]", 3)
+
+        return first if slot == 0 else second
+
+    def contribute(self, j: int, tag: str, parts: Sequence[Callable[[str], None]]) -> None:
+        """Send array ``j`` one contribution, the sum of ``parts`` in order (each writes a
+        whole term into the buffer it is given), as the interpreter adds a rule's terms
+        before delivering them."""
+        target, added = self.sink(j, tag)
+        parts[0](target)
+        for n, part in enumerate(parts[1:]):
+            extra = self.scratch(f"{tag}_{n}", self.shape(j))
+            part(extra)
+            self.emit(f"xa = {target}.reshape({target}.size)")
+            self.emit(f"xb = {extra}.reshape({extra}.size)")
+            self.emit("for i0 in range(xa.size):")
+            self.emit("xa[i0] += xb[i0]", 2)
+            self.products.pop(j, None)  # a sum: no longer one product's
+        if added:
+            self.add_into(j, target)
+
+    def backward_linear(
+        self,
+        i: int,
+        node: Node,
+        relu: bool = False,
+        moved: tuple[list[Callable[[str], None]], list[Callable[[str], None]]] = ([], []),
+    ) -> None:
+        """``dX = dZ W^T``, ``dW = X^T dZ``, ``db`` the rows of ``dZ`` summed, with ``dZ`` the
+        adjoint through the ReLU's mask; ``moved``: terms added to ``dX`` and ``dW``
+        before they are sent (mode hvp's second pass)."""
+        X, W, b = node.operands
+        G = self.own(i)
+        dZ = self.scratch(f"{i}_dz", node.shape) if relu else G
+        bias = self.sink(b, f"{i}_db") if self.needs[b] else None
+        if relu or bias is not None:  # one pass: the ReLU mask and the bias sum
+            body = []
+            if relu:  # dZ = G relu'(Z), relu'(z) from the saved output as the fused kernel's
+                body.append(f"h = v{i}[i0, i1]")
+                body.append(
+                    f"{dZ}[i0, i1] = (1.0 if h > 0.0 else (h if h != h else 0.0)) * {G}[i0, i1]"
+                )
+            if bias is not None:  # the rows in order, as the fused kernel adds them
+                body.append(f"{bias[0]}[i1] += {dZ}[i0, i1]")
+            self.loop(G, node.shape, body, [f"{bias[0]}[:] = 0.0"] if bias is not None else [])
+        if bias is not None and bias[1]:
+            self.add_into(b, bias[0])
+
+        def dx(target: str) -> None:
+            self.product(f"gemm(False, True, {dZ}, v{W}, {target})", target, X, (dZ, f"v{W}"))
+
+        def dw(target: str) -> None:
+            self.product(f"gemm(True, False, v{X}, {dZ}, {target})", target, W, (f"v{X}", dZ))
+
+        if self.needs[X]:
+            self.contribute(X, f"{i}_dx", [dx, *moved[0]])
+        if self.needs[W]:
+            self.contribute(W, f"{i}_dw", [dw, *moved[1]])
+
+    def backward_linear_relu(self, i: int, node: Node) -> None:
+        self.backward_linear(i, node, relu=True)
+
+    def spread(self, i: int, node: Node, scale: str) -> None:
+        """Sum and mean: the adjoint ``g * scale`` repeated over the reduced axes."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        kind = self.reduction(i, node)
+        own = self.shape(a)
+        target, added = self.sink(a, f"{i}_spread")
+        index = ", ".join(loop_indices(len(own)))
+        if kind == "all":
+            g = f"{self.own(i)}.reshape({self.own(i)}.size)[0]" if node.shape else f"{self.own(i)}"
+            self.loop(
+                f"v{a}",
+                own,
+                [f"{target}[{index}] = spread{self.p.tag}{i}"],
+                [f"spread{self.p.tag}{i} = {g}{scale}"],
+            )
+        else:  # the reduced adjoint read by name (it may be a sum the loop before makes)
+            reduced = f"{self.own(i)}[{self.reduced_index(kind, node)}]"
+            self.loop(f"v{a}", own, [f"{target}[i0, i1] = {reduced}{scale}"])
+        if added:
+            self.add_into(a, target)
+
+    def backward_sum(self, i: int, node: Node) -> None:
+        self.spread(i, node, "")
+
+    def backward_mean(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        kind = self.reduction(i, node)
+        count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
+        self.spread(i, node, f" * (1.0 / {count})")
+
+    def backward_mse_loss(self, i: int, node: Node) -> None:
+        Y, T = node.operands
+        self.emit(f"scale = 2.0 * {self.own(i)} / y{i}.size")
+        sinks = []  # named by slot: Y and T may be one node (mse_loss(X, X))
+        for slot, (j, sign) in enumerate(((Y, ""), (T, "-"))):
+            if self.needs[j]:
+                target, added = self.sink(j, f"{i}_{slot}")
+                self.emit(f"m{slot}_{i} = {target}.reshape({target}.size)")
+                sinks.append((slot, j, target, added, sign))
+        self.emit(f"for i0 in range(y{i}.size):")
+        self.emit(f"d = y{i}[i0] - q{i}[i0]", 2)
+        for slot, _, _, _, sign in sinks:
+            self.emit(f"m{slot}_{i}[i0] = {sign}(scale * d)", 2)
+        for _, j, target, added, _ in sinks:
+            if added:
+                self.add_into(j, target)
+
+    def softmax_of(self, i: int) -> str:
+        return f"(s_{i}_exp[i0, i1] / s_{i}_total[i0])"
+
+    def backward_log_softmax(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_dx")
+        G, P = self.own(i), self.softmax_of(i)
+        self.emit(f"for i0 in range({G}.shape[0]):")
+        self.emit("s = 0.0", 2)
+        self.emit(f"for i1 in range({G}.shape[1]):", 2)
+        if node.op == "log_softmax":  # dX = G - P sum(G)
+            self.emit(f"s += {G}[i0, i1]", 3)
+            self.emit(f"for i1 in range({G}.shape[1]):", 2)
+            self.emit(f"{target}[i0, i1] = {G}[i0, i1] - {P} * s", 3)
+        else:  # softmax: dX = P (G - sum(G P))
+            self.emit(f"s += {G}[i0, i1] * {P}", 3)
+            self.emit(f"for i1 in range({G}.shape[1]):", 2)
+            self.emit(f"{target}[i0, i1] = {P} * ({G}[i0, i1] - s)", 3)
+        if added:
+            self.add_into(a, target)
+
+    def backward_softmax(self, i: int, node: Node) -> None:
+        self.backward_log_softmax(i, node)
+
+    def backward_logsumexp(self, i: int, node: Node) -> None:
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_dx")
+        if node.shape:
+            self.emit(f"r{i} = {self.own(i)}.reshape({self.own(i)}.size)")
+        g = f"r{i}[i0]" if node.shape else f"{self.own(i)}"
+        depth = self.loops(target, 2)
+        self.emit(f"{target}[i0, i1] = {g} * {self.softmax_of(i)}", depth)
+        if added:
+            self.add_into(a, target)
+
+    def backward_cross_entropy(self, i: int, node: Node) -> None:
+        X, T = node.operands
+        labels, mean = node.params
+        a = f"v{X}"
+        weight = f" * (1.0 / {a}.shape[0])" if mean else ""
+        self.emit(f"w = {self.own(i)}{weight}")
+        P = self.softmax_of(i)
+        if self.needs[X]:
+            target, added = self.sink(X, f"{i}_dx")
+            self.emit(f"for i0 in range({a}.shape[0]):")
+            if labels:  # dX = w (P - onehot)
+                self.emit(f"c = int(v{T}[i0])", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"p = {P}", 3)
+                self.emit(f"{target}[i0, i1] = w * (p - 1.0) if i1 == c else w * p", 3)
+            else:  # dX = w (P sum(T) - T)
+                self.emit("total = 0.0", 2)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"total += v{T}[i0, i1]", 3)
+                self.emit(f"for i1 in range({a}.shape[1]):", 2)
+                self.emit(f"{target}[i0, i1] = w * ({P} * total - v{T}[i0, i1])", 3)
+            if added:
+                self.add_into(X, target)
+        if not labels and self.needs[T]:  # dT = -w log_softmax(X)
+            target, added = self.sink(T, f"{i}_dt")
+            depth = self.loops(a, 2)
+            self.emit(
+                f"{target}[i0, i1] = -(({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]) * w", depth
+            )
+            if added:
+                self.add_into(T, target)
+
+    def first_own(self, i: int) -> str:
+        """Node ``i``'s adjoint in the first pass (the gradient's)."""
+        return f"{self.first.scalar if not self.shape(i) else self.first.array}{i}"
+
+    def second_terms(
+        self, node: Node, names: dict[str, str], slot: int, shape: tuple[int, ...] | None
+    ) -> str:
+        """The tangent of the partial for operand ``slot``: ``d2/da2 ta + d2/da db tb``
+        (``d2/da db ta + d2/db2 tb`` for the second), zero second partials and operands
+        that do not move left out; empty where nothing is left."""
+        second = self.rules[node.code].second
+        pairs = ((0, 0), (1, 1)) if slot == 0 else ((1, 0), (2, 1))
+        terms = []
+        for which, other in pairs:
+            if which >= len(second) or other >= len(node.operands):
+                continue
+            expression = second[which].format(**names)
+            j = node.operands[other]
+            if expression == "0.0" or not self.moves[j]:
+                continue
+            moved = f"t{j}" if shape is None else self.read(j, shape, "t")
+            terms.append(f"({expression}) * {moved}")
+        return " + ".join(terms)
+
+    def elementwise_term(self, i: int, node: Node, names: dict[str, str], slot: int) -> str:
+        """What elementwise node ``i`` sends operand ``slot`` per element in the current
+        pass: ``partial * d<i>``, or in the second ``partial * k<i> + (tangent of the
+        partial) * d<i>`` (empty where nothing is sent)."""
+        index = ", ".join(loop_indices(len(node.shape)))
+        partial = self.expression(node, "partial", names, slot)
+        if self.p is self.first:
+            return f"({partial}) * {self.own(i)}[{index}]"
+        terms = [f"({partial}) * {self.own(i)}[{index}]"] if self.written[i] else []
+        if self.first.written[i]:
+            moved = self.second_terms(node, names, slot, node.shape)
+            if moved:
+                terms.append(f"({moved}) * {self.first_own(i)}[{index}]")
+        return " + ".join(terms)

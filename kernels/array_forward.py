@@ -1,0 +1,258 @@
+"""The forward pass of a generated kernel: each live node's value, in node order.
+
+An elementwise op is one loop nest over its output (its op-table
+expression), a product one BLAS call, the softmax family and the
+cross-entropy row loops, the reductions NumPy's own summation order.
+"""
+
+from __future__ import annotations
+
+from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
+from .array_writer import WriterBase
+
+
+class ForwardWriter(WriterBase):
+    """The values: ``forward_<op>`` per kind of node."""
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, i: int, node: Node) -> None:
+        op, shape = node.op, node.shape
+        if op == "input":
+            position = self.program.inputs.index(i)
+            self.parameter(f"v{i}", "argument", i, shape, position)
+            return
+        if op == "constant":
+            self.parameter("constants", "constants", -1, ())
+            self.emit(f"v{i} = constants[{i}]")
+            return
+        if op == "array":
+            self.parameter(f"v{i}", "array", i, shape)
+            return
+        if op == "scalar":
+            self.emit(f"v{i} = {self.expression(node, 'value', self.scalar_names(i, node))}")
+            return
+        if shape:
+            self.parameter(f"v{i}", "value", i, shape)
+        getattr(self, f"forward_{op}")(i, node)
+
+    def scalar_names(self, i: int, node: Node) -> dict[str, str]:
+        a = node.operands[0]
+        b = node.operands[1] if len(node.operands) > 1 else a
+        return {"a": f"v{a}", "b": f"v{b}", "out": f"v{i}"}
+
+    def element_names(self, i: int, node: Node) -> dict[str, str]:
+        a = node.operands[0]
+        b = node.operands[1] if len(node.operands) > 1 else a
+        index = ", ".join(loop_indices(len(node.shape)))
+        return {
+            "a": self.read(a, node.shape),
+            "b": self.read(b, node.shape),
+            "out": f"v{i}[{index}]",
+        }
+
+    def expression(self, node: Node, part: str, names: dict[str, str], slot: int = 0) -> str:
+        rule = self.rules[node.code]
+        template = rule.value if part == "value" else rule.partials[slot]
+        return template.format(**names)
+
+    def forward_elementwise(self, i: int, node: Node) -> None:
+        names = self.element_names(i, node)
+        self.loop(
+            f"v{i}", node.shape, [f"{names['out']} = {self.expression(node, 'value', names)}"]
+        )
+
+    def forward_matmul(self, i: int, node: Node) -> None:
+        a, b = node.operands
+        self.emit(self.product_call(node, f"v{a}", f"v{b}", f"v{i}"))
+
+    def product_call(self, node: Node, x: str, y: str, target: str) -> str:
+        """The statement ``target = x @ y`` for matmul ``node``'s operand ranks, by the BLAS
+        routine ``np.matmul`` picks (``x``, ``y``: its operands or their tangents)."""
+        a, b = node.operands
+        ranks = (len(self.shape(a)), len(self.shape(b)))
+        if ranks == (2, 2):
+            return f"gemm(False, False, {x}, {y}, {target})"
+        if ranks == (2, 1):
+            return f"gemv(False, {x}, {y}, {target})"
+        if ranks == (1, 2):
+            return f"gemv(True, {y}, {x}, {target})"
+        if ranks == (1, 1):
+            return f"{target} = dot({x}, {y})"
+        raise Unsupported(
+            f"generated code has no rule for a product of operands of {ranks[0]} and "
+            f"{ranks[1]} axes (matrices and vectors only)"
+        )
+
+    def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
+        X, W, b = node.operands
+        self.emit(f"gemm(False, False, v{X}, v{W}, v{i})")
+        # relu as the fused kernel's: nan propagates (nan <= 0 is False)
+        finish = f"v{i}[i0, i1] = (0.0 if z <= 0.0 else z)" if relu else f"v{i}[i0, i1] = z"
+        self.loop(f"v{i}", node.shape, [f"z = v{i}[i0, i1] + v{b}[i1]", finish])
+
+    def forward_linear_relu(self, i: int, node: Node) -> None:
+        self.forward_linear(i, node, relu=True)
+
+    def reduction(self, i: int, node: Node) -> str:
+        """Which sum a reduction is: over ``all`` axes, the ``columns`` or the ``rows``."""
+        axes = reduced_axes(node)
+        (a,) = node.operands
+        own = self.shape(a)
+        if axes is None or axes == tuple(range(len(own))):
+            return "all"
+        if len(own) == 2 and axes == (0,) and own[1] == 1:
+            return "all"  # one column: NumPy sums it as one run, pairwise
+        if len(own) == 2 and axes == (0,):
+            return "columns"
+        if len(own) == 2 and axes == (1,):
+            return "rows"
+        raise Unsupported(
+            f"generated code reduces all axes, or one of two; not axes {axes} of a shape {own}"
+        )
+
+    def forward_sum(self, i: int, node: Node, mean: bool = False, prefix: str = "v") -> None:
+        """The sum (``mean``: the mean) of the operand's values, or (``prefix`` ``t``) of
+        its tangents: a sum's tangent is the sum of the tangents."""
+        (a,) = node.operands
+        kind = self.reduction(i, node)
+        own = self.shape(a)
+        x, out = f"{prefix}{a}", f"{prefix}{i}"
+        count = f"{x}.size" if kind == "all" else f"{x}.shape[{0 if kind == 'columns' else 1}]"
+        scale = f" / {count}" if mean else ""
+        if kind == "all":
+            total = f"(0.0 + pairwise({x}.reshape({x}.size), 0, {x}.size))"
+            if node.shape:  # keepdims: an array of ones
+                self.emit(f"{out}.reshape({out}.size)[0] = {total}{scale}")
+            else:
+                self.emit(f"{out} = {total}{scale}")
+            return
+        element = f"{out}[{self.reduced_index(kind, node)}]"
+        if kind == "columns":  # NumPy adds the rows in order: in the loop making them
+            # The result written by name, never through a view: the loop merging
+            # must see that it is a partial sum until this loop ends.
+            self.loop(x, own, [f"{element} += {x}[i0, i1]"], [f"{out}[:] = 0.0"])
+            if mean:
+                self.emit(f"for i1 in range({x}.shape[1]):")
+                self.emit(f"{element} = {element}{scale}", 2)
+        else:  # each row pairwise
+            self.emit(f"for i0 in range({x}.shape[0]):")
+            self.emit(f"{element} = (0.0 + pairwise({x}[i0], 0, {x}.shape[1])){scale}", 2)
+
+    @staticmethod
+    def reduced_index(kind: str, node: Node) -> str:
+        """The element of a sum over the ``columns`` or ``rows`` of a matrix at the loop's
+        indices (``node.shape``: one axis, or two with keepdims)."""
+        if kind == "columns":
+            return "i1" if len(node.shape) == 1 else "0, i1"
+        return "i0" if len(node.shape) == 1 else "i0, 0"
+
+    def forward_mean(self, i: int, node: Node) -> None:
+        self.forward_sum(i, node, mean=True)
+
+    def forward_mse_loss(self, i: int, node: Node) -> None:
+        Y, T = node.operands
+        self.emit(f"y{i} = v{Y}.reshape(v{Y}.size)")
+        self.emit(f"q{i} = v{T}.reshape(v{T}.size)")
+        self.emit("total = 0.0")
+        self.emit(f"for i0 in range(y{i}.size):")
+        self.emit(f"d = y{i}[i0] - q{i}[i0]", 2)
+        self.emit("total += d * d", 2)
+        self.emit(f"v{i} = total / y{i}.size")
+
+    def rows(self, i: int, node: Node) -> int:
+        """The operand of a row op (the softmax family, the cross-entropy): a matrix."""
+        a = node.operands[0]
+        own = self.shape(a)
+        if len(own) != 2:
+            raise Unsupported(
+                f"generated code runs {node.op} over the rows of a matrix, not over an array "
+                f"of shape {own}"
+            )
+        if node.op != "cross_entropy" and reduced_axes(node) != (1,):
+            raise Unsupported(
+                f"generated code runs {node.op} along the last of two axes, not axes "
+                f"{node.params[0]}"
+            )
+        return a
+
+    def log_softmax_rows(self, i: int, operand: int) -> None:
+        """Per row: ``m`` (the maximum), ``E = exp(x - m)``, ``total``, ``lt = log(total)``.
+
+        As the interpreter's ``log_softmax_rows``: a row whose maximum is not
+        finite has a nan ``total`` (``exp(inf - inf)``), so its log-softmax
+        ``(x - m) - lt`` and its softmax ``E / total`` are nan throughout, and
+        its logsumexp is ``m``. Leaves ``m``, ``total`` and ``lt`` in scratch
+        rows for the backward pass.
+        """
+        a, shape = f"v{operand}", self.shape(operand)
+        E = self.scratch(f"{i}_exp", shape)
+        M = self.scratch(f"{i}_max", shape[:1])
+        S = self.scratch(f"{i}_total", shape[:1])
+        L = self.scratch(f"{i}_log", shape[:1])
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        self.emit("m = -inf", 2)
+        self.emit(f"for i1 in range({a}.shape[1]):", 2)
+        self.emit(f"x = {a}[i0, i1]", 3)
+        self.emit("if x != x:", 3)
+        self.emit("m = x", 4)
+        self.emit("break", 4)
+        self.emit("if x > m:", 3)
+        self.emit("m = x", 4)
+        self.emit("total = 0.0", 2)
+        self.emit(f"for i1 in range({a}.shape[1]):", 2)
+        self.emit(f"e = exp({a}[i0, i1] - m)", 3)
+        self.emit(f"{E}[i0, i1] = e", 3)
+        self.emit("total += e", 3)
+        self.emit(f"{M}[i0] = m", 2)
+        self.emit(f"{S}[i0] = total", 2)
+        self.emit(f"{L}[i0] = log(total)", 2)
+
+    def forward_log_softmax(self, i: int, node: Node) -> None:
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        depth = self.loops(a, 2)
+        if node.op == "log_softmax":
+            self.emit(f"v{i}[i0, i1] = ({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0]", depth)
+        elif node.op == "softmax":
+            self.emit(f"v{i}[i0, i1] = s_{i}_exp[i0, i1] / s_{i}_total[i0]", depth)
+
+    def forward_softmax(self, i: int, node: Node) -> None:
+        self.forward_log_softmax(i, node)
+
+    def forward_logsumexp(self, i: int, node: Node) -> None:
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        self.emit(f"o{i} = v{i}.reshape(v{i}.size)")
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        self.emit(f"m = s_{i}_max[i0]", 2)
+        self.emit(f"o{i}[i0] = m + s_{i}_log[i0] if isfinite(m) else m", 2)
+
+    def forward_cross_entropy(self, i: int, node: Node) -> None:
+        X, T = node.operands
+        labels, mean = node.params
+        operand = self.rows(i, node)
+        self.log_softmax_rows(i, operand)
+        a = f"v{operand}"
+        picked = self.scratch(f"{i}_picked", self.shape(X)[:1])
+        weight = f"(1.0 / {a}.shape[0])" if mean else "1.0"
+        self.emit(f"for i0 in range({a}.shape[0]):")
+        if labels:
+            self.emit(f"label = v{T}[i0]", 2)
+            self.emit(
+                f"if not (label >= 0 and label < {a}.shape[1] and label == np.floor(label)):", 2
+            )
+            self.emit(f"return {self.failure(BAD_LABEL)}", 3)
+            self.emit("c = int(label)", 2)
+            self.emit(f"{picked}[i0] = ({a}[i0, c] - s_{i}_max[i0]) - s_{i}_log[i0]", 2)
+            total = f"(0.0 - (0.0 + pairwise({picked}, 0, {picked}.size)))"
+        else:
+            self.emit("row = 0.0", 2)
+            self.emit(f"for i1 in range({a}.shape[1]):", 2)
+            self.emit(f"t = v{T}[i0, i1]", 3)
+            self.emit("if t != 0.0:", 3)
+            self.emit(f"row -= t * (({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0])", 4)
+            self.emit(f"{picked}[i0] = row", 2)
+            total = f"(0.0 + pairwise({picked}, 0, {picked}.size))"
+        self.emit(f"v{i} = {total} * {weight}")

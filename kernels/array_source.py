@@ -1,0 +1,414 @@
+"""Generated code for functions of arrays: one kernel per traced program and kind of call.
+
+A traced function of arrays (``fa.compile(fn, example=(X, W, b))``) is
+replayed by the interpreter op by op: a Python call, a registry rule and an
+allocation per block op, each way. This module writes instead the source of
+a module with one ``@kernel`` that runs the whole program: the forward pass,
+and for ``grad`` the backward pass from the scalar output (for ``vjp`` from
+the caller's cotangent of the output, a float or an array; for ``jvp`` the
+tangents beside the values; for ``hvp`` those, then the backward pass and
+its tangent), as loops and BLAS calls in one compiled function. Each elementwise op is one loop (its
+rule's expression from the op table, broadcasting by index), each product one call of NumPy's own
+``cblas_dgemm`` or ``cblas_dgemv`` (``kernels/blas.py``; transposes are BLAS
+arguments, never copies), the softmax family and the cross-entropy row loops,
+the reductions NumPy's own summation order. Every array the kernel writes is
+a buffer the caller passes (:func:`parameters` lists them), so a call
+allocates nothing.
+
+**Plain derivatives, exact results.** The backward pass is *plain*: an edge
+sends ``partial * incoming`` without the strong-zero tests of the exact
+rules, and every product multiplies every term. Where the plain gradients
+hold no nan they equal the exact ones up to the sign of a zero, by the
+scalar tier's induction (``kernels/codegen.py``): a term the exact rules drop
+is a signed zero or a nan in plain code, a nan reaches every gradient element
+downstream of it (every step multiplies, and BLAS multiplies zero factors
+too), and the ``+ 0.0`` on the way out makes every zero +0.0. So the kernel
+flags a call whose gradients hold a nan, and the caller computes that call
+again with the exact rules (the interpreter). A gradient that one BLAS
+product makes by itself is not read again where its factors are smaller:
+they are read instead (:func:`bounded` in the text, integer passes), and finite
+factors whose products cannot overflow give no nan; such a product has no
+-0.0 either (BLAS sums start at +0.0: a test checks it).
+
+**Bits.** Values and gradients are the interpreter's bit for bit where the
+same operations run in the same order: the products (the BLAS routine
+np.matmul picks for the shapes, ``ddot``, ``dgemv`` or ``dgemm``, with the
+arguments it passes), elementwise ops and their partials (the same
+expressions, the same libm), the sums (NumPy's pairwise summation, restated
+in :data:`PAIRWISE`; sums over the first of two axes row by row, as NumPy
+adds them), the fused layers' passes. They differ in the softmax family and
+the cross-entropy, whose interpreter takes NumPy's vectorised ``exp`` (not
+libm's, a last-bit difference per element) and reads the softmax as
+``exp(log_softmax)`` where generated code divides by the row's sum, and
+where a product of an adjoint holds an inf or a nan in a row or column (the
+interpreter sums that line term by term; the kernel keeps BLAS's sum). The
+tests bound those differences at 1e-13 relative.
+
+Kernels trust their input: the front end (``fastad/compiled/array_kernel.py``) passes
+C-contiguous float64 arrays of the traced shapes (class labels may be
+int64) and validates everything before the call. The text holds only the
+program's structure (ops, ranks, which axes broadcast): no names, no values,
+no sizes (the loops read them from the arrays).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from . import blas, codegen
+from .array_program import MODES, OK, SUPPORTED, BlockProgram, Parameter, Unsupported
+from .array_second import SecondWriter
+from .array_tangent import TangentWriter
+
+
+class KernelWriter(SecondWriter, TangentWriter):
+    """Writes one kernel in one mode: the passes in order, then its results."""
+
+    # -- the kernel ------------------------------------------------------------------------
+    def write(self) -> str:
+        program = self.program
+        for i, node in enumerate(self.nodes):
+            if self.live[i]:
+                self.forward(i, node)
+                if self.mode == "jvp" and self.moves[i]:
+                    self.tangent(i, node)
+                elif self.mode == "hvp" and self.moves[i] and i != program.output:
+                    self.tangent(i, node)  # what the second pass reads
+        for index, (guard, truth) in enumerate(program.guards):
+            test = "==" if truth else "!="
+            self.emit(f"if v{guard} {test} 0.0:")  # the traced outcome no longer holds
+            self.emit(f"return {self.failure(index)}", 2)
+        output = program.output
+        if self.mode in ("grad", "vjp", "hvp"):
+            if self.mode in ("grad", "hvp"):
+                self.emit(f"g{output} = 1.0")
+            elif output in program.inputs:
+                raise Unsupported("the output is an argument: its VJP is the cotangent itself")
+            elif not self.shape(output):
+                self.parameter("cotangent", "cotangent", output, ())
+                self.emit(f"g{output} = cotangent")
+            else:  # the caller's cotangent is the output's adjoint (no rule writes it)
+                self.parameter(f"d{output}", "cotangent", output, self.shape(output))
+            self.written[output] = True
+            for i in reversed(range(len(self.nodes))):
+                node = self.nodes[i]
+                if not self.second.needs[i] or node.op in ("input", "constant", "array"):
+                    continue
+                if self.mode == "hvp":
+                    self.second_order(i, node)
+                else:
+                    self.backward(i, node)
+            self.p = self.second
+            self.finish_gradients()
+            scalar = f"v{output}" if not self.shape(output) else "0.0"
+            returned = f"{scalar}, {OK}, flagged"
+        elif self.mode == "jvp":
+            if output in program.inputs:
+                raise Unsupported("the output is an argument: its tangent is the direction itself")
+            self.finish_tangent()
+            returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, flagged"
+        else:
+            returned = f"{'v' + str(output) if not self.shape(output) else '0.0'}, {OK}, False"
+        self.emit(f"return {returned}")
+        self.flush()
+        self.locals_for_buffers()
+        signature = ", ".join(p.name for p in self.parameters)
+        return (
+            f"@kernel\ndef {self.mode}({signature}):\n"
+            f'    """The program in mode {self.mode}: returns (value, status, flagged)."""\n'
+            + "\n".join(self.lines)
+        )
+
+    def locals_for_buffers(self) -> None:
+        """A buffer that only one loop nest reads and writes, element by element, becomes a
+        local of that loop (no store, no parameter): the values and adjoints a merged
+        chain of elementwise ops hands from one op to the next and nothing else reads."""
+        removed = set()
+        for start, end, loop in self.spans:
+            for name in loop.writes:
+                parameter = next((p for p in self.parameters if p.name == name), None)
+                if parameter is None or parameter.role not in (
+                    "adjoint",
+                    "scratch",
+                    "value",
+                    "tangent",
+                ):
+                    continue
+                if parameter.node == self.program.output and parameter.role == "value":
+                    continue  # the result
+                pattern = re.compile(rf"\b{name}\b")
+                if any(pattern.search(line) for line in self.lines[:start] + self.lines[end:]):
+                    continue
+                element = f"{name}[{loop.full}]"
+                inside = self.lines[start:end]
+                if sum(len(pattern.findall(line)) for line in inside) != sum(
+                    line.count(element) for line in inside
+                ):
+                    continue  # read at another element, or the loop's own range
+                self.lines[start:end] = [line.replace(element, f"e_{name}") for line in inside]
+                removed.add(name)
+        self.parameters = [p for p in self.parameters if p.name not in removed]
+
+    def finish_tangent(self) -> None:
+        """The output's tangent (zeros where nothing moves it), ``+ 0.0``, and the nan flag."""
+        output = self.program.output
+        shape = self.shape(output)
+        self.emit("flagged = False")
+        if not shape:
+            self.parameter("output_tangent", "output_tangent", output, (1,))
+            self.emit(f"output_tangent[0] = {f't{output} + 0.0' if self.moves[output] else '0.0'}")
+            self.emit("flagged = output_tangent[0] != output_tangent[0]")
+            return
+        T = self.parameter(f"t{output}", "output_tangent", output, shape)
+        self.emit(f"f{output} = {T}.reshape({T}.size)")
+        if not self.moves[output]:
+            self.emit(f"f{output}[:] = 0.0")
+            return
+        self.emit(f"for i0 in range(f{output}.size):")
+        self.emit(f"x = f{output}[i0] + 0.0", 2)
+        self.emit(f"f{output}[i0] = x", 2)
+        self.emit("flagged |= x != x", 2)
+
+    def finish_gradients(self) -> None:
+        """Zero gradients nothing reached, ``+ 0.0`` on the way out, and the nan flag."""
+        program = self.program
+        self.emit("flagged = False")
+        for slot, position in enumerate(program.wrt):
+            j = program.inputs[position]
+            if not self.shape(j):
+                self.parameter("scalar_gradients", "scalar_gradients", -1, (len(program.wrt),))
+                value = f"{self.p.scalar}{j} + 0.0" if self.written[j] else "0.0"
+                self.emit(f"scalar_gradients[{slot}] = {value}")
+                self.emit(f"flagged |= scalar_gradients[{slot}] != scalar_gradients[{slot}]")
+                continue
+            target = self.adjoint(j)
+            self.emit(f"f{j} = {target}.reshape({target}.size)")
+            if not self.written[j]:
+                self.emit(f"f{j}[:] = 0.0")
+                continue
+            depth = 1
+            factors = self.products.get(j)
+            if factors is not None:  # one product: its factors bound it, no pass over it
+                self.emit(
+                    f"if {factors[0]}.size + {factors[1]}.size >= f{j}.size or not "
+                    f"bounded({factors[0]}, {factors[1]}):"
+                )
+                depth = 2
+            self.emit(f"for i0 in range(f{j}.size):", depth)
+            self.emit(f"x = f{j}[i0] + 0.0", depth + 1)
+            self.emit(f"f{j}[i0] = x", depth + 1)
+            self.emit("flagged |= x != x", depth + 1)
+
+
+PAIRWISE = '''\
+@kernel
+def pairwise_block(a, start, n):
+    """NumPy's sum of ``a[start:start + n]`` for ``n <= 128``: in order below 8 terms,
+    else eight running sums, combined as a tree, then the rest in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(start, start + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
+    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        k = start + i
+        r0 += a[k]
+        r1 += a[k + 1]
+        r2 += a[k + 2]
+        r3 += a[k + 3]
+        r4 += a[k + 4]
+        r5 += a[k + 5]
+        r6 += a[k + 6]
+        r7 += a[k + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[start + i]
+        i += 1
+    return res
+
+
+@kernel
+def pairwise(a, start, n):
+    """NumPy's pairwise summation of ``a[start:start + n]``, in its order (NumPy adds the
+    result to 0.0): blocks of up to 128 (:func:`pairwise_block`), halves (rounded down to
+    a multiple of 8) above, added as NumPy's recursion adds them. Written with a stack,
+    not recursion: Numba cannot load a cached recursive function."""
+    if n <= 128:
+        return pairwise_block(a, start, n)
+    starts = np.empty(64, np.int64)  # frames: 64 halvings reach past any array's size
+    counts = np.empty(64, np.int64)
+    stages = np.empty(64, np.int64)
+    results = np.empty(64)
+    top, held = 0, 0
+    starts[0], counts[0], stages[0] = start, n, 0
+    while top >= 0:
+        first, count = starts[top], counts[top]
+        if count <= 128:
+            results[held] = pairwise_block(a, first, count)
+            held += 1
+            top -= 1
+            continue
+        half = count // 2
+        half -= half % 8
+        if stages[top] == 0:  # the left half first
+            stages[top] = 1
+            top += 1
+            starts[top], counts[top], stages[top] = first, half, 0
+        elif stages[top] == 1:  # then the right
+            stages[top] = 2
+            top += 1
+            starts[top], counts[top], stages[top] = first + half, count - half, 0
+        else:  # both done: left + right
+            held -= 1
+            results[held - 1] = results[held - 1] + results[held]
+            top -= 1
+    return results[0]'''
+
+PRODUCTS = f'''\
+@kernel
+def gemm(trans_a, trans_b, A, B, C):
+    """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked, with
+    the BLAS routine np.matmul picks: ``ddot`` when ``C`` is one element, ``dgemv`` when
+    it is one row or one column, else ``dgemm``; the vectors are passed with their
+    strides, as NumPy passes them."""
+    m = A.shape[1] if trans_a else A.shape[0]
+    k = A.shape[0] if trans_a else A.shape[1]
+    n = B.shape[0] if trans_b else B.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        C[:, :] = 0.0
+        return
+    a_step = A.shape[1] if trans_a else 1  # along a row of op(A)
+    b_step = 1 if trans_b else B.shape[1]  # along a column of op(B)
+    if m == 1 and n == 1:
+        C[0, 0] = ddot(k, A.ctypes, a_step, B.ctypes, b_step)
+    elif n == 1:  # op(A) times a column
+        dgemv(
+            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS}, A.shape[0],
+            A.shape[1], 1.0, A.ctypes, A.shape[1], B.ctypes, b_step, 0.0, C.ctypes, 1,
+        )
+    elif m == 1:  # a row times op(B): op(B)^T times the row
+        dgemv(
+            {blas.ROW_MAJOR}, {blas.NO_TRANS} if trans_b else {blas.TRANS}, B.shape[0],
+            B.shape[1], 1.0, B.ctypes, B.shape[1], A.ctypes, a_step, 0.0, C.ctypes, 1,
+        )
+    else:
+        dgemm(
+            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS},
+            {blas.TRANS} if trans_b else {blas.NO_TRANS}, m, n, k, 1.0, A.ctypes, A.shape[1],
+            B.ctypes, B.shape[1], 0.0, C.ctypes, n,
+        )
+
+
+@kernel
+def gemv(trans, A, x, y):
+    """``y = op(A) @ x`` for a C-contiguous matrix: NumPy's cblas_dgemv, or ``ddot``
+    where ``y`` is one element."""
+    rows, columns = A.shape
+    if y.size == 0:
+        return
+    if x.size == 0:
+        y[:] = 0.0
+        return
+    if y.size == 1:
+        y[0] = ddot(x.size, A.ctypes, columns if trans else 1, x.ctypes, 1)
+        return
+    dgemv(
+        {blas.ROW_MAJOR}, {blas.TRANS} if trans else {blas.NO_TRANS}, rows, columns, 1.0,
+        A.ctypes, max(1, columns), x.ctypes, 1, 0.0, y.ctypes, 1,
+    )
+
+
+@kernel
+def magnitude(a):
+    """The bits of the largest ``|element|`` of ``a`` (an int64, ordered as the magnitudes
+    are): at least those of inf where ``a`` holds an inf or a nan. One integer pass."""
+    bits = a.reshape(a.size).view(np.int64)
+    top = 0
+    for i in range(bits.size):
+        top = max(top, bits[i] & 0x7FFFFFFFFFFFFFFF)
+    return top
+
+
+@kernel
+def bounded(P, Q):
+    """Whether every sum of products of an element of ``P`` and one of ``Q`` (at most
+    ``P.size + Q.size`` terms) stays far below overflow, so the product BLAS makes of
+    them holds no nan and no inf: both finite, and the count times the two largest
+    magnitudes under 2^1000 (rounding can at most double a sum's bound)."""
+    found = np.empty(2, np.int64)
+    found[0], found[1] = magnitude(P), magnitude(Q)
+    if found[0] >= 0x7FF0000000000000 or found[1] >= 0x7FF0000000000000:
+        return False
+    largest = found.view(np.float64)
+    return (P.size + Q.size) * largest[0] * largest[1] < 2.0**1000
+
+
+@kernel
+def dot(x, y):
+    """``x @ y`` for two vectors: NumPy's cblas_ddot."""
+    if x.size == 0:
+        return 0.0
+    return ddot(x.size, x.ctypes, 1, y.ctypes, 1)'''
+
+
+def kernel_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter]]:
+    """The kernel's source and its parameters, in order."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    for node in program.nodes:
+        if node.op not in SUPPORTED:
+            raise Unsupported(f"generated code has no rule for the op {node.op!r}")
+    writer = KernelWriter(program, mode)
+    return writer.write(), writer.parameters
+
+
+def _helpers() -> Iterator[str]:
+    yield from codegen.helper_sources()
+    yield PAIRWISE
+    yield PRODUCTS
+
+
+def module_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter]]:
+    """The text of the generated module for ``program`` in ``mode`` (one kernel named
+    ``mode``), and that kernel's parameters in order: what the caller passes."""
+    text, parameters = kernel_source(program, mode)
+    header = [
+        f'"""Generated by fastad: a function of arrays of {len(program.nodes)} nodes, mode {mode}.',
+        "",
+        "Do not edit: fastad writes this file from the traced program and checks",
+        'it, character for character, before every use."""',
+        "",
+        "from math import (  # noqa: F401",
+        "    " + ", ".join(sorted(codegen.MATH_NAMES)) + ",",
+        ")",
+        "",
+        "import numpy as np  # noqa: F401",
+        "from numba import types",
+        "",
+        "import fastad.kernels.blas  # noqa: F401  (registers the BLAS routines)",
+        "from fastad.kernels.jit import kernel",
+        "",
+        "UNREACHED = -0.0",
+        "",
+        blas.DECLARATIONS,
+    ]
+    return "\n\n\n".join(["\n".join(header), *_helpers(), text]) + "\n", parameters
+
+
+def describe_products(module: str) -> list[str]:
+    """The BLAS calls of the kernel in the text ``module_source`` wrote, one line each."""
+    kernel = module.rsplit("@kernel\ndef ", 1)[1]  # the helpers come before it
+    found = []
+    for line in kernel.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("gemm(", "gemv(")) or "dot(" in stripped:
+            found.append(stripped)
+    return found

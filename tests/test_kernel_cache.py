@@ -1,0 +1,100 @@
+"""The compiled-kernel cache is invalidated by a change to any kernel file.
+
+Numba stamps a cache entry with its defining file only; fastad's kernels call
+helpers and rules defined in other files of ``kernels/``, so ``jit.py`` stamps
+every kernel of that folder with a hash of all of its files.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastad.kernels import jit, tape_sweeps
+
+KERNELS_FOLDER = Path(jit.__file__).parent
+TIMEOUT_S = 300
+
+
+def fresh_stamp(folder):
+    """``kernels_source_stamp`` read anew (the function caches its answer per folder)."""
+    return jit.kernels_source_stamp.__wrapped__(str(folder))
+
+
+def copy_of_kernels(target):
+    shutil.copytree(KERNELS_FOLDER, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def test_stamp_changes_when_any_one_kernel_file_changes(tmp_path):
+    folder = copy_of_kernels(tmp_path / "kernels")
+    stamp = fresh_stamp(folder)
+    assert stamp == fresh_stamp(KERNELS_FOLDER)  # contents, not the folder's path
+    files = sorted(folder.glob("*.py"))
+    assert len(files) > 10
+    for path in files:
+        text = path.read_text()
+        path.write_text(text.replace("\n", "\n ", 1) if text else " ")
+        assert fresh_stamp(folder) != stamp, path.name
+        path.write_text(text)
+        os.utime(path, (0, 0))  # the same content at another time: the same stamp
+        assert fresh_stamp(folder) == stamp, path.name
+    (folder / "extra.py").write_text("")
+    assert fresh_stamp(folder) != stamp
+
+
+def test_kernels_carry_the_folder_stamp():
+    locator = tape_sweeps.backward_sweep._cache._impl.locator
+    assert isinstance(locator, jit.KernelCacheLocator)
+    assert locator.get_source_stamp() == ("fastad.kernels", jit.kernels_source_stamp())
+
+
+# Runs forward_sweep (tape_sweeps.py) on relu (point_rules.py calls
+# rule_helpers.relu) from a copy of the kernels, and reports the value and the
+# cache hits as JSON on its last line.
+PROBE = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from copied_kernels import optable, tape_sweeps
+opcode = np.array([optable.BY_NAME["input"].code, optable.BY_NAME["relu"].code], np.uint8)
+in0 = np.array([-1, 0], np.int32)
+in1 = np.array([-1, -1], np.int32)
+val = np.array([2.0, 0.0])
+tape_sweeps.forward_sweep(opcode, in0, in1, val, 0, 2)
+stats = tape_sweeps.forward_sweep.stats
+print(json.dumps({"value": val[1], "hits": sum(stats.cache_hits.values())}))
+"""
+
+
+@pytest.mark.slow
+def test_editing_a_helper_recompiles_the_kernels_that_call_it(tmp_path):
+    site = tmp_path / "site"
+    folder = copy_of_kernels(site / "copied_kernels")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_DISABLE_JIT")}
+    env[jit.CACHE_DIR_VARIABLE] = str(tmp_path / "cache")
+
+    def probe():
+        result = subprocess.run(
+            [sys.executable, "-c", PROBE, str(site)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert probe() == {"value": 2.0, "hits": 0}
+    assert probe() == {"value": 2.0, "hits": 1}  # the cache works
+    helpers = folder / "rule_helpers.py"
+    signature = "def relu(a: float) -> float:\n"
+    text = helpers.read_text()
+    assert text.count(signature) == 1
+    helpers.write_text(text.replace(signature, signature + "    return 7.0\n"))
+    # Only rule_helpers.py changed; forward_sweep's own file did not.
+    assert probe() == {"value": 7.0, "hits": 0}
