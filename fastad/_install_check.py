@@ -1,21 +1,10 @@
-"""Clear errors for a ``fastad`` that is not the installed package.
+"""A clear error for a ``fastad`` found without its kernels.
 
-Two ways an ordinary ``import fastad`` can pick up the wrong thing, both of
-which otherwise surface far away as ``AttributeError: module 'fastad' has no
-attribute 'sin'`` or ``No module named 'fastad.kernels'``:
-
-- A **namespace shadow**: a folder named ``fastad`` without ``__init__.py``
-  earlier on ``sys.path`` than an editable install (whose meta-path finder
-  Python consults only after its path finder). Python imports the folder as
-  an empty namespace package; no fastad code runs at ``import fastad``, but
-  submodules still load through the editable finder, so the check sits in
-  the entry points that load first (``fastad.__main__``, ``tests/conftest.py``).
-  A common cause is ``site-packages/fastad/`` left behind by an earlier
-  non-editable install, for example holding cache files pip does not own.
-- A **checkout without its link**: ``fastad/kernels`` of a checkout is a
-  symbolic link to ``kernels/``. Where git does not make symbolic links
-  (``core.symlinks`` false, as on Windows by default) it writes a small text
-  file instead, and ``fastad.kernels`` cannot be found.
+``fastad/kernels`` of a checkout is a symbolic link to ``kernels/``. Where git
+does not make symbolic links (``core.symlinks`` false, as on Windows by
+default) it writes a small text file instead, and ``import fastad`` would fail
+far away with ``No module named 'fastad.kernels'``; an incomplete installation
+fails the same way. :func:`kernels_missing_error` says which and what to do.
 
 This module imports nothing of fastad, so it loads in either situation.
 """

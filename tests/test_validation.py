@@ -8,6 +8,7 @@ import pytest
 import fastad as fa
 from fastad.eager.tape import storage_of
 from fastad.kernels import optable
+from fastad.util import memory
 
 ADD, MUL, SIN, INPUT = (optable.BY_NAME[n].code for n in ("add", "mul", "sin", "input"))
 
@@ -769,3 +770,33 @@ def test_the_first_fuzzs_minor_findings():
             call(z, X)
     assert len(t) == 4  # nothing recorded by the refused calls (rows of X were, before)
     np.testing.assert_array_equal(t.gradient(z, [X])[0], np.full((2, 3), 2.0))
+
+
+def test_a_cotangent_is_named_when_it_is_not_finite_or_not_numbers():
+    g = fa.compile(lambda A: A * A, example=(np.ones(3),))
+    with pytest.raises(ValueError, match=r"finite, got inf at index \(1,\)"):
+        g.vjp([np.ones(3)], np.array([1.0, np.inf, 0.0]))
+    s = fa.compile(lambda A: (A * A).sum(), example=(np.ones(3),))
+    with pytest.raises(ValueError, match="finite, got nan"):
+        s.vjp([np.ones(3)], np.nan)
+    with pytest.raises(TypeError, match="cotangent must hold real numbers.*NoneType None"):
+        s.vjp([np.ones(3)], None)
+
+
+def test_an_untraced_function_refuses_an_empty_batch_in_every_mode():
+    f = fa.compile(lambda a, b: a * b)
+    empty = np.zeros((0, 2))
+    with pytest.raises(ValueError, match="untraced function on an empty batch"):
+        f.vjp(empty, np.zeros(0))
+    with pytest.raises(ValueError, match="untraced function on an empty batch"):
+        f.jvp(empty, np.zeros((0, 2)))
+
+
+def test_num_inputs_past_a_tapes_ids_or_memory_is_refused_before_tracing(monkeypatch):
+    with pytest.raises(ValueError, match="less than 2,147,483,647.*got 2,147,483,647"):
+        fa.compile(lambda *a: a[0], num_inputs=2**31 - 1)
+    # 10**9 inputs fit the ids but not a machine with 16 GiB free: refused at once,
+    # not after minutes of tracing.
+    monkeypatch.setattr(memory, "available_memory", lambda: 16 * 2**30)
+    with pytest.raises(MemoryError, match="1,000,000,000 scalar inputs needs .*function of arrays"):
+        fa.compile(lambda *a: a[0], num_inputs=10**9)

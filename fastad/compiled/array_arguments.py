@@ -119,12 +119,19 @@ class Arguments:
 
     def cotangent(self, cotangent: ArrayLike, rows: int | None) -> NDArray[np.float64]:
         """``vjp``'s cotangent: finite, of the output's shape in this call (else raises)."""
-        u = np.asarray(cotangent, dtype=np.float64)
+        u = np.asarray(cotangent)
+        if u.dtype.kind not in "biuf":
+            raise not_real(cotangent, "the cotangent")
+        u = u.astype(np.float64, copy=False)
         shape = self.output_shape_at(rows)
         if u.shape != shape:
             raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
         if not np.isfinite(u).all():
-            raise ValueError("the cotangent must be finite")
+            bad = np.argwhere(~np.isfinite(u))[0] if u.ndim else ()
+            where = f" at index {tuple(int(i) for i in bad)}" if u.ndim else ""
+            raise ValueError(
+                f"the cotangent must be finite, got {u[tuple(bad)] if u.ndim else float(u)}{where}"
+            )
         return u
 
     def directions(

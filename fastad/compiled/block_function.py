@@ -321,7 +321,7 @@ class BlockFunction:
         check_fits(
             8 * m * n,
             f"the Jacobian of {m} outputs by {n} inputs",
-            "compute J v or u^T J with f.jvp / f.vjp",
+            "Compute J v or u^T J with f.jvp / f.vjp instead.",
         )
         matrix = np.zeros((m, n))
         if not self._generated.jacobian(checked, matrix, output, shapes, rows):
@@ -345,7 +345,7 @@ class BlockFunction:
         shapes = self._arguments.wrt_shapes(checked)
         sizes = [math.prod(shape) for shape in shapes]
         n = sum(sizes)
-        check_fits(8 * n * n, f"the Hessian of {n} inputs", "compute H v with f.hvp")
+        check_fits(8 * n * n, f"the Hessian of {n} inputs", "Compute H v with f.hvp instead.")
         rows = np.zeros((n, n))
         call_rows = self._arguments.call_rows(checked)
         if not self._generated.hessian(checked, rows, shapes, call_rows):

@@ -205,6 +205,7 @@ class PointCalls:
 
     def cotangents(self, cotangents: ArrayLike, points: FloatArray, single: bool) -> FloatArray:
         """``vjp``'s cotangents as an ``(N, m)`` kernel array, else raises naming the shape."""
+        self.require_traced()
         u = real_array(cotangents, "cotangent")
         expected = (points.shape[0], self.m)
         if self.scalar_output:
@@ -393,7 +394,7 @@ class PointCalls:
             n_points * m * (k + 1) * 8,
             f"the Jacobian of {n_points:,} points ({m:,} outputs x {k:,} inputs each, with "
             "the values)",
-            "use jvp / vjp for the products you need",
+            "Evaluate fewer points at a time, or use jvp / vjp for the products you need.",
         )
         sweep_mode = JACOBIAN_FWD if mode == "fwd" else JACOBIAN_REV
         if sweep_mode == JACOBIAN_REV and m == 1:
@@ -413,7 +414,7 @@ class PointCalls:
         check_fits(
             n_points * (k * k + 1) * 8,
             f"the Hessian of {n_points:,} points ({k:,} x {k:,} each, with the values)",
-            "use hvp for the products you need",
+            "Evaluate fewer points at a time, or use hvp for the products you need.",
         )
         _, rows, failed = self.run(points, HESSIAN, None, threads, errors, check)
         hessians = rows.reshape(n_points, k, k)

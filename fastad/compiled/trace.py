@@ -20,11 +20,13 @@ from numpy.typing import ArrayLike
 from fastad.compiled import batch_axis
 from fastad.compiled.definition import ArrayDefinition, ScalarDefinition, ScalarProgram
 from fastad.compiled.tiers import BACKENDS
+from fastad.core.storage import MAX_NODES
 from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.eager.optimize import optimize as optimize_tape
 from fastad.eager.tape import Tape, storage_of
 from fastad.util.errors import is_int, not_real
+from fastad.util.memory import check_fits
 from fastad.util.progress import progress
 
 if TYPE_CHECKING:
@@ -33,6 +35,12 @@ if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, IdArray
 
     Traceable = Callable[..., Any]
+
+
+INPUT_BYTES = 500
+"""A lower bound of the memory tracing takes per scalar input (its tape row, ``Var``
+and name; with optimisation about 800 bytes at the peak), for refusing at once a
+count that cannot fit instead of failing after minutes."""
 
 
 def check_backend(backend: object) -> None:
@@ -131,6 +139,16 @@ def signature(function: Traceable, num_inputs: int | None) -> tuple[list[str], i
             )
         if num_inputs < 1:
             raise ValueError(f"num_inputs must be a positive int, got {num_inputs!r}")
+        if num_inputs >= MAX_NODES:
+            raise ValueError(
+                f"num_inputs must be less than {MAX_NODES:,} (a tape's node ids are int32), "
+                f"got {num_inputs:,}"
+            )
+        check_fits(
+            int(num_inputs) * INPUT_BYTES,
+            f"tracing a function of {int(num_inputs):,} scalar inputs",
+            "Compile a function of arrays instead: fa.compile(fn, example=(x,)).",
+        )
         return [f"x{i}" for i in range(int(num_inputs))], int(num_inputs)
     try:
         parameters = list(inspect.signature(function).parameters.values())

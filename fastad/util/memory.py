@@ -21,7 +21,7 @@ than its work."""
 def check_fits(size: int, what: str, advice: str) -> None:
     """Raise MemoryError, before allocating, if ``size`` bytes exceed the memory available.
 
-    ``what`` names the result and its shape, ``advice`` what to do instead.
+    ``what`` names the result and its shape, ``advice`` (a sentence) what to do instead.
     """
     if size < SMALL_BYTES:
         return
@@ -29,7 +29,7 @@ def check_fits(size: int, what: str, advice: str) -> None:
     if available is not None and size > available:
         raise MemoryError(
             f"{what} needs {_format_bytes(size)}; {_format_bytes(available)} is available. "
-            f"Evaluate fewer points at a time, or {advice}"
+            f"{advice}"
         )
 
 
