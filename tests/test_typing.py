@@ -204,6 +204,18 @@ def test_the_users_program_runs(mypy_output):
     runpy.run_path(str(tmp_path / "user_program.py"), run_name="user_program")
 
 
+def test_mypy_finds_fastad_from_outside_the_checkout(tmp_path):
+    # The editable install is a plain path in a .pth file (fastad/kernels links to
+    # kernels/, so the layout is setuptools' simple one); an import hook, which mypy
+    # does not run, would give "Cannot find implementation or library stub".
+    program = tmp_path / "outside.py"
+    program.write_text("import fastad as fa\n\nx: float = fa.exp(1.0)\nprint(x)\n")
+    command = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(program)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success" in done.stdout
+
+
 def test_the_package_declares_its_hints():
     assert (REPO / "fastad" / "py.typed").is_file()
     assert 'fastad = ["py.typed"]' in (REPO / "pyproject.toml").read_text()
