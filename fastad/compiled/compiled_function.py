@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from fastad.compiled.tiers import Tier
     from fastad.eager.optimize import OptimizationReport
     from fastad.eager.tape import Tape
-    from fastad.util.hints import FloatArray, StrPath
+    from fastad.util.hints import FloatArray, StrPath, Values
 
     Failed = NDArray[np.bool_]
     """``errors="mask"``'s mask: True at each point whose traced branch went the other way."""
@@ -123,7 +123,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
-    ) -> float | FloatArray: ...
+    ) -> Values: ...
     @overload
     def __call__(
         self,
@@ -132,7 +132,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
-    ) -> tuple[float | FloatArray, Failed]: ...
+    ) -> tuple[Values, Failed]: ...
     def __call__(
         self,
         points: ArrayLike,
@@ -169,7 +169,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
-    ) -> tuple[float | FloatArray, FloatArray]: ...
+    ) -> tuple[Values, FloatArray]: ...
     @overload
     def value_and_grad(
         self,
@@ -178,7 +178,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
-    ) -> tuple[tuple[float | FloatArray, FloatArray], Failed]: ...
+    ) -> tuple[tuple[Values, FloatArray], Failed]: ...
     def value_and_grad(
         self,
         points: ArrayLike,
@@ -252,7 +252,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
-    ) -> tuple[float | FloatArray, FloatArray]: ...
+    ) -> tuple[Values, FloatArray]: ...
     @overload
     def vjp(
         self,
@@ -262,7 +262,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
-    ) -> tuple[tuple[float | FloatArray, FloatArray], Failed]: ...
+    ) -> tuple[tuple[Values, FloatArray], Failed]: ...
     def vjp(
         self,
         points: ArrayLike,
@@ -288,7 +288,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
-    ) -> tuple[float | FloatArray, float | FloatArray]: ...
+    ) -> tuple[Values, Values]: ...
     @overload
     def jvp(
         self,
@@ -298,7 +298,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
-    ) -> tuple[tuple[float | FloatArray, float | FloatArray], Failed]: ...
+    ) -> tuple[tuple[Values, Values], Failed]: ...
     def jvp(
         self,
         points: ArrayLike,

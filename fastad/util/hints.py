@@ -23,6 +23,7 @@ __all__ = [
     "IndexArray",
     "NumericArray",
     "PlainArrayLike",
+    "Values",
     "ObjectArray",
     "OpcodeArray",
     "RealNumber",
@@ -38,6 +39,12 @@ NumericArray: TypeAlias = NDArray[np.bool_ | np.integer[Any] | np.floating[Any]]
 """A real NumPy array: what becomes a block constant beside a node."""
 
 ObjectArray: TypeAlias = NDArray[np.object_]
+
+Values: TypeAlias = Any
+"""The values a compiled function returns: a float at one point, an array for a batch
+or for several outputs. NumPy's hints do not carry an array's rank, so a point and a
+batch have one type; ``Any`` lets each be used as what it is (``round(value)``,
+``values.mean()``), where a union would refuse both."""
 
 PlainArrayLike: TypeAlias = NDArray[Any] | Sequence[Any] | RealNumber
 """Array data that is not a node: the NumPy overloads of the fused ops take it. (A
