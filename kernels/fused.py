@@ -17,30 +17,20 @@ These kernels trust their input (C-contiguous float64, matching shapes);
 
 from __future__ import annotations
 
-from math import copysign
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .jit import kernel
+from .strong_zeros import UNREACHED, contribution, reached
 
 if TYPE_CHECKING:
     from .arrays import FloatArray
 
-# Strong zeros, as in strong_zeros.py (UNREACHED, reached, contribution): an
-# adjoint element nothing reached holds -0.0 and sends nothing; a local
-# partial that is exactly zero sends nothing either. Restated here, so this
-# module imports only jit.py; tests/test_block_reach.py checks them against
-# strong_zeros.py's bit for bit, and the fused rules against the scalar-node
+# Strong zeros (strong_zeros.py): an adjoint element nothing reached holds
+# -0.0 and sends nothing; a local partial that is exactly zero sends nothing
+# either. tests/test_blocks.py checks the fused rules against the scalar-node
 # expansion, where reach is exact node by node.
-UNREACHED = -0.0
-
-
-@kernel
-def _contribution(partial: float, incoming: float) -> float:
-    if partial == 0.0 or (incoming == 0.0 and copysign(1.0, incoming) < 0.0):
-        return UNREACHED
-    return partial * incoming + 0.0
 
 
 @kernel
@@ -96,7 +86,7 @@ def relu_backward(H: FloatArray, G: FloatArray) -> tuple[FloatArray, FloatArray]
         for c in range(G.shape[1]):
             h = H[r, c]
             partial = 1.0 if h > 0.0 else (h if h != h else 0.0)
-            d = _contribution(partial, G[r, c])
+            d = contribution(partial, G[r, c])
             dZ[r, c] = d
             db[c] += d
     return dZ, db
@@ -195,11 +185,6 @@ def finish_log_softmax(shifted: FloatArray, E: FloatArray, shift: FloatArray) ->
 
 
 @kernel
-def _is_reached(x: float) -> bool:
-    return not (x == 0.0 and copysign(1.0, x) < 0.0)
-
-
-@kernel
 def logsumexp_backward(P: FloatArray, g: FloatArray) -> FloatArray:
     """VJP of ``lse = logsumexp(X)`` per row: ``dX = g * softmax(X)``.
 
@@ -209,7 +194,7 @@ def logsumexp_backward(P: FloatArray, g: FloatArray) -> FloatArray:
     dX = np.empty_like(P)
     for r in range(P.shape[0]):
         for c in range(P.shape[1]):
-            dX[r, c] = _contribution(P[r, c], g[r])
+            dX[r, c] = contribution(P[r, c], g[r])
     return dX
 
 
@@ -226,14 +211,14 @@ def softmax_backward(P: FloatArray, G: FloatArray) -> FloatArray:
     for r in range(P.shape[0]):
         s = UNREACHED
         for c in range(P.shape[1]):
-            s += _contribution(P[r, c], G[r, c])
-        row_reached = _is_reached(s)
+            s += contribution(P[r, c], G[r, c])
+        row_reached = reached(s)
         for c in range(P.shape[1]):
             p = P[r, c]
             if p == 0.0 or not row_reached:
                 dX[r, c] = UNREACHED
             else:
-                own = G[r, c] if _is_reached(G[r, c]) else 0.0
+                own = G[r, c] if reached(G[r, c]) else 0.0
                 dX[r, c] = p * (own - s) + 0.0
     return dX
 
@@ -250,12 +235,12 @@ def log_softmax_backward(P: FloatArray, G: FloatArray) -> FloatArray:
         s = UNREACHED
         for c in range(P.shape[1]):
             g = G[r, c]
-            if _is_reached(g):
+            if reached(g):
                 s += g
-        through = _is_reached(s)
+        through = reached(s)
         for c in range(P.shape[1]):
             g, p = G[r, c], P[r, c]
-            own = _is_reached(g)
+            own = reached(g)
             via = through and p != 0.0
             if not own and not via:
                 dX[r, c] = UNREACHED
@@ -304,7 +289,7 @@ def cross_entropy_backward(
                 dX[r, c] = UNREACHED
             else:
                 dX[r, c] = w * ((p * total if via else 0.0) - t) + 0.0
-            dT[r, c] = _contribution(-log_p[r, c], w)
+            dT[r, c] = contribution(-log_p[r, c], w)
     return dX, dT
 
 

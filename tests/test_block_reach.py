@@ -425,20 +425,3 @@ def test_repeated_constants_are_shared_only_within_reach():
         assert driver.plan(storage_of(tape), late.id)[1] == y.id
         late.backward()
         assert y.grad == 2.0 and late.value == 6.0
-
-
-def test_the_fused_kernels_strong_zeros_are_the_sweeps():
-    # kernels/fused.py restates contribution and reached (so that it
-    # imports only jit.py); the two must agree bit for bit.
-    from fastad.kernels import fused, strong_zeros
-
-    special = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 5e-324, 1e308]
-    for partial in special:
-        for incoming in special:
-            got = fused._contribution(partial, incoming)
-            want = strong_zeros.contribution(partial, incoming)
-            assert np.float64(got).tobytes() == np.float64(want).tobytes() or (
-                np.isnan(got) and np.isnan(want)
-            ), (partial, incoming, got, want)
-        assert fused._is_reached(partial) == strong_zeros.reached(partial)
-    assert fused.UNREACHED == strong_zeros.UNREACHED and np.signbit(fused.UNREACHED)

@@ -28,8 +28,7 @@ def check_fits(size: int, what: str, advice: str) -> None:
     available = available_memory()
     if available is not None and size > available:
         raise MemoryError(
-            f"{what} needs {_format_bytes(size)}; {_format_bytes(available)} is available. "
-            f"{advice}"
+            f"{what} needs {_format_bytes(size)}; {_format_bytes(available)} is available. {advice}"
         )
 
 
