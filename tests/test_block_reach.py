@@ -278,9 +278,9 @@ def test_backward_on_a_long_lived_tape_visits_only_what_the_root_depends_on(monk
 
 
 def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
-    from fastad.core import storage
+    from fastad.core import node_arrays
 
-    monkeypatch.setattr(storage, "GROWTH_WARNING_BYTES", 100_000)
+    monkeypatch.setattr(node_arrays, "GROWTH_WARNING_BYTES", 100_000)
     tape = fa.Tape()
     with pytest.warns(RuntimeWarning, match="with fa.Tape") as caught, tape:
         for _ in range(30):

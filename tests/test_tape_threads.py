@@ -81,16 +81,16 @@ def test_rows_appended_while_staged_rows_move_are_the_documented_error(monkeypat
     # then appends rows after the count was checked, and the move of the staged rows
     # met longer lists (NumPy's "could not broadcast input array", raised in the
     # recording thread). The growth is where that thread runs, so it appends there.
-    from fastad.core.storage import TapeStorage
+    from fastad.core.node_arrays import NodeArrays
 
-    grow = TapeStorage._grow
+    grow = NodeArrays._grow
 
     def grow_while_another_thread_records(self, needed):
         grow(self, needed)
         for column, value in zip(self._staged_columns(), (2, 0, 0, 1.0), strict=True):
             column.append(value)
 
-    monkeypatch.setattr(TapeStorage, "_grow", grow_while_another_thread_records)
+    monkeypatch.setattr(NodeArrays, "_grow", grow_while_another_thread_records)
     tape = fa.Tape()
     with tape:
         x = fa.var(0.5)

@@ -506,6 +506,7 @@ def test_arguments_that_are_not_numbers_are_named(example, match):
 RAW_CALLS = r"""
 import numpy as np
 import fastad as fa
+from fastad.core import graph
 from fastad.eager.tape import storage_of
 
 cases = []
@@ -519,11 +520,11 @@ with fa.Tape() as t:
             ("push in0", lambda b=bad: t.push(4, b, 0, 1.0)),
             ("push in1", lambda b=bad: t.push(4, 0, b, 1.0)),
             ("append", lambda b=bad: t.append(10, b, -1, 1.0)),
-            ("ancestors", lambda b=bad: storage_of(t).ancestors(b)),
-            ("reaching", lambda b=bad: storage_of(t).reaching(b)),
-            ("value_ancestors", lambda b=bad: storage_of(t).value_ancestors(b)),
-            ("descendants root", lambda b=bad: storage_of(t).descendants([0], 0, b)),
-            ("descendants source", lambda b=bad: storage_of(t).descendants([b], 0, 1)),
+            ("ancestors", lambda b=bad: graph.ancestors(storage_of(t), b)),
+            ("reaching", lambda b=bad: graph.reaching(storage_of(t), b)),
+            ("value_ancestors", lambda b=bad: graph.value_ancestors(storage_of(t), b)),
+            ("descendants root", lambda b=bad: graph.descendants(storage_of(t), [0], 0, b)),
+            ("descendants source", lambda b=bad: graph.descendants(storage_of(t), [b], 0, 1)),
             ("value", lambda b=bad: t.value(b)),
             ("operands", lambda b=bad: t.operands(b)),
             ("set_label", lambda b=bad: t.set_label(b, "z")),

@@ -27,6 +27,7 @@ import numpy as np
 from fastad.compiled import module_cache
 from fastad.compiled.parallel import threaded_region, threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
+from fastad.core.graph import descendants
 from fastad.core.storage import ARITY
 from fastad.eager.tape import storage_of
 from fastad.kernels import codegen as generator
@@ -124,7 +125,7 @@ class Replay:
         # second-order modes compute only the second partials those need.
         depends = np.zeros(n + 1, np.bool_)
         if n:
-            depends[:n] = storage_of(tape).descendants(inputs.tolist(), 0, n - 1)
+            depends[:n] = descendants(storage_of(tape), inputs.tolist(), 0, n - 1)
         # One int32 array: each array argument costs ~100 ns in Numba's
         # dispatcher on the latency path.
         self.program: IndexArray = np.concatenate(

@@ -1,6 +1,6 @@
 """The block side of a tape: array values, block ops and their operands, block adjoints.
 
-``BlockTable`` keeps, beside a tape's scalar arrays (``fastad/core/storage.py``),
+``BlockTable`` keeps, beside a tape's node arrays (``fastad/core/node_arrays.py``),
 the float64 arrays of block nodes, the operand ids and parameters of block ops
 (operands past the second in CSR form for the ancestry kernels) and the block
 adjoints of the last backward sweep. It knows ids and arrays only.

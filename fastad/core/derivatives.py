@@ -17,7 +17,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad.core import block_rules, diagnose, driver
-from fastad.core.storage import VALUE_DTYPE
+from fastad.core.graph import descendants
+from fastad.core.node_arrays import VALUE_DTYPE
 from fastad.kernels import strong_zeros
 from fastad.util.errors import NonFiniteError, not_real
 
@@ -88,7 +89,7 @@ def second_order_adjoints(
     downstream = None
     if visits[0] or len(inside) > 1:
         lowest = min(visits[1], inside[0]) if inside else visits[1]
-        downstream = storage.descendants(inside, lowest, root)
+        downstream = descendants(storage, inside, lowest, root)
     if len(inside) > 1:
         assert downstream is not None  # computed above for two or more
         for i in inside:
@@ -113,7 +114,7 @@ def second_order_adjoints(
 
 def reaches(storage: TapeStorage, source: int, node: int) -> bool:
     """Whether ``node`` is ``source`` or depends on it."""
-    return bool(storage.descendants([source], source, node)[node])
+    return bool(descendants(storage, [source], source, node)[node])
 
 
 def second_pass(
@@ -239,7 +240,7 @@ def gradient(
     block_adjoints: dict[int, FloatArray] = {}
     # With block ops on the way, compute no more than the gradient needs:
     # no contribution to what none of `wrt` feeds (a layer's data X).
-    needed = storage.descendants(ids, visits[1], node) if visits[0] else None
+    needed = descendants(storage, ids, visits[1], node) if visits[0] else None
     driver.backward(
         storage, block_rules.rule, node, adjoints, block_adjoints, False, visits, needed
     )
@@ -258,7 +259,7 @@ def vjp(storage: TapeStorage, node: int, ids: list[int], u: FloatArray) -> list[
     seed = float(u) if block is None else 0.0
     if block is not None:
         block_adjoints[node] = np.where(u == 0.0, UNREACHED, u)
-    needed = storage.descendants(ids, visits[1], node) if visits[0] else None
+    needed = descendants(storage, ids, visits[1], node) if visits[0] else None
     driver.backward(
         storage,
         block_rules.rule,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastad.core.graph import value_ancestors
 from fastad.core.reach import reduce_to
 from fastad.kernels import optable, tape_sweeps
 from fastad.util.errors import NonFiniteOrigin
@@ -30,7 +31,7 @@ def first_nonfinite(tape: TapeStorage, stop: int, root: int | None) -> NonFinite
     """
     opcode, in0, in1, val, _ = tape.columns()
     bad = ~np.isfinite(val[:stop])
-    relevant = tape.value_ancestors(root) if root is not None else None
+    relevant = value_ancestors(tape, root) if root is not None else None
     used = {} if root is None else _used_elements(tape, opcode, root, relevant)
     for node, block in tape.blocks.values.items():
         if node < stop and (relevant is None or relevant[node]):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastad.core import graph
 from fastad.kernels import optable
 from fastad.util.errors import is_int
 
@@ -116,7 +117,7 @@ def to_dot(
     if root is None:
         ids = np.arange(n)
     else:
-        ids = np.flatnonzero(tape.ancestors(root)[0])
+        ids = np.flatnonzero(graph.ancestors(tape, root)[0])
     if ids.size > max_nodes:
         raise ValueError(
             f"refusing to draw {ids.size} nodes (max_nodes={max_nodes}): draw the part one "
@@ -126,7 +127,11 @@ def to_dot(
     labels = tape.labels
     scalar_ids = [i for i in ids.tolist() if not tape.blocks.is_op(i)]
     partials = dict(
-        zip(scalar_ids, tape.local_partials(np.array(scalar_ids, np.int64)).tolist(), strict=True)
+        zip(
+            scalar_ids,
+            graph.local_partials(tape, np.array(scalar_ids, np.int64)).tolist(),
+            strict=True,
+        )
     )
     lines = [
         "digraph fastad {",

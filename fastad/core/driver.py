@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from fastad.core.block_table import fresh
+from fastad.core.graph import FEW_OPS, reaching
 from fastad.core.reach import UNREACHED, Need, any_reached
-from fastad.core.storage import FEW_OPS, as_stored
+from fastad.core.storage import as_stored
 from fastad.kernels import optable, strong_zeros, tape_sweeps
 
 CONST, INPUT = optable.CONST, optable.INPUT
@@ -153,7 +154,7 @@ def plan(tape: TapeStorage, root: int) -> Plan:
     ops = tape.blocks.ops
     if root < _SHORT and len(ops) <= FEW_OPS:
         return [node for node in ops if node <= root], 0
-    return tape.reaching(root)
+    return reaching(tape, root)
 
 
 def replay(tape: TapeStorage, rules: Rules) -> None:
@@ -202,7 +203,7 @@ def backward(
     a finite adjoint into a non-finite contribution, else None; the sweep
     still completes.
 
-    ``needed`` (from ``TapeStorage.descendants``): only the adjoints of
+    ``needed`` (from ``graph.descendants``): only the adjoints of
     these nodes are wanted (a gradient with respect to some leaves). A
     block op outside it is skipped, and its rule computes no contribution
     for an operand outside it (the data ``X`` of a layer): other adjoints

@@ -1,13 +1,11 @@
-"""Tape storage: the structure-of-arrays record, with nothing else in it.
+"""Tape storage: the record of one tape, with nothing else in it.
 
-Five parallel NumPy arrays hold the nodes: ``opcode`` (uint8), ``in0`` and
-``in1`` (int32 operand ids, -1 where unused), ``val`` and ``grad``
-(float64). They grow by amortised doubling while recording. Node ids grow
-monotonically and every node references only smaller ids, so reverse id
-order is a reverse topological order and the compiled sweeps are flat loops.
-
-Beside the arrays: labels, the shared constants, and the block table
-(``fastad/core/block_table.py``). This layer knows no handles (``Var``,
+The node arrays (``opcode``, ``in0``, ``in1``, ``val``, ``grad``), their
+staging, growth and adjoint span are ``NodeArrays``
+(``fastad/core/node_arrays.py``), which ``TapeStorage`` extends; the graph
+queries over them are functions of ``fastad/core/graph.py``. Beside the
+arrays: labels, the shared constants, source lines, trace guards and the
+block table (``fastad/core/block_table.py``). This layer knows no handles (``Var``,
 ``Block``) and no derivative rules: it stores ids and values, and validates
 ids. A ``fastad.Tape`` holds one and is the user's surface; its methods check
 what users give, so the storage's writers (``push``, ``fill``,
@@ -21,40 +19,28 @@ import math
 import numbers
 import os
 import sys
-import threading
-import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-from numpy.typing import NDArray
 
+from fastad.core import node_arrays
 from fastad.core.block_table import INDEX_DTYPE, BlockTable, fresh
-from fastad.kernels import block_reach, graph_marks, optable, tape_sweeps
-from fastad.util.errors import ConcurrentRecordingError, NodeIdError, TraceError, flag, is_int
+from fastad.core.node_arrays import NodeArrays
+from fastad.kernels import block_reach, optable
+from fastad.util.errors import NodeIdError, TraceError, flag, is_int
 
 if TYPE_CHECKING:
     from types import FrameType
 
-    from fastad.util.hints import FloatArray, IndexArray, OpcodeArray, RuleValue
+    from fastad.util.hints import FloatArray, RuleValue
 
-OPCODE_DTYPE = np.uint8
-VALUE_DTYPE = np.float64
 INITIAL_CAPACITY = 64
 MAX_NODES = np.iinfo(INDEX_DTYPE).max
 """The most nodes a tape holds: ids are int32."""
-# Recording appends rows to Python lists, which costs a fraction of four
-# NumPy scalar writes; the lists are moved into the arrays in bulk before any
-# sweep or read, and at least every 2**14 nodes to bound their memory.
-_STAGE_MASK = (1 << 14) - 1
 CONSTANT_REACH = 1 << 12
 """How far back (in nodes) a repeated constant reuses an earlier constant node."""
-GROWTH_WARNING_BYTES = 1 << 30
-"""A tape holding more than this (node arrays and block arrays) warns once."""
-_COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
 ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
 """Operand count per scalar opcode, for vectorised checks and rewrites of the arrays."""
-FEW_OPS = 32
-"""Up to this many block ops, picking those a root depends on is a Python loop."""
 
 
 def _described(value: object) -> str:
@@ -63,9 +49,11 @@ def _described(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-class TapeStorage:
-    """The arrays of a tape, their growth, constants, labels and block values.
+class TapeStorage(NodeArrays):
+    """The record of a tape: its node arrays, constants, labels and block values.
 
+    The node arrays, their growth, ``push`` and ``lock`` are inherited from
+    ``NodeArrays``; ``blocks`` is the ``BlockTable`` of the array values.
     A ``fastad.Tape`` holds one and adds handles, sweeps and printing; this
     class stores ids and values only. ``guards`` is None on ordinary tapes and, while
     ``fa.compile`` traces, the list of ``(node id, truth)`` of every
@@ -88,86 +76,23 @@ class TapeStorage:
             )
         capacity = int(capacity)
         debug = flag(debug, "debug")
+        self.blocks = BlockTable()
+        super().__init__(capacity, self.blocks)
         # Debug recording keeps (file, line) of the user's code for every
         # node; it swaps in a push of its own so ordinary tapes pay nothing.
         self._sources: dict[int, tuple[str, int] | None] | None = {} if debug else None
         if debug:
             self.push = self._push_with_source  # type: ignore[method-assign]
         self.guards: list[tuple[int, bool]] | None = [] if trace else None
-        # Held by every sweep and every move of staged rows into the arrays, so
-        # that no sweep of one thread meets another's growth or sweep. Not by
-        # push: see _synced. Reentrant: a sweep holds it and syncs.
-        self.lock = threading.RLock()
         self.generation = 0
         self._owner: str | None = None  # what a frozen tape belongs to (see freeze)
-        self._opcode: OpcodeArray = np.zeros(capacity, OPCODE_DTYPE)
-        self._in0: IndexArray = np.zeros(capacity, INDEX_DTYPE)
-        self._in1: IndexArray = np.zeros(capacity, INDEX_DTYPE)
-        self._val: FloatArray = np.zeros(capacity, VALUE_DTYPE)
-        self._grad: FloatArray = np.zeros(capacity, VALUE_DTYPE)
-        self._n = 0
-        # Rows in the arrays; the staged lists hold the rest. Two threads
-        # recording onto one tape at once make push lose an id increment
-        # (both read the same self._n): the lists then hold more rows than
-        # the ids count, which sync sees before any sweep or read, and
-        # refuses. A lock in push would cost 20-53% of eager recording.
-        self._synced = 0
-        self._corrupted = False
-        self._adjoint_span = (0, 0)  # adjoints outside [lo, hi) are zero
-        self._scratch = np.zeros(0, np.bool_)  # all False between uses (see reaching)
-        self._column_views: tuple[int, OpcodeArray | None, Any] = _NO_VIEWS
-        # Rows not yet in the arrays, one list per column: appending to four
-        # lists allocates nothing the garbage collector tracks (a row tuple
-        # would), and the collector's passes were the largest recording cost.
-        self._staged_opcode: list[int] = []
-        self._staged_in0: list[int] = []
-        self._staged_in1: list[int] = []
-        self._staged_val: list[float] = []
-        self._push_opcode = self._staged_opcode.append  # bound once: the hot path
-        self._push_in0 = self._staged_in0.append
-        self._push_in1 = self._staged_in1.append
-        self._push_val = self._staged_val.append
+        self.scratch = np.zeros(0, np.bool_)  # all False between uses (graph.reaching)
         self._labels: dict[int, str] = {}
         self._constants: dict[float | tuple[str, float], int] = {}
-        self.blocks = BlockTable()
-        self._warned_growth = False
-
-    def __len__(self) -> int:
-        return self._n
-
-    # -- adjoints ----------------------------------------------------------------
-    # Sweeps touch only the span of ids from the lowest node their root depends
-    # on to the root, so zeroing adjoints zeroes that span, not the whole tape:
-    # on a long-lived tape, earlier history costs nothing per backward.
-    def clear_adjoints(self) -> None:
-        """Zero every scalar adjoint (those outside the span written since are zero)."""
-        lo, hi = self._adjoint_span
-        self._grad[lo:hi] = 0.0
-        self._adjoint_span = (0, 0)
-
-    def widen_adjoints(self, lo: int, hi: int) -> None:
-        """Note that a sweep writes adjoints ``[lo, hi)``."""
-        if not 0 <= lo <= hi <= self._n:
-            raise ValueError(f"adjoint span [{lo}, {hi}) is not within the tape's {self._n} nodes")
-        old_lo, old_hi = self._adjoint_span
-        self._adjoint_span = (lo, hi) if old_hi == 0 else (min(lo, old_lo), max(hi, old_hi))
 
     # -- recording ---------------------------------------------------------------
-    def push(self, code: int, in0: int, in1: int, value: float) -> int:
-        """Append one node and return its id, unchecked: the recorders' path (operands
-        must already exist; ``Tape.push`` checks what a user gives)."""
-        n = self._n
-        self._push_opcode(code)
-        self._push_in0(in0)
-        self._push_in1(in1)
-        self._push_val(value)
-        self._n = n + 1
-        if n & _STAGE_MASK == _STAGE_MASK:
-            self.sync()
-        return n
-
     def _push_with_source(self, code: int, in0: int, in1: int, value: float) -> int:
-        node = TapeStorage.push(self, code, in0, in1, value)
+        node = NodeArrays.push(self, code, in0, in1, value)
         assert self._sources is not None  # debug tapes keep sources
         self._sources[node] = _user_location()
         return node
@@ -214,8 +139,7 @@ class TapeStorage:
         else:
             node = self.push(code, in0, in1, value)
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
-            self._corrupted = True
-            raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
+            self.refuse_concurrent()
         self.blocks.add_op(node, operands, params)
         if saved is not None:
             self.blocks.keep_saved(node, saved)
@@ -223,68 +147,8 @@ class TapeStorage:
 
     def store_block(self, node: int, array: FloatArray) -> None:
         self.blocks.store(node, array)
-        if self.blocks.nbytes > GROWTH_WARNING_BYTES:
-            self._warn_growth()
-
-    def sync(self) -> None:
-        """Move the staged rows into the arrays (growing them by doubling).
-
-        Raises :class:`fastad.ConcurrentRecordingError` if threads recorded
-        onto this tape at the same time (its ids are then not to be trusted).
-        """
-        if not self._staged_opcode and self._n == self._synced and not self._corrupted:
-            return
-        with self.lock:
-            staged = self._staged_opcode
-            n, start = self._n, self._synced
-            lengths = {len(column) for column in self._staged_columns()}
-            if self._corrupted or lengths != {n - start}:
-                self._corrupted = True
-                raise ConcurrentRecordingError(_CONCURRENT_RECORDING)
-            if not staged:
-                return
-            if n > self._opcode.size:
-                self._grow(n)
-            arrays: tuple[NDArray[Any], ...] = (self._opcode, self._in0, self._in1, self._val)
-            columns: tuple[list[Any], ...] = self._staged_columns()
-            try:
-                for array, column in zip(arrays, columns, strict=True):
-                    array[start:n] = column
-                    column.clear()
-            except ValueError:  # another thread appended rows while these moved
-                self._corrupted = True
-                raise ConcurrentRecordingError(_CONCURRENT_RECORDING) from None
-            self._synced = n
-
-    def _staged_columns(self) -> tuple[list[int], list[int], list[int], list[float]]:
-        return self._staged_opcode, self._staged_in0, self._staged_in1, self._staged_val
-
-    def _grow(self, needed: int) -> None:
-        capacity = self._opcode.size
-        while capacity < needed:
-            capacity *= 2
-        for name in _COLUMNS:
-            old = getattr(self, name)
-            new = np.zeros(capacity, old.dtype)
-            new[: old.size] = old
-            setattr(self, name, new)
-        self._column_views = _NO_VIEWS  # the old arrays go now, not at the next sweep
-        self._warn_growth()
-
-    def _warn_growth(self) -> None:
-        """Say once that this tape keeps growing: nothing on a live tape is freed."""
-        held = sum(getattr(self, name).nbytes for name in _COLUMNS) + self.blocks.nbytes
-        if self._warned_growth or held <= GROWTH_WARNING_BYTES:
-            return
-        self._warned_growth = True
-        warnings.warn(
-            f"this fastad tape holds {self._n} nodes and {held / 2**30:.1f} GiB: a tape keeps "
-            "every node (and array) recorded on it for as long as it lives. In a loop, record "
-            "each step on a fresh tape (`with fa.Tape():`) or call tape.reset() after the "
-            "optimiser step, and memory stays flat.",
-            RuntimeWarning,
-            stacklevel=5,
-        )
+        if self.blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
+            self.warn_growth()
 
     # -- state ---------------------------------------------------------------------
     def clear(self) -> None:
@@ -292,11 +156,7 @@ class TapeStorage:
         if self._owner is not None:
             self._refuse("reset")
         with self.lock:  # never under another thread's sweep
-            for column in self._staged_columns():  # dropped unread: a reset forgets them
-                column.clear()
-            self.clear_adjoints()
-            self._n = self._synced = 0
-            self._corrupted = False
+            self.clear_rows()
             self.generation += 1
             self._labels.clear()
             self._constants.clear()
@@ -484,107 +344,6 @@ class TapeStorage:
         """True for a tape that keeps the source line of every node."""
         return self._sources is not None
 
-    def columns(self) -> tuple[OpcodeArray, IndexArray, IndexArray, FloatArray, FloatArray]:
-        """``opcode, in0, in1, val, grad`` of the first ``len(tape)`` rows, writable.
-
-        For the sweep driver and the kernels; users get read-only views.
-        """
-        self.sync()
-        n, opcode = self._n, self._opcode
-        held_n, held_opcode, views = self._column_views
-        if held_n == n and held_opcode is opcode:  # every sweep reads them: make them once
-            return views
-        views = (opcode[:n], self._in0[:n], self._in1[:n], self._val[:n], self._grad[:n])
-        self._column_views = (n, opcode, views)  # new arrays (growth, trim) are new views
-        return views
-
-    def ancestors(self, root: int) -> tuple[NDArray[np.bool_], int]:
-        """A mask of ``root`` and every node it depends on, and the lowest such id."""
-        root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self.columns()
-        mark = np.zeros(root + 1, np.bool_)
-        lowest = graph_marks.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
-        return mark, lowest
-
-    def reaching(self, root: int) -> tuple[list[int], int]:
-        """The block ops ``root`` depends on (ascending), and the lowest id it depends on.
-
-        What a sweep from ``root`` must visit. The marks go into a scratch
-        mask kept with the tape and cleared again over the span they used,
-        so the cost is that span, not the tape's length.
-        """
-        root = self.check_id(root, "root")
-        _, in0, in1, _, _ = self.columns()
-        if self._scratch.size <= root:
-            self._scratch = np.zeros(max(root + 1, self._opcode.size), np.bool_)
-        mark = self._scratch
-        lowest = graph_marks.mark_ancestors(in0, in1, *self._extra_edges(), root, mark)
-        ops = self.blocks.ops
-        if len(ops) <= FEW_OPS:
-            picked = [node for node in ops if lowest <= node <= root and mark[node]]
-        else:
-            ids = self.blocks.op_ids()
-            ids = ids[np.searchsorted(ids, lowest) : np.searchsorted(ids, root, side="right")]
-            picked = ids[mark[ids]].tolist()
-        mark[lowest : root + 1] = False
-        return picked, lowest
-
-    def descendants(self, sources: list[int], lowest: int, root: int) -> NDArray[np.bool_]:
-        """A mask over ``[0, root]``: ``sources`` and the nodes in ``[lowest, root]``
-        that depend on one of them (the nodes whose adjoints a gradient wrt ``sources`` uses)."""
-        root = self.check_id(root, "root")
-        sources = [self.check_id(node, "source") for node in sources]
-        if not (isinstance(lowest, (int, np.integer)) and 0 <= lowest <= root):
-            raise ValueError(f"lowest must be an id in [0, root {root}], got {lowest!r}")
-        _, in0, in1, _, _ = self.columns()
-        mark = np.zeros(root + 1, np.bool_)
-        mark[[node for node in sources if node <= root]] = True
-        graph_marks.mark_descendants(in0, in1, *self._extra_edges(), lowest, root, mark)
-        return mark
-
-    def value_ancestors(self, root: int) -> NDArray[np.bool_]:
-        """As :meth:`ancestors`, without the side of ``fa.where`` not taken."""
-        root = self.check_id(root, "root")
-        opcode, in0, in1, val, _ = self.columns()
-        mark = np.zeros(root + 1, np.bool_)
-        is_block = np.zeros(root + 1, np.bool_)
-        is_block[[node for node in self.blocks.ops if node <= root]] = True
-        graph_marks.mark_value_ancestors(
-            opcode, in0, in1, val, is_block, *self._extra_edges(), root, mark
-        )
-        return mark
-
-    def local_partials(self, ids: NDArray[np.int64]) -> FloatArray:
-        """``(d/d in0, d/d in1)`` of the scalar nodes ``ids`` (valid ids), zero past their arity."""
-        partials = np.zeros((ids.size, 2), VALUE_DTYPE)
-        opcode, in0, in1, val, _ = self.columns()
-        tape_sweeps.evaluate_partials(opcode, in0, in1, val, ids, partials)
-        return partials
-
-    def _extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
-        return self.blocks.extra_edges()
-
-    def _view(self, name: str) -> Any:
-        self.sync()
-        view = getattr(self, name)[: self._n]
-        view.flags.writeable = False
-        return view
-
-    @property
-    def opcode(self) -> OpcodeArray:
-        """Opcodes (uint8)."""
-        return self._view("_opcode")
-
-    @property
-    def in0(self) -> IndexArray:
-        """First operand ids (int32)."""
-        return self._view("_in0")
-
-    @property
-    def in1(self) -> IndexArray:
-        """Second operand ids (int32)."""
-        return self._view("_in1")
-
     @property
     def val(self) -> FloatArray:
         """Node values (float64).
@@ -606,51 +365,9 @@ class TapeStorage:
         return self._view("_grad")
 
     @property
-    def inputs(self) -> NDArray[np.intp]:
-        """Ids of the leaves (``fa.var`` nodes) in the order they were recorded."""
-        self.sync()
-        return np.flatnonzero(self._opcode[: self._n] == optable.INPUT)
-
-    @property
     def has_blocks(self) -> bool:
         """True when the tape holds block (array) nodes."""
         return bool(self.blocks.values)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the five node arrays (capacity, not just length)."""
-        self.sync()
-        return sum(getattr(self, name).nbytes for name in _COLUMNS)
-
-    def trim(self) -> None:
-        """Release the arrays' spare capacity (``Tape.trim``)."""
-        self.sync()
-        for name in _COLUMNS:
-            setattr(self, name, getattr(self, name)[: max(self._n, 1)].copy())
-        self._column_views = _NO_VIEWS
-
-    def fill(self, opcode: Any, in0: Any, in1: Any, val: Any) -> None:
-        """Replace an empty tape's rows by validated arrays (``Tape.from_arrays``)."""
-        n = len(opcode)
-        if n > self._opcode.size:
-            self._grow(n)
-        self._opcode[:n], self._in0[:n], self._in1[:n], self._val[:n] = opcode, in0, in1, val
-        self._n = self._synced = n
-        self._column_views = _NO_VIEWS
-
-
-_NO_VIEWS: tuple[int, None, tuple[()]] = (-1, None, ())
-"""``TapeStorage.columns``' cache when it holds nothing."""
-
-_CONCURRENT_RECORDING = (
-    "several threads recorded onto this tape at the same time (or one read it while "
-    "another recorded, or an exception such as Ctrl-C interrupted the recording of a node), "
-    "so its node ids are no longer valid and nothing computed from it could be trusted. A "
-    "tape records for one thread at a time: record each thread's work "
-    "on its own tape (`with fa.Tape():` inside the thread; a thread's default tape is its "
-    "own already), or hold a lock of your own around recording and reading. tape.reset() "
-    "makes this tape usable again."
-)
 
 
 def as_stored(value: Any) -> FloatArray:

@@ -4,7 +4,8 @@ The compiled kernels do no bounds checks, so this is what keeps bad data
 (a hand-built array, a damaged file) from crashing them: operand ids must
 precede their node, opcodes must exist, arrays must be one-dimensional of
 one length, ids integer and values floating point. Errors name the first
-offending node (and the file).
+offending node (and the file). ``check_row`` checks one raw row pushed by
+``Tape.push`` the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.core.block_table import INDEX_DTYPE
-from fastad.core.storage import ARITY, OPCODE_DTYPE, VALUE_DTYPE
+from fastad.core.node_arrays import OPCODE_DTYPE, VALUE_DTYPE
+from fastad.core.storage import ARITY
 from fastad.kernels import optable
 from fastad.util import npz
 from fastad.util.errors import is_int
@@ -133,3 +135,23 @@ def scalar_op(code: object) -> optable.Op:
             "(fastad.kernels.optable.OPS)"
         )
     return optable.OPS[int(code)]
+
+
+def check_row(storage: TapeStorage, code: object, in0: object, in1: object) -> None:
+    """Check one raw row of ``Tape.push`` before anything is written: ``code`` is a scalar
+    op, ``in0``/``in1`` ids of earlier scalar nodes for its operands and -1 for the rest."""
+    op = scalar_op(code)
+    for slot, j in enumerate((in0, in1)):
+        field = ("in0", "in1")[slot]
+        if slot >= op.arity:
+            if not is_int(j) or j != -1:
+                raise ValueError(
+                    f"{op.name} takes {op.arity} operand(s): {field} must be -1, got {j!r}"
+                )
+            continue
+        node = storage.check_id(j, f"{field} (operand {slot + 1} of {op.name})")
+        if storage.block_value(node) is not None:
+            raise ValueError(
+                f"{field} {node} is a block node: a scalar op reads scalar nodes (record "
+                "ops on blocks with fastad's functions, e.g. fa.sin(X))"
+            )

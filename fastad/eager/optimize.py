@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastad.core.graph import ancestors
 from fastad.core.storage import ARITY
 from fastad.eager.tape import Tape, storage_of
 from fastad.kernels import optable
@@ -108,7 +109,7 @@ def optimize(tape: Tape, outputs: Iterable[NodeRef], keep: Iterable[NodeRef] = (
     alive = np.zeros(n, np.bool_)
     for root in roots:
         if not alive[root]:
-            alive[: root + 1] |= storage_of(tape).ancestors(root)[0]
+            alive[: root + 1] |= ancestors(storage_of(tape), root)[0]
     alive |= opcode == optable.INPUT
 
     new_ids = np.full(n, -1, np.int64)

@@ -3,12 +3,15 @@
 ``Tape`` is the public face of a recording. Its layers live below it:
 ``fastad/core/storage.py`` keeps the arrays (a ``Tape`` holds a ``TapeStorage``;
 fastad's own layers reach it with :func:`storage_of`, users never need it),
-``fastad/core/derivatives.py`` runs the derivative sweeps a tape asks for,
+``fastad/eager/differentiate.py`` checks the arguments of derivative requests
+and hands them to ``fastad/core/derivatives.py``, which runs the sweeps,
 ``fastad/core/driver.py`` walks the arrays with the block rules of
 ``fastad/core/block_rules.py``, ``fastad/eager/node.py`` makes the handles,
-``fastad/core/diagnose.py`` finds where a ``nan`` was made, ``fastad/core/draw.py``
-prints and draws, ``fastad/core/tape_file.py`` validates arrays and files. Each
-method here checks its arguments and hands over.
+``fastad/eager/graph_tools.py`` finds where a ``nan`` was made
+(``fastad/core/diagnose.py``), prints and draws (``fastad/core/draw.py``),
+``fastad/core/tape_file.py`` validates raw rows, arrays and files. Each
+method here checks its arguments, or has one of those modules check them, and
+hands over.
 
 Which tape records: the innermost ``with fa.Tape():`` block of the current
 thread, otherwise the thread's default tape (``fa.current_tape()``).
@@ -25,14 +28,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.core import block_rules, derivatives, diagnose, draw, driver, tape_file
+from fastad.core import block_rules, driver, tape_file
 from fastad.core.storage import INITIAL_CAPACITY, TapeStorage, as_stored
+from fastad.eager import differentiate, graph_tools
 from fastad.eager.handle import Node, check_live
 from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.kernels import optable
 from fastad.util import npz
-from fastad.util.errors import NonFiniteOrigin, flag, is_int
+from fastad.util.errors import NonFiniteOrigin
 
 if TYPE_CHECKING:
     from fastad.eager.node import NodeRef
@@ -222,31 +226,8 @@ class Tape:
         none, a unary op one), ``value`` is a real number. The value is kept
         as given, as :meth:`from_arrays` keeps raw rows.
         """
-        op = tape_file.scalar_op(code)
-        for slot, j in enumerate((in0, in1)):
-            field = ("in0", "in1")[slot]
-            if slot >= op.arity:
-                if not is_int(j) or j != -1:
-                    raise ValueError(
-                        f"{op.name} takes {op.arity} operand(s): {field} must be -1, got {j!r}"
-                    )
-                continue
-            node = self._storage.check_id(j, f"{field} (operand {slot + 1} of {op.name})")
-            if self._storage.block_value(node) is not None:
-                raise ValueError(
-                    f"{field} {node} is a block node: a scalar op reads scalar nodes (record "
-                    "ops on blocks with fastad's functions, e.g. fa.sin(X))"
-                )
+        tape_file.check_row(self._storage, code, in0, in1)
         return self._storage.push(int(code), int(in0), int(in1), _as_float(value, "the value"))
-
-    def _wrt_ids(self, wrt: Iterable[NodeRef]) -> list[int]:
-        """The ids of a list of wrt nodes; a single node is refused (a block would be
-        iterated row by row, recording an index node per row)."""
-        if isinstance(wrt, Node):
-            raise TypeError(
-                f"wrt is one node, {wrt!r}: pass a list of nodes ([x]); fa.grad takes one node"
-            )
-        return [self.node_id(i, "wrt") for i in wrt]
 
     @overload
     def input(self, value: RealNumber, name: str | None = None) -> Var: ...
@@ -318,37 +299,12 @@ class Tape:
     # -- reading -----------------------------------------------------------------
     def adjoint(self, node_id: NodeRef) -> float:
         """The adjoint of one node (what ``Var.grad`` returns)."""
-        self._storage.refuse_while_tracing("a gradient (.grad)")
-        node = self.node_id(node_id)
-        if node in self._storage.blocks.values:
-            raise TypeError(
-                f"node {node} is a block node: its adjoint is tape.block_adjoint({node})"
-            )
-        return float(self._storage.columns()[4][node])
+        return differentiate.adjoint(self, node_id)
 
     def block_adjoint(self, node_id: NodeRef) -> FloatArray:
-        """The adjoint array of a block node (zeros before any backward), read-only.
-
-        The tape's own array, not a copy (copying a layer's weight gradient
-        cost as much as its backward product): read-only, like ``.value``,
-        and never changed afterwards. A later backward makes new arrays, so
-        one read keeps its numbers; ``.copy()`` it to change them.
-        """
-        self._storage.refuse_while_tracing("a block gradient")
-        node = node_id if type(node_id) is int and node_id in self._storage.blocks.values else None
-        if node is None:
-            node = self.node_id(node_id)
-            if node not in self._storage.blocks.values:
-                raise TypeError(
-                    f"node {node} is a scalar node: its adjoint is tape.adjoint({node})"
-                )
-        if self._storage.columns()[0][node] == optable.CONST:
-            raise ValueError(
-                f"node {node} is an array constant (data, such as a NumPy array in an "
-                "expression): constants get no gradient. Record it with fa.var(array) to "
-                f"differentiate with respect to it, or use tape.gradient(L, [{node}])"
-            )
-        return self._storage.block_adjoint(node)
+        """The adjoint array of a block node (zeros before any backward), read-only and the
+        tape's own; see :func:`fastad.eager.differentiate.block_adjoint`."""
+        return differentiate.block_adjoint(self, node_id)
 
     def op_name(self, node_id: NodeRef) -> str:
         """The op-table name of one node."""
@@ -380,177 +336,61 @@ class Tape:
         With ``accumulate`` d root / d node is added to the existing
         adjoints instead; nothing is ever "sometimes zeroed".
         """
-        self._storage.refuse_while_tracing("backward()")
-        node = self._scalar_root(root, "backward")
-        check, accumulate = flag(check, "check"), flag(accumulate, "accumulate")
-        derivatives.backward_into(self._storage, node, accumulate, check)
-
-    def _scalar_root(self, root: NodeRef, what: str) -> int:
-        """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
-        node = self.node_id(root, "output")
-        block = self._storage.block_value(node)
-        if block is not None:
-            raise TypeError(
-                f"{what} needs a scalar output; node {node} is a block of shape "
-                f"{block.shape}: reduce it first (e.g. Y.sum())"
-            )
-        return node
+        differentiate.backward(self, root, accumulate, check)
 
     @_holding_lock
     def gradient(
         self, root: NodeRef, wrt: Iterable[NodeRef]
     ) -> FloatArray | list[float | FloatArray]:
-        """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched.
-
-        Only what these gradients need is computed: block rules send nothing
-        to operands that no node of ``wrt`` feeds (the data of a layer).
-
-        A float64 array for scalar nodes; with blocks among ``wrt``, a list
-        of floats and arrays.
-        """
-        self._storage.refuse_while_tracing("fa.grad")
-        node = self._scalar_root(root, "a gradient")
-        ids = self._wrt_ids(wrt)
-        return derivatives.gradient(self._storage, node, ids)
+        """d root / d node for each node id in ``wrt``, leaving ``grad`` untouched: a float64
+        array, or with blocks among ``wrt`` a list of floats and arrays; see
+        :func:`fastad.eager.differentiate.gradient`."""
+        return differentiate.gradient(self, root, wrt)
 
     @_holding_lock
     def vjp(
         self, root: NodeRef, wrt: Iterable[NodeRef], cotangent: ArrayLike
     ) -> list[float | FloatArray]:
-        """``u^T J``: the cotangent ``u`` of ``root`` pulled back to each node of ``wrt``.
-
-        ``u`` has ``root``'s shape (a float for a scalar node, an array for a
-        block); one backward sweep seeded with it, so a block output needs no
-        reduction first. Zero entries of ``u`` are strong zeros (they send
-        nothing, even against an infinite partial), as zero seeds are
-        everywhere. A list of floats and arrays, shaped like the nodes;
-        ``.grad`` is untouched.
-        """
-        self._storage.refuse_while_tracing("fa.vjp")
-        node = self.node_id(root, "output")
-        ids = self._wrt_ids(wrt)
-        block = self._storage.block_value(node)
-        u = derivatives.real_direction(cotangent, "the cotangent")
-        shape = () if block is None else block.shape
-        if u.shape != shape:
-            raise ValueError(f"the cotangent has shape {u.shape}, the output {shape}")
-        if not np.isfinite(u).all():
-            found = u[~np.isfinite(u)].flat[0]
-            raise ValueError(f"the cotangent must be finite, got {found} in it")
-        return derivatives.vjp(self._storage, node, ids, u)
+        """``u^T J``: the cotangent ``u`` (of ``root``'s shape) pulled back to each node of
+        ``wrt``, a float or an array each; see :func:`fastad.eager.differentiate.vjp`."""
+        return differentiate.vjp(self, root, wrt, cotangent)
 
     @_holding_lock
     def tangent(
         self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
     ) -> float | FloatArray:
-        """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``).
-
-        The nodes in ``wrt`` are perturbed as independent variables (an
-        intermediate node is held at its perturbation, not recomputed from
-        its inputs; a node listed twice gets the sum), all other leaves hold
-        still: ``tangent(root, wrt, v) == gradient(root, wrt) @ v`` when no
-        node of ``wrt`` depends on another (each adjoint is a total
-        derivative through everything downstream of its node). This is ``J v``
-        for one output, computed by the compiled tangent sweep from the same
-        local partials as ``backward``. For a block in ``wrt`` its direction
-        is an array of the block's shape. A block ``root`` gives an array of
-        its shape: ``J v`` for all its elements from the one sweep.
-        """
-        self._storage.refuse_while_tracing("fa.jvp")
-        node = self.node_id(root, "output")
-        ids = self._wrt_ids(wrt)
-        visits = driver.plan(self._storage, node)
-        tangents, block_tangents, seeded = derivatives.seed_tangents(
-            self._storage, node, ids, direction, visits
-        )
-        return driver.tangent(
-            self._storage, block_rules.rule, node, tangents, block_tangents, seeded, visits
-        )
+        """Forward mode: d root along ``direction`` (one entry per node id in ``wrt``, which
+        are perturbed as independent variables); see :func:`fastad.eager.differentiate.tangent`."""
+        return differentiate.tangent(self, root, wrt, direction)
 
     # -- second order ------------------------------------------------------------
     @_holding_lock
     def hvp(
         self, root: NodeRef, wrt: Iterable[NodeRef], direction: Iterable[ArrayLike]
     ) -> FloatArray | list[float | FloatArray]:
-        """``H v``: the Hessian of ``root`` with respect to ``wrt``, times ``direction``.
-
-        Forward-over-reverse: a tangent sweep along ``direction`` (seeded as
-        in :meth:`tangent`), the backward sweep, and the tangent of the
-        backward sweep; no Hessian is formed and ``.grad`` is untouched.
-        ``wrt`` nodes are independent variables as in :meth:`gradient` and
-        :meth:`tangent` (an intermediate node is held at its perturbation).
-        A float64 array for scalar nodes; with blocks among ``wrt`` a list of
-        floats and arrays, each shaped like its node. A block op on the way
-        without a second-order rule raises ``NotImplementedError`` naming it.
-        """
-        self._storage.refuse_while_tracing("fa.hvp")
-        node = self._scalar_root(root, "a Hessian-vector product")
-        ids = self._wrt_ids(wrt)
-        return derivatives.hvp(self._storage, node, ids, direction)
+        """``H v``: the Hessian of ``root`` with respect to ``wrt``, times ``direction``
+        (forward-over-reverse); see :func:`fastad.eager.differentiate.hvp`."""
+        return differentiate.hvp(self, root, wrt, direction)
 
     @_holding_lock
     def hessian(self, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
-        """The ``(k, k)`` Hessian of ``root`` with respect to the ``k`` scalar nodes ``wrt``.
+        """The ``(k, k)`` Hessian of ``root`` with respect to the ``k`` scalar nodes ``wrt``;
+        see :func:`fastad.eager.differentiate.hessian`."""
+        return differentiate.hessian(self, root, wrt)
 
-        One backward sweep, then per node of ``wrt`` a tangent sweep and the
-        backward sweep's tangent: row ``t`` is ``H e_t`` (:meth:`hvp`), so
-        the result is symmetric up to rounding. For blocks use :meth:`hvp`.
-        """
-        self._storage.refuse_while_tracing("fa.hessian")
-        node = self._scalar_root(root, "a Hessian")
-        ids = self._wrt_ids(wrt)
-        for i in ids:
-            block = self._storage.block_value(i)
-            if block is not None:
-                raise TypeError(
-                    f"fa.hessian takes scalar nodes; node {i} is a block of shape "
-                    f"{block.shape}: use fa.hvp for Hessian-vector products with blocks"
-                )
-        return derivatives.hessian(self._storage, node, ids)
-
-    # -- finding where nan/inf came from ---------------------------------------
+    # -- finding where nan/inf came from, printing ---------------------------------
     @_holding_lock
     def first_nonfinite(self, root: NodeRef | None = None) -> NonFiniteOrigin | None:
-        """The first node whose value is ``nan``/``inf`` while its inputs are finite.
-
-        Only nodes whose values ``root``'s value depends on are considered
-        (all nodes when ``root`` is None): the side of ``fa.where`` not taken
-        is not, since the select never reads it. Returns a :class:`fastad.NonFiniteOrigin`, or
-        None when every such value is finite. A leaf or constant holding
-        ``nan``/``inf`` is its own origin. ``jax_debug_nans`` and
-        ``detect_anomaly`` point at where a ``nan`` is first *noticed*; this
-        points at where it was *made*.
-        """
-        if root is None:
-            return diagnose.first_nonfinite(self._storage, len(self), None)
-        node = self.node_id(root)
-        return diagnose.first_nonfinite(self._storage, node + 1, node)
+        """The first node whose value is ``nan``/``inf`` while its inputs are finite, among
+        those ``root``'s value depends on (all when None); see
+        :func:`fastad.eager.graph_tools.first_nonfinite`."""
+        return graph_tools.first_nonfinite(self, root)
 
     def local_partials(self, nodes: NodeRef | Iterable[NodeRef]) -> FloatArray:
-        """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes.
+        """Local partial derivatives ``(d/d in0, d/d in1)`` of the given nodes, shape
+        ``(len(nodes), 2)``; see :func:`fastad.eager.graph_tools.local_partials`."""
+        return graph_tools.local_partials(self, nodes)
 
-        Returns an array of shape ``(len(nodes), 2)``; zero where a node has
-        fewer operands. This is the edge label of a drawing: the number a
-        node's adjoint is multiplied by on its way to each operand.
-        """
-        self._storage.refuse_while_tracing("local partials")
-        items: list[Any]
-        if isinstance(nodes, Node) or not isinstance(nodes, Iterable):
-            items = [nodes]  # one node (a Block handle is not a sequence of elements here)
-        elif isinstance(nodes, np.ndarray):
-            items = nodes.reshape(-1).tolist()
-        else:
-            items = list(nodes)
-        ids = np.array([self.node_id(i) for i in items], np.int64)
-        for node in ids.tolist():
-            if self._storage.blocks.is_op(node):
-                raise TypeError(
-                    f"node {node} ({self.op_name(node)}) is a block op: its rule is a "
-                    "vector-Jacobian product, it has no local partial per operand"
-                )
-        return self._storage.local_partials(ids)
-
-    # -- printing --------------------------------------------------------------
     def table(
         self,
         grad: bool = False,
@@ -568,25 +408,17 @@ class Tape:
         (for instance the origin a checked backward reported). Debug tapes
         add the file and line that recorded each node.
         """
-        around_id = None if around is None else self.node_id(around)
-        return draw.table(self._storage, grad, start, stop, max_rows, around_id, context)
+        return graph_tools.table(self, grad, start, stop, max_rows, around, context)
 
     def to_dot(self, root: NodeRef | None = None, max_nodes: int = 200, grad: bool = True) -> str:
         """Graphviz DOT source of the tape; see :func:`fastad.core.draw.to_dot`."""
-        return draw.to_dot(self._storage, self._root_id(root), max_nodes, grad)
+        return graph_tools.to_dot(self, root, max_nodes, grad)
 
     def render(
-        self,
-        path: StrPath,
-        root: NodeRef | None = None,
-        max_nodes: int = 200,
-        grad: bool = True,
+        self, path: StrPath, root: NodeRef | None = None, max_nodes: int = 200, grad: bool = True
     ) -> pathlib.Path:
         """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.core.draw.render`."""
-        return draw.render(self._storage, path, self._root_id(root), max_nodes, grad)
-
-    def _root_id(self, root: NodeRef | None) -> int | None:
-        return None if root is None else self.node_id(root, "root")
+        return graph_tools.render(self, path, root, max_nodes, grad)
 
     # -- building from arrays, saving, loading ---------------------------------
     @classmethod
