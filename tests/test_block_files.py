@@ -11,7 +11,7 @@ import pytest
 import fastad as fa
 from fastad.core import reduction_rules
 from fastad.eager import block_file
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import optable
 from fastad.util import npz
 

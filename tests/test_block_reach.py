@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 
 
 def gradient_and_jvps(build, values, as_scalar_nodes=False):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 
 
 # -- the articles' examples 3-6 --------------------------------------------------------

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import fastad as fa
 from fastad.core import block_rules, elementwise_rules, reach, reduction_rules
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import optable
 
 CROSS_ENTROPY = block_rules.RULES[optable.BLOCK_BY_NAME["cross_entropy"].code]

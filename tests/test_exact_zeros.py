@@ -17,7 +17,7 @@ import pytest
 
 import fastad as fa
 from fastad.core import reach
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import optable
 
 B, N, H, C = 12, 7, 5, 4

@@ -22,8 +22,8 @@ import fastad as fa
 import fastad.kernels
 from fastad.core import block_rules
 from fastad.core.storage import as_stored
+from fastad.eager.handle import storage_of
 from fastad.eager.node import elementwise
-from fastad.eager.tape import storage_of
 from fastad.kernels import optable
 
 

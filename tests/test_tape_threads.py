@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 
 STEPS = 300
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import optable
 from fastad.util import memory
 
@@ -507,7 +507,7 @@ RAW_CALLS = r"""
 import numpy as np
 import fastad as fa
 from fastad.core import graph
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 
 cases = []
 with fa.Tape() as t:

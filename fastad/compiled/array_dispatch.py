@@ -22,7 +22,7 @@ from fastad.compiled import array_kernel
 from fastad.compiled.array_interpreter import unit
 from fastad.compiled.definition import ArrayDefinition
 from fastad.compiled.tiers import HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

@@ -19,8 +19,8 @@ import numpy as np
 from fastad.compiled.batch_errors import describe_guard
 from fastad.compiled.definition import ArrayDefinition
 from fastad.core.storage import as_stored
+from fastad.eager.handle import storage_of
 from fastad.eager.node import Block, Var
-from fastad.eager.tape import storage_of
 from fastad.util.errors import BranchError, NonFiniteError
 
 if TYPE_CHECKING:

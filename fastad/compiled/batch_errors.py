@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from fastad.eager.tape import Tape, storage_of
+from fastad.eager.handle import storage_of
+from fastad.eager.tape import Tape
 from fastad.kernels import lane_sweeps, optable
 from fastad.util.errors import BranchError, NonFiniteError, NonFiniteOrigin
 

@@ -23,8 +23,8 @@ from fastad.compiled.array_arguments import Arguments, by_argument, copied_into
 from fastad.compiled.array_dispatch import OK, Generated
 from fastad.compiled.array_interpreter import Interpreter
 from fastad.compiled.definition import ArrayDefinition
+from fastad.eager.handle import storage_of
 from fastad.eager.node import Block
-from fastad.eager.tape import storage_of
 from fastad.util.memory import check_fits
 
 if TYPE_CHECKING:

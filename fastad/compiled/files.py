@@ -33,7 +33,8 @@ from fastad.compiled.definition import (
 from fastad.compiled.tiers import BACKENDS
 from fastad.compiled.trace import wrt_positions
 from fastad.eager import block_file
-from fastad.eager.tape import Tape, storage_of
+from fastad.eager.handle import storage_of
+from fastad.eager.tape import Tape
 from fastad.kernels import optable
 from fastad.util import npz
 from fastad.util.errors import BranchError

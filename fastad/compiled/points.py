@@ -39,7 +39,7 @@ from fastad.compiled.replay import (
 )
 from fastad.compiled.tiers import Tier
 from fastad.compiled.trace import trace_scalars
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import lane_sweeps
 from fastad.util.errors import flag, is_int, not_real
 from fastad.util.memory import check_fits

@@ -29,7 +29,7 @@ from fastad.compiled.parallel import threaded_region, threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.graph import descendants
 from fastad.core.storage import ARITY
-from fastad.eager.tape import storage_of
+from fastad.eager.handle import storage_of
 from fastad.kernels import codegen as generator
 from fastad.kernels import lane_sweeps
 from fastad.util.progress import progress

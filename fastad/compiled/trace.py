@@ -21,10 +21,11 @@ from fastad.compiled import batch_axis
 from fastad.compiled.definition import ArrayDefinition, ScalarDefinition, ScalarProgram
 from fastad.compiled.tiers import BACKENDS
 from fastad.core.storage import MAX_NODES
+from fastad.eager.handle import storage_of
 from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.eager.optimize import optimize as optimize_tape
-from fastad.eager.tape import Tape, storage_of
+from fastad.eager.tape import Tape
 from fastad.util.errors import is_int, not_real
 from fastad.util.memory import check_fits
 from fastad.util.progress import progress

@@ -29,7 +29,8 @@ import numpy as np
 from fastad.core import block_rules, tape_file
 from fastad.core.reduction_rules import Reduction
 from fastad.core.storage import as_stored
-from fastad.eager.tape import Tape, storage_of
+from fastad.eager.handle import storage_of
+from fastad.eager.tape import Tape
 from fastad.kernels import optable
 from fastad.util.memory import available_memory
 

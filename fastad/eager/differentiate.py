@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fastad.core import block_rules, derivatives, driver
-from fastad.eager.handle import Node
+from fastad.eager.handle import Node, storage_of
 from fastad.kernels import optable
 from fastad.util.errors import flag
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def adjoint(tape: Tape, node_id: NodeRef) -> float:
     """The adjoint of one scalar node (what ``Var.grad`` returns)."""
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("a gradient (.grad)")
     node = tape.node_id(node_id)
     if node in storage.blocks.values:
@@ -44,7 +44,7 @@ def block_adjoint(tape: Tape, node_id: NodeRef) -> FloatArray:
     and never changed afterwards. A later backward makes new arrays, so
     one read keeps its numbers; ``.copy()`` it to change them.
     """
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("a block gradient")
     node = node_id if type(node_id) is int and node_id in storage.blocks.values else None
     if node is None:
@@ -68,10 +68,10 @@ def backward(tape: Tape, root: NodeRef, accumulate: bool, check: bool) -> None:
     With ``accumulate`` d root / d node is added to the existing
     adjoints instead; nothing is ever "sometimes zeroed".
     """
-    tape._storage.refuse_while_tracing("backward()")
+    storage_of(tape).refuse_while_tracing("backward()")
     node = scalar_root(tape, root, "backward")
     check, accumulate = flag(check, "check"), flag(accumulate, "accumulate")
-    derivatives.backward_into(tape._storage, node, accumulate, check)
+    derivatives.backward_into(storage_of(tape), node, accumulate, check)
 
 
 def gradient(
@@ -85,10 +85,10 @@ def gradient(
     A float64 array for scalar nodes; with blocks among ``wrt``, a list
     of floats and arrays.
     """
-    tape._storage.refuse_while_tracing("fa.grad")
+    storage_of(tape).refuse_while_tracing("fa.grad")
     node = scalar_root(tape, root, "a gradient")
     ids = wrt_ids(tape, wrt)
-    return derivatives.gradient(tape._storage, node, ids)
+    return derivatives.gradient(storage_of(tape), node, ids)
 
 
 def vjp(
@@ -103,7 +103,7 @@ def vjp(
     everywhere. A list of floats and arrays, shaped like the nodes;
     ``.grad`` is untouched.
     """
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("fa.vjp")
     node = tape.node_id(root, "output")
     ids = wrt_ids(tape, wrt)
@@ -134,7 +134,7 @@ def tangent(
     is an array of the block's shape. A block ``root`` gives an array of
     its shape: ``J v`` for all its elements from the one sweep.
     """
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("fa.jvp")
     node = tape.node_id(root, "output")
     ids = wrt_ids(tape, wrt)
@@ -159,10 +159,10 @@ def hvp(
     floats and arrays, each shaped like its node. A block op on the way
     without a second-order rule raises ``NotImplementedError`` naming it.
     """
-    tape._storage.refuse_while_tracing("fa.hvp")
+    storage_of(tape).refuse_while_tracing("fa.hvp")
     node = scalar_root(tape, root, "a Hessian-vector product")
     ids = wrt_ids(tape, wrt)
-    return derivatives.hvp(tape._storage, node, ids, direction)
+    return derivatives.hvp(storage_of(tape), node, ids, direction)
 
 
 def hessian(tape: Tape, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
@@ -172,7 +172,7 @@ def hessian(tape: Tape, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
     backward sweep's tangent: row ``t`` is ``H e_t`` (:func:`hvp`), so
     the result is symmetric up to rounding. For blocks use :func:`hvp`.
     """
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("fa.hessian")
     node = scalar_root(tape, root, "a Hessian")
     ids = wrt_ids(tape, wrt)
@@ -189,7 +189,7 @@ def hessian(tape: Tape, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
 def scalar_root(tape: Tape, root: NodeRef, what: str) -> int:
     """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
     node = tape.node_id(root, "output")
-    block = tape._storage.block_value(node)
+    block = storage_of(tape).block_value(node)
     if block is not None:
         raise TypeError(
             f"{what} needs a scalar output; node {node} is a block of shape "

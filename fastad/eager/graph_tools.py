@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad.core import diagnose, draw, graph
-from fastad.eager.handle import Node
+from fastad.eager.handle import Node, storage_of
 from fastad.kernels import optable
 from fastad.util.errors import NonFiniteOrigin
 
@@ -37,9 +37,9 @@ def first_nonfinite(tape: Tape, root: NodeRef | None) -> NonFiniteOrigin | None:
     points at where it was *made*.
     """
     if root is None:
-        return diagnose.first_nonfinite(tape._storage, len(tape), None)
+        return diagnose.first_nonfinite(storage_of(tape), len(tape), None)
     node = tape.node_id(root)
-    return diagnose.first_nonfinite(tape._storage, node + 1, node)
+    return diagnose.first_nonfinite(storage_of(tape), node + 1, node)
 
 
 def local_partials(tape: Tape, nodes: NodeRef | Iterable[NodeRef]) -> FloatArray:
@@ -49,7 +49,7 @@ def local_partials(tape: Tape, nodes: NodeRef | Iterable[NodeRef]) -> FloatArray
     fewer operands. This is the edge label of a drawing: the number a
     node's adjoint is multiplied by on its way to each operand.
     """
-    storage = tape._storage
+    storage = storage_of(tape)
     storage.refuse_while_tracing("local partials")
     items: list[Any]
     if isinstance(nodes, Node) or not isinstance(nodes, Iterable):
@@ -87,19 +87,19 @@ def table(
     add the file and line that recorded each node.
     """
     around_id = None if around is None else tape.node_id(around)
-    return draw.table(tape._storage, grad, start, stop, max_rows, around_id, context)
+    return draw.table(storage_of(tape), grad, start, stop, max_rows, around_id, context)
 
 
 def to_dot(tape: Tape, root: NodeRef | None, max_nodes: int, grad: bool) -> str:
     """Graphviz DOT source of the tape; see :func:`fastad.core.draw.to_dot`."""
-    return draw.to_dot(tape._storage, _root_id(tape, root), max_nodes, grad)
+    return draw.to_dot(storage_of(tape), _root_id(tape, root), max_nodes, grad)
 
 
 def render(
     tape: Tape, path: StrPath, root: NodeRef | None, max_nodes: int, grad: bool
 ) -> pathlib.Path:
     """Render the drawing to an .svg/.png/.pdf file; see :func:`fastad.core.draw.render`."""
-    return draw.render(tape._storage, path, _root_id(tape, root), max_nodes, grad)
+    return draw.render(storage_of(tape), path, _root_id(tape, root), max_nodes, grad)
 
 
 def _root_id(tape: Tape, root: NodeRef | None) -> int | None:

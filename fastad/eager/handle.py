@@ -18,8 +18,24 @@ import numpy as np
 from fastad.util.errors import StaleNodeError, TraceError
 
 if TYPE_CHECKING:
+    from fastad.core.storage import TapeStorage
     from fastad.eager.tape import Tape
     from fastad.util.hints import NumericArray
+
+
+def storage_of(tape: Tape) -> TapeStorage:
+    """The storage ``tape`` holds: its arrays, staging, block table, guards and lock.
+
+    The one way fastad's own modules reach a tape's storage (the sweeps, compiled
+    functions, checks and files); not part of ``fa``'s namespace, since its
+    methods trust their callers more than the tape's do (``push`` appends a row
+    unchecked). The handles' recording path reads the same slot directly, one
+    attribute read per node.
+    """
+    try:
+        return tape._storage
+    except AttributeError:
+        raise TypeError(f"expected a fastad Tape, got {type(tape).__name__}") from None
 
 
 NUMPY_HANDLERS: dict[str, Callable[..., Any]] = {}

@@ -31,7 +31,8 @@ import numpy as np
 
 from fastad.core.graph import ancestors
 from fastad.core.storage import ARITY
-from fastad.eager.tape import Tape, storage_of
+from fastad.eager.handle import storage_of
+from fastad.eager.tape import Tape
 from fastad.kernels import optable
 
 if TYPE_CHECKING:

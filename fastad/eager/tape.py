@@ -503,18 +503,6 @@ def _tape_stack() -> list[Tape]:
     return stack
 
 
-def storage_of(tape: Tape) -> TapeStorage:
-    """The storage ``tape`` holds: its arrays, staging, block table, guards and lock.
-
-    For fastad's own layers (the sweep driver's callers, compiled functions,
-    checks and files); not part of ``fa``'s namespace. Its methods trust their
-    callers more than the tape's do: ``push`` appends a row unchecked.
-    """
-    if not isinstance(tape, Tape):
-        raise TypeError(f"expected a fastad Tape, got {type(tape).__name__}")
-    return tape._storage
-
-
 def tape_or_current(tape: object) -> Tape:
     """``tape`` where one is given (it must be a ``fa.Tape``), else :func:`current_tape`."""
     if tape is None:
