@@ -9,7 +9,7 @@
 tape), ``graph_marks`` (ancestors and descendants), ``lane_sweeps`` (compiled
 functions' interpreter), ``block_reach`` (exact zeros of block products),
 ``fused`` (fused layers), ``blas`` (NumPy's BLAS for generated code), and
-the text of generated code: ``codegen`` (scalar programs) and the
+the text of generated code: ``scalar_source`` (scalar programs) and the
 ``array_*`` modules (functions of arrays). Kernels trust their input;
 validation lives in ``fastad``.
 """

@@ -18,7 +18,7 @@ import pathlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from . import codegen, optable
+from . import optable, scalar_source
 
 KERNELS_FOLDER = pathlib.Path(__file__).parent
 LINE_LENGTH = 100  # [tool.ruff] line-length: the modules must pass ruff format unchanged
@@ -372,7 +372,7 @@ def module_text(name: str) -> str:
     namespace = "noqa: F401  (the generated rules' namespace)"
     lines = [f'"""{module.summary}', "", *module.about, "", MARK, '"""', ""]
     lines += ["from __future__ import annotations", ""]
-    lines += [*_import("math", codegen.MATH_NAMES, namespace), ""]
+    lines += [*_import("math", scalar_source.MATH_NAMES, namespace), ""]
     if module.arrays:
         lines += _import(".arrays", ["FloatArray"])
     lines += _import(".jit", ["kernel"])

@@ -19,7 +19,7 @@ allocates nothing.
 sends ``partial * incoming`` without the strong-zero tests of the exact
 rules, and every product multiplies every term. Where the plain gradients
 hold no nan they equal the exact ones up to the sign of a zero, by the
-scalar tier's induction (``kernels/codegen.py``): a term the exact rules drop
+scalar tier's induction (``kernels/scalar_source.py``): a term the exact rules drop
 is a signed zero or a nan in plain code, a nan reaches every gradient element
 downstream of it (every step multiplies, and BLAS multiplies zero factors
 too), and the ``+ 0.0`` on the way out makes every zero +0.0. So the kernel
@@ -56,7 +56,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from . import blas, codegen
+from . import blas, scalar_source
 from .array_program import MODES, OK, SUPPORTED, BlockProgram, Parameter, Unsupported
 from .array_second import SecondWriter
 from .array_tangent import TangentWriter
@@ -371,7 +371,7 @@ def kernel_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter
 
 
 def _helpers() -> Iterator[str]:
-    yield from codegen.helper_sources()
+    yield from scalar_source.helper_sources()
     yield PAIRWISE
     yield PRODUCTS
 
@@ -387,7 +387,7 @@ def module_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter
         'it, character for character, before every use."""',
         "",
         "from math import (  # noqa: F401",
-        "    " + ", ".join(sorted(codegen.MATH_NAMES)) + ",",
+        "    " + ", ".join(sorted(scalar_source.MATH_NAMES)) + ",",
         ")",
         "",
         "import numpy as np  # noqa: F401",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from . import codegen
+from . import scalar_source
 from .array_program import BlockProgram, Parameter, loop_indices
 
 MAX_STREAMS = 10
@@ -109,7 +109,7 @@ class WriterBase:
         self.lines: list[str] = []
         self.parameters: list[Parameter] = []
         self._names: set[str] = set()
-        self.rules = codegen.rule_templates()
+        self.rules = scalar_source.rule_templates()
         n = len(self.nodes)
         # Live: what the output and the guards read.
         live = [False] * n

@@ -2,7 +2,7 @@
 
 Every sweep, elementwise map and lane kernel sends along an edge with
 ``contribution``; the generated modules of compiled functions restate
-``reached`` and ``contribution`` from this file's text (``codegen.py``).
+``reached`` and ``contribution`` from this file's text (``scalar_source.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The code-generation tier of compiled functions: generated kernels, cached as files.
 
-:mod:`fastad.kernels.codegen` writes the source of a module that evaluates
+:mod:`fastad.kernels.scalar_source` writes the source of a module that evaluates
 one traced program as straight-line code; this module keeps those modules
 on disk, loads them and calls them. Files, because Numba caches machine code
 only for functions whose source is a file (functions made with ``exec``
@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from fastad.compiled.parallel import threaded_region
-from fastad.kernels import codegen as generator
+from fastad.kernels import scalar_source as generator
 from fastad.kernels.jit import JIT_OPTIONS, cache_directory
 from fastad.util.progress import progress
 
@@ -385,7 +385,7 @@ class GeneratedCode:
 
         Returns how many points it flagged in ``recheck`` (a zeroed array of
         one flag per point): their derivatives hold a nan, and the exact
-        rules must give them again (see ``fastad.kernels.codegen``).
+        rules must give them again (see ``fastad.kernels.scalar_source``).
         """
         self.prepare(mode, parallel)
         module = self.module(mode)

@@ -30,8 +30,8 @@ from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.graph import descendants
 from fastad.core.storage import ARITY
 from fastad.eager.handle import storage_of
-from fastad.kernels import codegen as generator
 from fastad.kernels import lane_sweeps
+from fastad.kernels import scalar_source as generator
 from fastad.util.progress import progress
 
 if TYPE_CHECKING:
