@@ -10,7 +10,7 @@ block table (``fastad/core/block_table.py``). This layer knows no handles (``Var
 ids. A ``fastad.Tape`` holds one and is the user's surface; its methods check
 what users give, so the storage's writers (``push``, ``fill``,
 ``push_block_op``) trust their callers. fastad's own layers reach a tape's
-storage with ``fastad.eager.tape.storage_of``.
+storage with ``fastad.eager.handle.storage_of``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``Tape`` is the public face of a recording. Its layers live below it:
 ``fastad/core/storage.py`` keeps the arrays (a ``Tape`` holds a ``TapeStorage``;
-fastad's own layers reach it with :func:`storage_of`, users never need it),
+fastad's own layers reach it with :func:`fastad.eager.handle.storage_of`, users never need it),
 ``fastad/eager/differentiate.py`` checks the arguments of derivative requests
 and hands them to ``fastad/core/derivatives.py``, which runs the sweeps,
 ``fastad/core/driver.py`` walks the arrays with the block rules of
@@ -77,7 +77,7 @@ class Tape:
     The arrays ``opcode``, ``in0``, ``in1``, ``val`` and ``grad`` are
     read-only views of the first ``len(t)`` rows. The tape holds its arrays
     in a ``TapeStorage`` (``fastad/core/storage.py``), which is not part of
-    this surface: fastad's own layers reach it with :func:`storage_of`.
+    this surface: fastad's own layers reach it with :func:`fastad.eager.handle.storage_of`.
 
     Parameters
     ----------
