@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fastad import demo
+from fastad.demo.checks import verdict
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         # Each check carries its own tolerance (see fastad/demo/checks.py).
-        passed, final_line = demo.verdict(demo.main(draw_dir=args.draw))
+        passed, final_line = verdict(demo.main(draw_dir=args.draw))
         print(final_line)
         if not passed:
             return 1

@@ -15,6 +15,8 @@ import pytest
 import fastad as fa
 from fastad import __main__ as command_line
 from fastad import demo
+from fastad.demo import checks as demo_checks
+from fastad.demo import references
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_every_check_passes_and_names_its_section(demo_run):
     assert all(check.passed for check in checks), [c for c in checks if not c.passed]
     sections = {check.section for check in checks}
     assert sections == {f"Example {n}" for n in range(1, 7)} | {"Compiled batch", "Fused layer"}
-    passed, line = demo.verdict(checks)
+    passed, line = demo_checks.verdict(checks)
     assert passed and line == f"all {len(checks)} checks agree with their independent references"
 
 
@@ -247,24 +249,24 @@ def test_command_line_exits_non_zero_on_a_planted_wrong_gradient(monkeypatch, ca
 
 # -- the helpers the checks rest on --------------------------------------------------------
 def test_relative_error():
-    assert demo.relative_error([1.0, 2.0], [1.0, 2.0]) == 0.0
-    assert demo.relative_error(64.0, 48.0) == pytest.approx(16.0 / 64.0)
-    assert demo.relative_error([0.0, 0.0], [0.0, 1e-3]) == 1.0  # a missing gradient is 100%
-    assert math.isnan(demo.relative_error([1.0, math.nan], [1.0, 2.0]))
+    assert demo_checks.relative_error([1.0, 2.0], [1.0, 2.0]) == 0.0
+    assert demo_checks.relative_error(64.0, 48.0) == pytest.approx(16.0 / 64.0)
+    assert demo_checks.relative_error([0.0, 0.0], [0.0, 1e-3]) == 1.0  # a missing gradient is 100%
+    assert math.isnan(demo_checks.relative_error([1.0, math.nan], [1.0, 2.0]))
 
 
 def test_nan_and_wrong_shapes_fail_checks():
     out = [].append
-    assert not demo.check_close(out, "nan", [math.nan], [1.0], 1.0).passed
-    assert not demo.check_close(out, "shape", np.ones((2, 3)), np.ones(3), 1.0).passed
-    assert not demo.check_error(out, "nan error", math.nan, 1.0).passed
-    assert demo.check_error(out, "small", 1e-12, 1e-6).passed
+    assert not demo_checks.check_close(out, "nan", [math.nan], [1.0], 1.0).passed
+    assert not demo_checks.check_close(out, "shape", np.ones((2, 3)), np.ones(3), 1.0).passed
+    assert not demo_checks.check_error(out, "nan error", math.nan, 1.0).passed
+    assert demo_checks.check_error(out, "small", 1e-12, 1e-6).passed
 
 
 def test_check_digits_is_half_a_unit_of_the_last_digit():
     out = [].append
-    assert demo.check_digits(out, "rounds", [0.149758], [0.1498], 4).passed
-    assert not demo.check_digits(out, "does not", [0.14974], [0.1498], 4).passed
+    assert demo_checks.check_digits(out, "rounds", [0.149758], [0.1498], 4).passed
+    assert not demo_checks.check_digits(out, "does not", [0.14974], [0.1498], 4).passed
 
 
 def test_central_differences_of_arrays_against_a_known_gradient():
@@ -272,15 +274,15 @@ def test_central_differences_of_arrays_against_a_known_gradient():
     b = np.array([3.0, -1.0])
     # L = sum(A**2) + sum(A @ b): dL/dA = 2A + outer(1, b), dL/db = A.T @ 1. With |L| ~ 900
     # rounding alone costs eps * |L| / h ~ 1e-7: the demo's tolerance, 1e-6, covers it.
-    gradients = demo.central_differences(lambda A, b: (A * A).sum() + (A @ b).sum(), [A, b])
-    tolerance = demo.CENTRAL_DIFFERENCE_TOLERANCE
+    gradients = references.central_differences(lambda A, b: (A * A).sum() + (A @ b).sum(), [A, b])
+    tolerance = demo_checks.CENTRAL_DIFFERENCE_TOLERANCE
     np.testing.assert_allclose(gradients[0], 2 * A + np.outer(np.ones(2), b), rtol=tolerance)
     np.testing.assert_allclose(gradients[1], A.sum(axis=0), rtol=tolerance)
 
 
 def test_verdict_names_the_failed_checks():
     checks = [
-        demo.Check("a", True, "", "Example 1"),
-        demo.Check("b", False, "", "Example 3"),
+        demo_checks.Check("a", True, "", "Example 1"),
+        demo_checks.Check("b", False, "", "Example 3"),
     ]
-    assert demo.verdict(checks) == (False, "FAILED: 1 of 2 checks disagree: Example 3: b")
+    assert demo_checks.verdict(checks) == (False, "FAILED: 1 of 2 checks disagree: Example 3: b")
