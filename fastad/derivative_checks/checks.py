@@ -22,7 +22,12 @@ from fastad.derivative_checks.differences import (
     rough_elements,
     step_sizes,
 )
-from fastad.derivative_checks.result import DEFAULT_TOLERANCES, GradcheckError, GradcheckResult
+from fastad.derivative_checks.result import (
+    DEFAULT_TOLERANCES,
+    GradcheckError,
+    GradcheckResult,
+    fail,
+)
 
 if TYPE_CHECKING:
     from fastad.derivative_checks.problems import Problem
@@ -268,7 +273,6 @@ def dot_product_test(
     agrees = abs(forward - reverse) <= tolerance
     result.dot_product = (forward, reverse)
     if not agrees:
-        result.passed = False
         if problem.check == "hesscheck":
             note = f"f.hvp is not symmetric: <u, H v> = {forward!r} but <H u, v> = {reverse!r}"
         else:
@@ -276,7 +280,7 @@ def dot_product_test(
                 f"forward and reverse mode disagree: <u, J v> = {forward!r} but "
                 f"<J^T u, v> = {reverse!r}"
             )
-        result.message = note if "passed" in result.message else result.message + "; " + note
+        fail(result, note)
     return result
 
 

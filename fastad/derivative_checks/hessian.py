@@ -17,6 +17,7 @@ from fastad.compiled import CompiledFunction
 from fastad.derivative_checks.checks import check_options, run_check
 from fastad.derivative_checks.layout import Layout
 from fastad.derivative_checks.problems import Problem, compiled_point, require_finite
+from fastad.derivative_checks.result import fail
 
 if TYPE_CHECKING:
     from fastad.derivative_checks.result import GradcheckResult
@@ -113,12 +114,11 @@ def symmetry_test(
     bad = ~(gap <= tolerance)  # nan counts as bad
     if bad.any():
         i, j = np.unravel_index(int(np.argmax(np.where(bad, gap - tolerance, -np.inf))), bad.shape)
-        result.passed = False
         note = (
             f"the Hessian is not symmetric: H[{i}, {j}] = {float(hessian[i, j])!r} but "
             f"H[{j}, {i}] = {float(hessian[j, i])!r} ({int(bad.sum()) // 2 or 1} pair(s) differ)"
         )
-        result.message = note if "passed" in result.message else result.message + "; " + note
+        fail(result, note)
     return result
 
 
@@ -136,10 +136,9 @@ def products_test(
     bad = ~(np.abs(product - expected) <= tolerance)
     if bad.any():
         i = int(np.argmax(np.where(bad, np.abs(product - expected) - tolerance, -np.inf)))
-        result.passed = False
         note = (
             f"f.hvp disagrees with f.hessian: along a random v, (H v)[{i}] = "
             f"{float(product[i])!r} but (f.hessian(x) @ v)[{i}] = {float(expected[i])!r}"
         )
-        result.message = note if "passed" in result.message else result.message + "; " + note
+        fail(result, note)
     return result

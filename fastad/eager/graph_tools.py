@@ -78,14 +78,7 @@ def table(
     around: NodeRef | None,
     context: int,
 ) -> str:
-    """The node table in the articles' form: id, op, value, inputs (and label).
-
-    ``grad=True`` adds each node's adjoint. Rows ``start:stop`` are shown;
-    past ``max_rows`` the middle is elided. ``around=node`` shows the
-    ``context`` rows on each side of one node and marks it with ``>``
-    (for instance the origin a checked backward reported). Debug tapes
-    add the file and line that recorded each node.
-    """
+    """:meth:`fastad.Tape.table`, with ``around`` resolved to a node id."""
     around_id = None if around is None else tape.node_id(around)
     return draw.table(storage_of(tape), grad, start, stop, max_rows, around_id, context)
 
