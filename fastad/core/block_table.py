@@ -72,8 +72,9 @@ class BlockTable:
         # What a rule's forward kept for its VJP (``BlockRule.saves``), by block op id.
         self.saved: dict[int, tuple[Any, ...]] = {}
         self.nbytes = 0  # held by the arrays in values
-        self._ops: list[int] = []
-        self._op_ids = _Growing(np.int64)  # _ops as an array, extended lazily
+        self.ops: list[int] = []
+        """Ids of the block-op nodes, ascending (read it; ``add_op`` appends)."""
+        self._op_ids = _Growing(np.int64)  # ops as an array, extended lazily
         self._operands: dict[int, tuple[int, ...]] = {}
         self._params: dict[int, object] = {}
         # Operands past the second, in CSR form: node _extra_nodes[p] has
@@ -90,7 +91,7 @@ class BlockTable:
         self.adjoints.clear()
         self.saved.clear()
         self.nbytes = 0
-        self._ops.clear()
+        self.ops.clear()
         self._op_ids.clear()
         self._operands.clear()
         self._params.clear()
@@ -101,6 +102,11 @@ class BlockTable:
         self._extra_nodes.clear()
         self._extra_start.clear()
         self._extra_ids.clear()
+
+    def add_value(self, node: int, array: FloatArray) -> None:
+        """``store`` for a node that has no value yet (one just pushed)."""
+        self.values[node] = array
+        self.nbytes += _owned_bytes(array)
 
     def store(self, node: int, array: FloatArray) -> None:
         """Keep ``array`` (read-only float64, owned by the table) as the value of ``node``."""
@@ -122,7 +128,7 @@ class BlockTable:
 
     def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
         """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""
-        self._ops.append(node)
+        self.ops.append(node)
         self._operands[node] = operands
         if params is not None:
             self._params[node] = params
@@ -131,11 +137,6 @@ class BlockTable:
             nodes.append(node)
             ids.extend(operands[2:])
             start.append(len(ids))
-
-    @property
-    def ops(self) -> list[int]:
-        """Ids of the block-op nodes, ascending (the list itself: do not change it)."""
-        return self._ops
 
     def operands(self, node: int) -> tuple[int, ...]:
         return self._operands[node]
@@ -160,8 +161,8 @@ class BlockTable:
 
     def op_ids(self) -> NDArray[np.int64]:
         """``ops`` as an int64 array."""
-        if self._op_ids.size != len(self._ops):
-            self._op_ids.extend(self._ops[self._op_ids.size :])
+        if self._op_ids.size != len(self.ops):
+            self._op_ids.extend(self.ops[self._op_ids.size :])
         return self._op_ids.view()
 
     def extra_edges(self) -> tuple[IndexArray, IndexArray, IndexArray]:
@@ -182,4 +183,5 @@ def _owned_bytes(array: FloatArray) -> int:
 def fresh(array: NDArray[Any]) -> bool:
     """True for an array that owns its memory: NumPy's own new array (no base)
     or a Numba kernel's (its base is the kernel's memory record, viewed by nothing else)."""
-    return array.base is None or type(array.base).__name__ == "_MemInfo"
+    base = array.base
+    return base is None or type(base).__name__ == "_MemInfo"

@@ -218,7 +218,7 @@ def backward(
 
     def run(lo: int, hi: int) -> None:
         nonlocal found
-        if hi - lo <= _FEW_NODES and all(j in block_values for j in range(lo, hi)):
+        if hi - lo <= _FEW_NODES and all([j in block_values for j in range(lo, hi)]):
             # Array leaves and constants between block ops (a layer's W, the
             # data X): a block node's scalar adjoint slot is never read, so
             # the compiled sweep would do nothing here but cost its call.
@@ -228,17 +228,26 @@ def backward(
             found = (origin // 2, origin % 2)
 
     operands_of, params_of, saved_of = blocks.operands_table, blocks.params_table, blocks.saved
+    value_of, adjoint_of, code_of, scalar_of = (
+        block_values.get,
+        block_adjoints.get,
+        opcode.item,
+        val.item,
+    )
     adopted_ids: set[int] = set()  # ids of the arrays adopted as adjoints in this sweep
 
     def step(node: int) -> None:
         # The per-op cost of every eager backward: plain dict and list reads,
-        # no per-call helpers beyond the rule itself.
+        # no helper calls but the rule itself and the delivery.
         nonlocal found
         g: RuleValue
-        out: RuleValue = block_values.get(node)
+        out: RuleValue = value_of(node)
         if out is not None:
-            g = block_adjoints.get(node)
-            if g is None or not any_reached(g):
+            g = adjoint_of(node)
+            if g is None:
+                return
+            first = g.item(0) if g.size else UNREACHED
+            if first == 0.0 and math.copysign(1.0, first) < 0.0 and not any_reached(g):
                 # Strong zero: nothing reached this block. Rules would map an
                 # all-UNREACHED adjoint to UNREACHED again, but at a cost (a
                 # product rechecked row by row); the scan stops at the first
@@ -248,15 +257,26 @@ def backward(
             g = adjoints.item(node)
             if g == 0.0 and math.copysign(1.0, g) < 0.0:  # UNREACHED: not strong_zeros.reached
                 return
-            out = val.item(node)
+            out = scalar_of(node)
         if needed is not None and not needed[node]:
             return  # it depends on no wanted node, and neither do its operands
         operands = operands_of[node]
-        needs = operand_needs(operands, opcode, block_values, needed)
-        values = tuple(
-            [v if (v := block_values.get(j)) is not None else val.item(j) for j in operands]
-        )
-        rule, saved = rules(opcode.item(node)), saved_of.get(node)
+        if needed is None:
+            # Nothing to array constants (data), values only to leaves (see operand_needs).
+            needs = tuple(
+                [
+                    _VALUES
+                    if (code := code_of(j)) == INPUT
+                    else _NOTHING
+                    if code == CONST and j in block_values
+                    else _ALL
+                    for j in operands
+                ]
+            )
+        else:
+            needs = operand_needs(operands, opcode, block_values, needed)
+        values = tuple([v if (v := value_of(j)) is not None else scalar_of(j) for j in operands])
+        rule, saved = rules(code_of(node)), saved_of.get(node)
         if saved is None:
             partials = rule.vjp(values, out, g, params_of.get(node), needs)
         else:
@@ -345,8 +365,10 @@ def deliver(
             continue
         if j not in block_values:
             adjoints[j] += float(contribution)
-        elif j in block_adjoints:
-            block_adjoints[j] += contribution
+            continue
+        held = block_adjoints.get(j)
+        if held is not None:
+            held += contribution  # in place: the table holds this array
         else:  # a block's first contribution is adopted, not copied
             block_adjoints[j] = adopted = owned(contribution, adopted_ids)
             adopted_ids.add(id(adopted))

@@ -56,15 +56,11 @@ def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
 def flat(x: RuleValue, shape: Shape) -> FloatArray:
     """``x`` broadcast to ``shape`` as a 1-D C-contiguous float64 array.
 
-    A view, not a copy, when ``x`` already is such an array of ``shape``
-    (the common case: operands of one shape).
+    A view, not a copy, when ``x`` already is a C-contiguous float64 array
+    of ``shape`` (the common case: operands of one shape); ``reshape``
+    copies any other layout.
     """
-    if (
-        type(x) is np.ndarray
-        and x.shape == shape
-        and x.dtype == np.float64
-        and x.flags.c_contiguous
-    ):
+    if type(x) is np.ndarray and x.shape == shape and x.dtype is _FLOAT64:
         return x.reshape(-1)
     full = np.empty(shape)
     full[...] = x  # NumPy broadcasts (and converts) as it copies
@@ -76,6 +72,7 @@ def _shape(value: RuleValue) -> Shape:
 
 
 _ADD = optable.BY_NAME["add"].code
+_FLOAT64 = np.dtype(np.float64)  # a singleton: ``is`` tests it
 
 
 class Elementwise(BlockRule):
@@ -86,14 +83,18 @@ class Elementwise(BlockRule):
 
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
+        shape = _shape(a)
+        a_full = flat(a, shape)
         if self.arity == 1:
-            shape = _shape(a)
-            a_full = b_full = flat(a, shape)
+            b_full = a_full
         else:
             b = values[1]
-            shape = broadcast_shape(_shape(a), _shape(b))
-            a_full, b_full = flat(a, shape), flat(b, shape)
-        out = np.empty(shape)
+            b_shape = _shape(b)
+            if b_shape != shape:
+                shape = broadcast_shape(shape, b_shape)
+                a_full = flat(a, shape)
+            b_full = flat(b, shape)
+        out = np.empty(shape)  # owns its memory: stored as it is
         map_rules.map_forward(self.code, a_full, b_full, out.reshape(-1))
         return out
 
@@ -110,16 +111,26 @@ class Elementwise(BlockRule):
                     values, (True, True) if needs is None else needs, strict=True
                 )
             )
-        a_full = flat(values[0], shape)
+        a = values[0]
+        a_full = flat(a, shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
-        da, db = np.empty(a_full.size), np.empty(a_full.size)
-        map_rules.map_vjp(self.code, a_full, b_full, out.reshape(-1), flat(g, shape), da, db)
-        da_operand = unbroadcast(da.reshape(shape), _shape(values[0]))
+        # Of the output's shape, owning their memory: a sweep adopts them, not a copy.
+        da, db = np.empty(shape), np.empty(shape)
+        map_rules.map_vjp(
+            self.code,
+            a_full,
+            b_full,
+            out.reshape(-1),
+            flat(g, shape),
+            da.reshape(-1),
+            db.reshape(-1),
+        )
+        da_operand = da if _shape(a) == shape else unbroadcast(da, _shape(a))
         if self.arity == 1:
             return (da_operand,)
         if needs is not None and not needs[1]:  # data (a constant): nothing to sum
             return da_operand, None
-        return da_operand, unbroadcast(db.reshape(shape), _shape(values[1]))
+        return da_operand, unbroadcast(db, _shape(values[1]))
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         shape = np.shape(out)

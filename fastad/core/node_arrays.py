@@ -109,8 +109,14 @@ class NodeArrays:
         with self.lock:
             staged = self._staged_opcode
             n, start = self._n, self._synced
-            lengths = {len(column) for column in self._staged_columns()}
-            if self._corrupted or lengths != {n - start}:
+            staged_rows = n - start
+            if (
+                self._corrupted
+                or len(staged) != staged_rows
+                or len(self._staged_in0) != staged_rows
+                or len(self._staged_in1) != staged_rows
+                or len(self._staged_val) != staged_rows
+            ):
                 self.refuse_concurrent()
             if not staged:
                 return
@@ -201,6 +207,11 @@ class NodeArrays:
         views = (opcode[:n], self._in0[:n], self._in1[:n], self._val[:n], self._grad[:n])
         self._column_views = (n, opcode, views)  # new arrays (growth, trim) are new views
         return views
+
+    def opcode_of(self, node: int) -> int:
+        """The opcode of the valid id ``node`` (unchecked), without the column views."""
+        self.sync()
+        return int(self._opcode.item(node))
 
     def _view(self, name: str) -> Any:
         self.sync()

@@ -107,6 +107,12 @@ def reach_matmul(
     With ``reach`` False (a leaf's adjoint, ``Need.VALUES``) the values are
     as exact, but the zeros keep BLAS's signs: nothing will read their reach.
     """
+    if x.ndim == 2 and y.ndim == 2:  # the common case, in as few calls as it takes
+        product = x @ y  # a new C-contiguous array of IEEE results, rechecked here
+        zeros, nonfinite = block_reach.zeros_and_nonfinite(product)
+        if nonfinite or (zeros and reach):
+            product_reach(product, x, y, adjoint_left, reach)
+        return product
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     product = np.ascontiguousarray(x2 @ y2)  # IEEE results, rechecked below

@@ -148,9 +148,10 @@ class Reduce(BlockRule):
             return (np.zeros(a.shape),)  # nothing to send a gradient to
         if self.name == "mean":
             g = g * (1.0 / params.count(a.shape))
-        if params.axes is None:  # a scalar adjoint, sent to every element
-            return (np.full(a.shape, g),)
         gradient = np.empty(a.shape)
+        if params.axes is None:  # a scalar adjoint, sent to every element
+            gradient.fill(g)  # np.full's work without its Python wrapper
+            return (gradient,)
         gradient[...] = params.spread(g, a.shape)  # one broadcasting copy
         return (gradient,)
 

@@ -39,6 +39,7 @@ MAX_NODES = np.iinfo(INDEX_DTYPE).max
 """The most nodes a tape holds: ids are int32."""
 CONSTANT_REACH = 1 << 12
 """How far back (in nodes) a repeated constant reuses an earlier constant node."""
+_NO_SCRATCH = np.zeros(0, np.bool_)  # every tape's first scratch mask: none yet
 ARITY = np.array([op.arity for op in optable.OPS], dtype=np.int8)
 """Operand count per scalar opcode, for vectorised checks and rewrites of the arrays."""
 
@@ -86,7 +87,7 @@ class TapeStorage(NodeArrays):
         self.guards: list[tuple[int, bool]] | None = [] if trace else None
         self.generation = 0
         self._owner: str | None = None  # what a frozen tape belongs to (see freeze)
-        self.scratch = np.zeros(0, np.bool_)  # all False between uses (graph.reaching)
+        self.scratch = _NO_SCRATCH  # all False between uses (graph.reaching), grown there
         self._labels: dict[int, str] = {}
         self._constants: dict[float | tuple[str, float], int] = {}
 
@@ -117,7 +118,7 @@ class TapeStorage(NodeArrays):
     def push_block(self, code: int, array: FloatArray) -> int:
         """Append a block leaf or constant holding ``array`` (read-only float64, kept as is)."""
         node = self.push(code, -1, -1, 0.0)
-        self.store_block(node, array)
+        self._add_block(node, array)
         return node
 
     def push_block_op(
@@ -130,24 +131,32 @@ class TapeStorage(NodeArrays):
     ) -> int:
         """Append a node computed by a block rule: an array value, or a float (a sum), and
         what its forward saved for the VJP (None: nothing)."""
-        in0 = operands[0]
+        blocks = self.blocks
+        ops = blocks.ops
         in1 = operands[1] if len(operands) > 1 else -1
-        ops = self.blocks.ops
-        if isinstance(value, np.ndarray):
-            node = self.push(code, in0, in1, 0.0)
-            self.store_block(node, value)
+        if type(value) is np.ndarray:
+            node = self.push(code, operands[0], in1, 0.0)
+            self._add_block(node, value)
         else:
-            node = self.push(code, in0, in1, value)
+            node = self.push(code, operands[0], in1, value)
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self.refuse_concurrent()
-        self.blocks.add_op(node, operands, params)
+        blocks.add_op(node, operands, params)
         if saved is not None:
-            self.blocks.keep_saved(node, saved)
+            blocks.keep_saved(node, saved)
         return node
 
     def store_block(self, node: int, array: FloatArray) -> None:
+        """Keep ``array`` as the value of block node ``node`` (replacing any it had)."""
         self.blocks.store(node, array)
         if self.blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
+            self.warn_growth()
+
+    def _add_block(self, node: int, array: FloatArray) -> None:
+        """``store_block`` for a node just pushed, which has no value yet."""
+        blocks = self.blocks
+        blocks.add_value(node, array)
+        if blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
             self.warn_growth()
 
     # -- state ---------------------------------------------------------------------

@@ -51,7 +51,7 @@ def block_adjoint(tape: Tape, node_id: NodeRef) -> FloatArray:
         node = tape.node_id(node_id)
         if node not in storage.blocks.values:
             raise TypeError(f"node {node} is a scalar node: its adjoint is tape.adjoint({node})")
-    if storage.columns()[0][node] == optable.CONST:
+    if storage.opcode_of(node) == optable.CONST:
         raise ValueError(
             f"node {node} is an array constant (data, such as a NumPy array in an "
             "expression): constants get no gradient. Record it with fa.var(array) to "
@@ -189,7 +189,7 @@ def hessian(tape: Tape, root: NodeRef, wrt: Iterable[NodeRef]) -> FloatArray:
 def scalar_root(tape: Tape, root: NodeRef, what: str) -> int:
     """The id of ``root``, which must be a scalar node (a block has no one derivative)."""
     node = tape.node_id(root, "output")
-    block = storage_of(tape).block_value(node)
+    block = storage_of(tape).blocks.values.get(node)  # a checked id
     if block is not None:
         raise TypeError(
             f"{what} needs a scalar output; node {node} is a block of shape "

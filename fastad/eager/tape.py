@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fastad.core import block_rules, driver, tape_file
-from fastad.core.storage import INITIAL_CAPACITY, TapeStorage, as_stored
+from fastad.core.storage import INITIAL_CAPACITY, TapeStorage
 from fastad.eager import differentiate, graph_tools
 from fastad.eager.handle import Node, check_live
 from fastad.eager.node import Block, Var
@@ -469,13 +469,15 @@ def _is_array_like(value: object) -> bool:
 
 def _block_copy(value: object) -> FloatArray:
     """A private read-only float64 copy of array data for a block leaf or constant."""
-    array = np.asarray(value)
+    array = value if type(value) is np.ndarray else np.asarray(value)
     if array.dtype.kind not in "biuf" or array.ndim == 0:
         raise TypeError(
             f"a block needs a real array of at least one dimension, got "
             f"{type(value).__name__} of dtype {array.dtype} and shape {array.shape}"
         )
-    return as_stored(np.array(array, dtype=np.float64))  # a copy the caller cannot change
+    copy = np.array(array, dtype=np.float64, order="C")  # one the caller cannot change
+    copy.flags.writeable = False
+    return copy
 
 
 def _as_float(value: Any, what: str) -> float:
