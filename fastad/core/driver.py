@@ -355,13 +355,12 @@ def deliver(
     block_adjoints: dict[int, FloatArray],
     block_values: dict[int, FloatArray],
     adopted_ids: set[int],
-    needs: Sequence[int] | None = None,
+    needs: Sequence[int],
 ) -> None:
     """Add a block rule's contribution for each operand (None, or a false entry of
     ``needs``: nothing) to its adjoint."""
-    for slot, j in enumerate(operands):
-        contribution = contributions[slot]
-        if contribution is None or (needs is not None and not needs[slot]):
+    for j, contribution, want in zip(operands, contributions, needs, strict=True):
+        if contribution is None or not want:
             continue
         if j not in block_values:
             adjoints[j] += float(contribution)
@@ -425,9 +424,8 @@ def second_backward(
         out = tape.value(node)
         rule = rules(int(opcode[node]))
         sent = rule.second_vjp(values, out, g, h, moved, blocks.params(node), needs)
-        if needs is not None:
-            sent = tuple([p if want else None for p, want in zip(sent, needs, strict=True)])
-        deliver(operands, sent, second, block_second, block_values, adopted_ids)
+        wanted = (True,) * len(operands) if needs is None else needs  # deliver skips the rest
+        deliver(operands, sent, second, block_second, block_values, adopted_ids, wanted)
 
     relevant, lowest = visits
     with ieee():
@@ -507,11 +505,14 @@ def owned(array: RuleValue, adopted: set[int]) -> FloatArray:
     sweep has adopted already (its ``id`` is in ``adopted``), is copied: an adjoint
     must never alias another array, since it is accumulated in place.
     """
-    if type(array) is np.ndarray and array.dtype == np.float64 and fresh(array):
+    if type(array) is np.ndarray and array.dtype == _FLOAT64:
         flags = array.flags
-        if flags.writeable and flags.c_contiguous:
+        if flags.writeable and flags.c_contiguous and fresh(array):
             return array.copy() if id(array) in adopted else array
     return np.array(array, dtype=np.float64, order="C")
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 __all__ = [

@@ -60,7 +60,7 @@ def flat(x: RuleValue, shape: Shape) -> FloatArray:
     of ``shape`` (the common case: operands of one shape); ``reshape``
     copies any other layout.
     """
-    if type(x) is np.ndarray and x.shape == shape and x.dtype is _FLOAT64:
+    if type(x) is np.ndarray and x.shape == shape and x.dtype == _FLOAT64:
         return x.reshape(-1)
     full = np.empty(shape)
     full[...] = x  # NumPy broadcasts (and converts) as it copies
@@ -72,7 +72,7 @@ def _shape(value: RuleValue) -> Shape:
 
 
 _ADD = optable.BY_NAME["add"].code
-_FLOAT64 = np.dtype(np.float64)  # a singleton: ``is`` tests it
+_FLOAT64 = np.dtype(np.float64)
 
 
 class Elementwise(BlockRule):

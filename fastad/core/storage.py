@@ -134,7 +134,7 @@ class TapeStorage(NodeArrays):
         blocks = self.blocks
         ops = blocks.ops
         in1 = operands[1] if len(operands) > 1 else -1
-        if type(value) is np.ndarray:
+        if isinstance(value, np.ndarray):
             node = self.push(code, operands[0], in1, 0.0)
             self._add_block(node, value)
         else:

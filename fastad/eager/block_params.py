@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 def reduction(shape: tuple[int, ...], axis: object, keepdims: object, owner: object) -> Reduction:
     """``axis`` and ``keepdims`` checked for an operand of ``shape`` and normalised
     as the registry's reductions take them (``owner`` names the operand in errors)."""
+    if axis is None and keepdims is False:  # ``X.sum()``, the common case
+        return _EVERY_AXIS
     if not isinstance(keepdims, (bool, np.bool_)) and not (
         isinstance(keepdims, (int, np.integer)) and keepdims in (0, 1)
     ):
@@ -32,6 +34,9 @@ def reduction(shape: tuple[int, ...], axis: object, keepdims: object, owner: obj
     if len(set(normalised)) != len(normalised):
         raise ValueError(f"axis {axis!r} names an axis twice (for {owner!r})")
     return Reduction(normalised, bool(keepdims))
+
+
+_EVERY_AXIS = Reduction(None, False)
 
 
 def normal_axis(shape: tuple[int, ...], axis: object, owner: object) -> int:

@@ -360,12 +360,12 @@ def elementwise(code: int, *operands: Any) -> Block | Var | FloatArray | float:
     if tape is None:  # plain arrays and numbers: compute, record nothing
         out = compute_block(code, operands)
         return out if out.ndim else float(out)
-    if Block not in map(type, operands):
+    if Block not in [type(v) for v in operands]:
         # A 0-d array beside scalar nodes is a number (as_operand records it as one).
         operands = tuple([float(v) if is_array(v) and v.ndim == 0 else v for v in operands])
-    if Block not in map(type, operands) and not any(map(is_array, operands)):
-        # Scalar nodes and numbers only: a scalar node, not a block op with a scalar value.
-        return record(code, *operands) if arity == 2 else record_unary(code, operands[0])
+        if not any(map(is_array, operands)):
+            # Scalar nodes and numbers only: a scalar node, not a block op with a scalar value.
+            return record(code, *operands) if arity == 2 else record_unary(code, operands[0])
     nodes = tuple([as_operand(tape, v) for v in operands])
     return cast("Block", _append(tape, code, nodes, None))
 
