@@ -19,6 +19,7 @@ except ModuleNotFoundError as _error:
 
 import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
+from fastad.compiled.transforms import grad, hessian, hvp, jacfwd, jacrev, value_and_grad
 from fastad.derivative_checks import GradcheckError, GradcheckResult, gradcheck, hesscheck
 from fastad.eager.blocks import (
     Block,
@@ -44,9 +45,6 @@ from fastad.eager.functions import (
     erf,
     exp,
     expm1,
-    grad,
-    hessian,
-    hvp,
     jvp,
     log,
     log1p,
@@ -113,7 +111,10 @@ __all__ = [
     "grad",
     "hessian",
     "hvp",
+    "jacfwd",
+    "jacrev",
     "jvp",
+    "value_and_grad",
     "log",
     "maximum",
     "minimum",

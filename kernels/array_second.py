@@ -29,7 +29,10 @@ class SecondWriter(BackwardWriter):
         self.p = self.second
         op = node.op
         if op not in ("scalar", "elementwise", "matmul", "linear", "linear_relu", "sum", "mean"):
-            raise Unsupported(f"the block op {op!r} has no second-order rule")
+            raise Unsupported(
+                f"the block op {op!r} has no second-order rule in generated code (the "
+                "interpreter's runs)"
+            )
         if not (self.first.written[i] or self.second.written[i]):
             return
         if op == "scalar":

@@ -203,7 +203,7 @@ class BlockFunction:
         non-finite.
         """
         if isinstance(self._output, Block):
-            raise ValueError("value_and_grad needs a scalar output; this function returns an array")
+            self._refuse_array_output("value_and_grad")
         checked = self._arguments.checked(arguments)
         targets = None if out is None else self._arguments.out_arrays(out, checked)
         single = self._arguments.wrt_positions()[1]
@@ -241,7 +241,7 @@ class BlockFunction:
         scalar output.
         """
         if isinstance(self._output, Block):
-            raise ValueError("hvp needs a scalar output; this function returns an array")
+            self._refuse_array_output("hvp")
         checked = self._arguments.checked(arguments)
         along = self._arguments.directions(directions, self._arguments.call_shapes(checked))
         single = self._arguments.wrt_positions()[1]
@@ -253,6 +253,15 @@ class BlockFunction:
                     return by_argument(cast("list[Any]", found), single)
         _, products = self._interpreter.hvp(checked, along)
         return by_argument(products, single)
+
+    def hessp(self, arguments: Iterable[ArrayLike], p: ArrayLike | Iterable[ArrayLike]) -> Any:
+        """``H p`` at the arguments: :meth:`hvp` under the name SciPy's optimisers give it.
+
+        For a function compiled with an int ``wrt`` (one argument varies):
+        ``minimize(lambda w: f((w, X, y)), w0, jac=lambda w: f.grad((w, X, y)),
+        hessp=lambda w, p: f.hessp((w, X, y), p), method="Newton-CG")``.
+        """
+        return self.hvp(arguments, p)
 
     def jvp(
         self, arguments: Iterable[ArrayLike], directions: ArrayLike | Iterable[ArrayLike]
@@ -340,7 +349,7 @@ class BlockFunction:
         element; symmetric to rounding.
         """
         if isinstance(self._output, Block):
-            raise ValueError("hessian needs a scalar output; this function returns an array")
+            self._refuse_array_output("hessian")
         checked = self._arguments.checked(arguments)
         shapes = self._arguments.wrt_shapes(checked)
         sizes = [math.prod(shape) for shape in shapes]
@@ -357,6 +366,13 @@ class BlockFunction:
             for i, band in enumerate(blocks)
         ]
         return result[0][0] if self._arguments.wrt_positions()[1] else result
+
+    def _refuse_array_output(self, what: str) -> None:
+        shape = self._arguments.output_shape_at(None)
+        raise ValueError(
+            f"{what} needs a scalar output; this function returns an array of shape {shape} "
+            "(reduce it to a number, e.g. .sum(), or use jacobian / vjp)"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:  # not in the middle of another thread's call

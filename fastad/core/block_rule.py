@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fastad.core.reach import add_sent
 from fastad.kernels import optable
 
 if TYPE_CHECKING:
@@ -123,15 +124,26 @@ class BlockRule:
         ``g`` is the output's adjoint and ``h`` that adjoint's tangent,
         ``tangents`` the operands' tangents (None for any of them: nothing
         reached it). The tangent of ``vjp(values, out, g)`` along them:
-        ``vjp(values, out, h)`` plus the VJP's own change with the values.
+        ``vjp(values, out, h)`` plus the VJP's own change with the values,
+        :meth:`vjp_change` (nothing for a :attr:`linear_adjoint` rule).
         """
-        if not self.linear_adjoint:
+        if not self.linear_adjoint and type(self).vjp_change is BlockRule.vjp_change:
             raise NotImplementedError(
                 f"the block op {self.name!r} (opcode {self.code}) has no second-order rule "
                 "yet, so no Hessian-vector product can pass through it: record this part "
                 "with scalar ops or with blocks that have one "
                 f"({', '.join(SECOND_ORDER)})"
             )
-        if h is None:
-            return (None,) * len(values)
-        return self.vjp(values, out, h, params, needs)
+        sent = self.vjp(values, out, h, params, needs) if h is not None else (None,) * len(values)
+        if self.linear_adjoint or g is None or all(t is None for t in tangents):
+            return sent
+        changes = self.vjp_change(values, out, g, tangents, params)
+        return tuple(add_sent(s, c) for s, c in zip(sent, changes, strict=True))
+
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        """How :meth:`vjp`'s contributions at the adjoint ``g`` move with the values along
+        ``tangents`` (some of them given): one per operand, None for nothing. With
+        :meth:`vjp`, it is the rule's second-order rule (:meth:`second_vjp`)."""
+        raise NotImplementedError

@@ -68,7 +68,11 @@ def second_order_ops() -> list[str]:
         rule.name
         for rule in RULES.values()
         if not isinstance(rule, Elementwise)
-        and (rule.linear_adjoint or type(rule).second_vjp is not BlockRule.second_vjp)
+        and (
+            rule.linear_adjoint
+            or type(rule).second_vjp is not BlockRule.second_vjp
+            or type(rule).vjp_change is not BlockRule.vjp_change
+        )
     ]
     return ["elementwise ops", *found]
 

@@ -16,6 +16,7 @@ import numpy as np
 from fastad.core.block_rule import BlockRule, Needs, Shape, Values
 from fastad.core.reach import (
     UNREACHED,
+    add_sent,
     contributions,
     reach_sum,
 )
@@ -60,9 +61,28 @@ class MseLoss(BlockRule):
         total = total + contributions(-partial, _unreached_if_none(tangents[1], T))
         return float(reach_sum(total))
 
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        # dY = g 2 (Y - T) / n and dT = -dY move by 2 g (tY - tT) / n and its negative.
+        Y, T = values
+        tY, tT = tangents
+        scale = np.full(Y.shape, 2.0 * float(g) / Y.size)
+        moved = contributions(scale, _unreached_if_none(tY, Y)) + contributions(
+            -scale, _unreached_if_none(tT, T)
+        )
+        return moved, contributions(np.full(Y.shape, -1.0), moved)
+
 
 def _unreached_if_none(tangent: RuleValue, like: RuleValue) -> RuleValue:
     return np.full(np.shape(like), UNREACHED) if tangent is None else tangent
+
+
+def _softmax_tangent(P: FloatArray, t: FloatArray) -> FloatArray:
+    """The tangent of the softmax rows ``P`` along the logits' tangent rows ``t``:
+    ``P (t - sum(P t))`` per row, with strong zeros."""
+    moved = contributions(P, t)
+    return moved + contributions(-P, reach_sum(moved, 1, keepdims=True))
 
 
 class Softmax(BlockRule):
@@ -119,6 +139,30 @@ class Softmax(BlockRule):
         if self.name == "softmax":  # d exp(x - lse) = P (t - inner)
             return moved + contributions(-P, inner)
         return t + contributions(np.full(a.shape, -1.0), inner)  # d (x - lse) = t - inner
+
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        # Through the softmax's tangent tP = P (t - sum(P t)) per row:
+        #   logsumexp:   dx = g P               -> g tP
+        #   softmax:     dx = P (G - sum(G P))  -> tP (G - sum(G P)) - P sum(G tP)
+        #   log_softmax: dx = G - P sum(G)      -> -tP sum(G)
+        a = np.asarray(values[0], dtype=np.float64)
+        P = self._softmax(a, out, params)
+        t = to_rows(np.broadcast_to(tangents[0], a.shape), params.axes)[0]
+        tP = _softmax_tangent(P, t)
+        if self.name == "logsumexp":
+            G = per_row(g)[:, np.newaxis]
+            moved = contributions(np.broadcast_to(G, P.shape), tP)
+        else:
+            G = to_rows(np.asarray(g), params.axes)[0]
+            if self.name == "softmax":
+                centred = G - (G * P).sum(axis=1, keepdims=True)
+                weight = reach_sum(contributions(G, tP), 1, keepdims=True)
+                moved = contributions(centred, tP) + contributions(-P, weight)
+            else:
+                moved = contributions(np.broadcast_to(-G.sum(axis=1, keepdims=True), P.shape), tP)
+        return (from_rows(moved, row_layout(a.shape, params.axes)),)
 
 
 class CrossEntropy(BlockRule):
@@ -217,6 +261,43 @@ class CrossEntropy(BlockRule):
         if tT is not None and dT is not None:
             total += reach_sum(contributions(dT, np.reshape(tT, dT.shape)))
         return float(total)
+
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        # With w the weight per sample, P the softmax rows and tP their tangent along tX:
+        #   labels:        dX = w g (P - onehot)      -> w g tP
+        #   probabilities: dX = w g (P sum(T) - T)    -> w g (tP sum(T) + P sum(tT) - tT)
+        #                  dT = -w g log_softmax(X)   -> -w g (tX - sum(P tX))
+        X, T = values
+        tX, tT = tangents
+        if tX is None and np.shape(T) != X.shape:  # labels: only the logits move it
+            return None, None
+        rows, targets = self._rows(values)
+        scale = float(g) * self._weight(rows.shape[0], params)
+        log_p = log_softmax_rows(rows)[0]
+        P = np.exp(log_p)
+        tX_rows = None if tX is None else np.reshape(tX, rows.shape)
+        tP = None if tX_rows is None else _softmax_tangent(P, tX_rows)
+        weight = np.full(rows.shape, scale)
+        if targets.ndim == 1:  # class labels: no gradient for them
+            assert tP is not None  # a tangent reaches the logits (the case above returned)
+            return contributions(weight, tP).reshape(X.shape), None
+        moved_X: RuleValue = None
+        if tP is not None:
+            moved_X = contributions(weight * targets.sum(1, keepdims=True), tP)
+        if tT is not None:
+            tT_rows = np.reshape(tT, rows.shape)
+            through_T = contributions(P, reach_sum(tT_rows, 1, keepdims=True)) + contributions(
+                np.full(rows.shape, -1.0), tT_rows
+            )
+            moved_X = add_sent(moved_X, contributions(weight, through_T))
+        moved_T: RuleValue = None
+        if tX_rows is not None:
+            mean = reach_sum(contributions(P, tX_rows), 1, keepdims=True)  # sum(P tX) per row
+            t_log_p = tX_rows + contributions(np.full(rows.shape, -1.0), mean)
+            moved_T = np.reshape(contributions(-weight, t_log_p), np.shape(T))
+        return None if moved_X is None else np.reshape(moved_X, X.shape), moved_T
 
 
 def _samples(logits: FloatArray) -> int:

@@ -17,6 +17,7 @@ from fastad.core.elementwise_rules import broadcast_shape
 from fastad.core.reach import (
     UNREACHED,
     Need,
+    add_sent,
     contributions,
     reach_matmul,
     unbroadcast,
@@ -106,23 +107,16 @@ class Matmul(BlockRule):
         if g is not None:
             if tb is not None and want[0]:
                 moved = np.asarray(tb, dtype=np.float64)
-                sent[0] = _add(sent[0], self.vjp((a, moved), out, g, params, (True, False))[0])
+                sent[0] = add_sent(sent[0], self.vjp((a, moved), out, g, params, (True, False))[0])
             if ta is not None and want[1]:
                 moved = np.asarray(ta, dtype=np.float64)
-                sent[1] = _add(sent[1], self.vjp((moved, b), out, g, params, (False, True))[1])
+                sent[1] = add_sent(sent[1], self.vjp((moved, b), out, g, params, (False, True))[1])
         return tuple(sent)
 
 
 def _wants_reach(needs: Needs, operand: int) -> bool:
     """Whether the contribution to ``operand`` must keep its reach (not a leaf's: ``Need``)."""
     return needs is None or needs[operand] != Need.VALUES
-
-
-def _add(total: RuleValue, term: RuleValue) -> RuleValue:
-    """``total + term`` where None is nothing sent (strong zeros add as UNREACHED does)."""
-    if term is None:
-        return total
-    return term if total is None else total + term
 
 
 def _as_matrix(x: FloatArray, left: bool) -> FloatArray:
@@ -226,8 +220,8 @@ class Linear(BlockRule):
             dZ = fused.relu_backward(out, G)[0] if self.relu else G
             if want_dx and tW is not None:
                 moved = np.asarray(tW, dtype=np.float64)
-                sent[0] = _add(sent[0], reach_matmul(dZ, moved.T, True))
+                sent[0] = add_sent(sent[0], reach_matmul(dZ, moved.T, True))
             if want_dw and tX is not None:
                 moved = np.asarray(tX, dtype=np.float64)
-                sent[1] = _add(sent[1], reach_matmul(moved.T, dZ, False))
+                sent[1] = add_sent(sent[1], reach_matmul(moved.T, dZ, False))
         return tuple(sent)

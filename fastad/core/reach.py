@@ -82,6 +82,14 @@ def reach_sum(
     return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
 
 
+def add_sent(total: RuleValue, term: RuleValue) -> RuleValue:
+    """``total + term`` of two contributions, where None is nothing sent (strong zeros
+    add as UNREACHED does)."""
+    if term is None:
+        return total
+    return term if total is None else total + term
+
+
 def contributions(partial: FloatArray, incoming: FloatArray) -> FloatArray:
     """``strong_zeros.contribution`` elementwise: ``partial * incoming``, with strong zeros."""
     product = partial * incoming + 0.0  # discarded where unreached

@@ -17,6 +17,7 @@ from fastad.core.reach import (
     UNREACHED,
     contributions,
     reach_sum,
+    reached_elements,
 )
 from fastad.kernels import fused
 
@@ -149,8 +150,11 @@ class Reduce(BlockRule):
         if self.name == "mean":
             g = g * (1.0 / params.count(a.shape))
         gradient = np.empty(a.shape)
-        if params.axes is None:  # a scalar adjoint, sent to every element
-            gradient.fill(g)  # np.full's work without its Python wrapper
+        if params.axes is None:  # one adjoint (a number, or kept dims), sent to every element
+            if isinstance(g, float):
+                gradient.fill(g)  # np.full's work without its Python wrapper
+            else:
+                gradient[...] = g
             return (gradient,)
         gradient[...] = params.spread(g, a.shape)  # one broadcasting copy
         return (gradient,)
@@ -216,7 +220,7 @@ class Prod(Reduce):
     first); a nan among the others makes it nan.
     """
 
-    linear_adjoint = False  # no second-order rule yet
+    linear_adjoint = False  # its VJP moves with the values: vjp_change
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         with np.errstate(invalid="ignore", over="ignore"):
@@ -254,3 +258,40 @@ class Prod(Reduce):
             return scalar_or_array(np.full(np.shape(out), UNREACHED))
         moved = contributions(self._others(a, params), tangents[0])
         return scalar_or_array(reach_sum(moved, axis=params.axes, keepdims=params.keepdims))
+
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        # dx_i = g others_i moves by g d(others_i), where d(others_i) is the sum over
+        # k != i of t_k times the product of the rest.
+        (a,) = values
+        if a.size == 0:
+            return (None,)
+        moved = self._others_tangent(a, np.broadcast_to(tangents[0], a.shape), params)
+        return (contributions(moved, params.expand(g, a.shape)),)
+
+    def _others_tangent(self, a: FloatArray, t: FloatArray, params: Any) -> FloatArray:
+        """Per element, the tangent along ``t`` of the product of the other elements of its
+        slice, by prefix and suffix products carried with their tangents (dual numbers),
+        never by dividing. Two zeros among the others make it exactly 0; unreached
+        tangent elements count as zeros."""
+        rows, layout = to_rows(a, params.axes)
+        moving = to_rows(t, params.axes)[0]
+        moving = np.where(reached_elements(moving), moving, 0.0)
+        count, length = rows.shape
+        before, d_before = np.empty(rows.shape), np.empty(rows.shape)
+        after, d_after = np.empty(rows.shape), np.empty(rows.shape)
+        value, tangent = np.ones(count), np.zeros(count)
+        for i in range(length):  # the products of the elements before i, and their tangents
+            before[:, i], d_before[:, i] = value, tangent
+            value, tangent = value * rows[:, i], tangent * rows[:, i] + value * moving[:, i]
+        value, tangent = np.ones(count), np.zeros(count)
+        for i in range(length - 1, -1, -1):  # after i
+            after[:, i], d_after[:, i] = value, tangent
+            value, tangent = value * rows[:, i], tangent * rows[:, i] + value * moving[:, i]
+        moved = d_before * after + before * d_after
+        zeros, nans = rows == 0.0, np.isnan(rows)
+        two_zeros = (zeros.sum(axis=1, keepdims=True) - zeros) > 1
+        other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
+        moved[two_zeros & ~other_nan] = 0.0
+        return from_rows(moved, layout)

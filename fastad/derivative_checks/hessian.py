@@ -8,15 +8,22 @@ along a random ``v``. Messages say "hesscheck".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.compiled import CompiledFunction
+from fastad.compiled import BlockFunction, CompiledFunction
 from fastad.derivative_checks.checks import check_options, run_check
 from fastad.derivative_checks.layout import Layout
-from fastad.derivative_checks.problems import Problem, compiled_point, require_finite
+from fastad.derivative_checks.problems import (
+    Problem,
+    block_point,
+    compiled_point,
+    require_finite,
+)
 from fastad.derivative_checks.result import fail
 
 if TYPE_CHECKING:
@@ -25,8 +32,8 @@ if TYPE_CHECKING:
 
 
 def hesscheck(
-    function: CompiledFunction,
-    x: ArrayLike,
+    function: CompiledFunction | BlockFunction,
+    x: ArrayLike | Sequence[ArrayLike],
     *,
     mode: Literal["full", "fast"] = "full",
     eps: float | None = None,
@@ -47,8 +54,9 @@ def hesscheck(
     rtol * |H[i, j]|``), and ``f.hvp`` must agree with it: ``f.hvp(x, v) ==
     f.hessian(x) @ v`` to rounding along a random ``v``, and ``<u, H v> ==
     <H u, v>`` (the dot-product test). ``function`` is ``fa.compile(fn)`` with a scalar
-    output; ``x`` one point of shape ``(k,)``. Options and the result are
-    :func:`fastad.gradcheck`'s.
+    output: of scalars, checked at one point ``x`` of shape ``(k,)``; or of arrays,
+    checked at its arguments ``x`` (a tuple like its example), its ``wrt`` arguments
+    varying as one flat point. Options and the result are :func:`fastad.gradcheck`'s.
 
     >>> import numpy as np, fastad as fa
     >>> f = fa.compile(lambda x, y: fa.sin(x) * y**2.0)
@@ -56,12 +64,14 @@ def hesscheck(
     True
     """
     check_options(mode, eps, rtol, atol, n_directions, seed)
-    if not isinstance(function, CompiledFunction):
+    if isinstance(function, BlockFunction):
+        problem = block_hessian_problem(function, x)
+    elif isinstance(function, CompiledFunction):
+        problem = hessian_problem(function, x)
+    else:
         raise TypeError(
-            f"hesscheck checks a compiled function of scalars, fa.compile(fn); got "
-            f"{type(function).__name__}"
+            f"hesscheck checks a compiled function, fa.compile(fn); got {type(function).__name__}"
         )
-    problem = hessian_problem(function, x)
     return run_check(
         problem, mode, eps, rtol, atol, richardson, n_directions, seed, raise_exception
     )
@@ -89,6 +99,56 @@ def hessian_problem(function: CompiledFunction, x: object) -> Problem:
         Layout([(k,)], (k,), arguments=False),
         value=lambda z: np.asarray(function.grad(z), dtype=np.float64).reshape(-1),
         jacobian=lambda z: np.asarray(function.hessian(z), dtype=np.float64).reshape(k, k),
+        vjp=products,
+        jvp=products,
+        check="hesscheck",
+        further_tests=hessian_tests,
+    )
+
+
+def block_hessian_problem(function: BlockFunction, x: object) -> Problem:
+    """:func:`hessian_problem` for a function of arrays: its ``wrt`` arguments as one flat
+    point, the gradients flattened beside each other, the Hessian's blocks assembled."""
+    point, shapes, positions, call, _ = block_point(function, x)
+    first = np.asarray(function(call(point)), dtype=np.float64)
+    if first.ndim != 0:
+        raise ValueError(
+            f"hesscheck needs a scalar output; this function returns shape {first.shape}"
+        )
+    require_finite(first, "f(x)", "output", "hesscheck")
+    sizes = [math.prod(shape) for shape in shapes]
+    n = sum(sizes)
+
+    def listed(results: Any) -> list[Any]:
+        return [results] if function.single_wrt else list(results)
+
+    def gradient(z: FloatArray) -> FloatArray:
+        found = listed(function.grad(call(z)))
+        return np.concatenate([np.reshape(np.asarray(g, dtype=np.float64), -1) for g in found])
+
+    def hessian(z: FloatArray) -> FloatArray:
+        rows = [[function.hessian(call(z))]] if function.single_wrt else function.hessian(call(z))
+        return np.block(
+            [
+                [np.reshape(block, (sizes[i], sizes[j])) for j, block in enumerate(band)]
+                for i, band in enumerate(rows)
+            ]
+        )
+
+    layout = Layout(shapes, (n,), arguments=True, positions=positions)
+
+    def products(z: FloatArray, v: FloatArray) -> FloatArray:
+        parts = layout.split(v)
+        along = parts[0] if function.single_wrt else parts
+        return np.concatenate([np.reshape(p, -1) for p in listed(function.hvp(call(z), along))])
+
+    require_finite(gradient(point), "the gradient", "element", "hesscheck")
+    return Problem(
+        point,
+        np.dtype(np.float64),
+        layout,
+        value=gradient,
+        jacobian=hessian,
         vjp=products,
         jvp=products,
         check="hesscheck",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -249,9 +249,20 @@ def compiled_problem(function: CompiledFunction, x: object) -> Problem:
     )
 
 
-def block_problem(function: BlockFunction, x: object) -> Problem:
-    """A compiled function of arrays at its arguments ``x``; its ``wrt`` arguments vary,
-    concatenated into the flat point, and the others are held as given."""
+class BlockPoint(NamedTuple):
+    """A function of arrays at its arguments, on the flat view: its ``wrt`` arguments
+    vary, concatenated into ``point``; ``call(z)`` is the argument list at ``z``, the
+    others held as given."""
+
+    point: FloatArray
+    shapes: list[tuple[int, ...]]  # of the varying arguments
+    positions: list[int]  # their positions in the call
+    call: Callable[[FloatArray], list[Any]]
+    layout: Layout  # for the varying arguments, output not yet known
+
+
+def block_point(function: BlockFunction, x: object) -> BlockPoint:
+    """:class:`BlockPoint` of ``function`` at its arguments ``x`` (a tuple like its example)."""
     if not isinstance(x, (tuple, list)):
         raise TypeError(
             "a compiled function of arrays is checked at its arguments, a tuple like its "
@@ -280,6 +291,13 @@ def block_problem(function: BlockFunction, x: object) -> Problem:
             full[position] = part
         return full
 
+    return BlockPoint(point, shapes, positions, call, layout)
+
+
+def block_problem(function: BlockFunction, x: object) -> Problem:
+    """A compiled function of arrays at its arguments ``x``; its ``wrt`` arguments vary,
+    concatenated into the flat point, and the others are held as given."""
+    point, shapes, positions, call, layout = block_point(function, x)
     first = np.asarray(function(call(point)), dtype=np.float64)  # checks the shapes
     require_finite(first, "f(x)", "output")
     layout = Layout(shapes, first.shape, arguments=True, positions=positions)

@@ -61,16 +61,6 @@ def var(
     return tape_or_current(tape).input(value, name)
 
 
-@overload
-def grad(output: Var, wrt: Var) -> float: ...
-@overload
-def grad(output: Var, wrt: Block) -> FloatArray: ...
-@overload
-def grad(output: Var, wrt: Iterable[Var]) -> FloatArray: ...
-@overload
-def grad(output: Var, wrt: Iterable[Block]) -> list[FloatArray]: ...
-@overload
-def grad(output: Var, wrt: Iterable[Var | Block]) -> FloatArray | list[float | FloatArray]: ...
 def grad(
     output: Var, wrt: Var | Block | Iterable[Var | Block]
 ) -> float | FloatArray | list[FloatArray] | list[float | FloatArray]:
@@ -126,18 +116,6 @@ def jvp(
     return output.tape.tangent(output, [node.id for node in nodes], along)
 
 
-@overload
-def hvp(output: Var, wrt: Var, direction: ArrayLike) -> float: ...
-@overload
-def hvp(output: Var, wrt: Block, direction: ArrayLike) -> FloatArray: ...
-@overload
-def hvp(output: Var, wrt: Iterable[Var], direction: ArrayLike) -> FloatArray: ...
-@overload
-def hvp(output: Var, wrt: Iterable[Block], direction: ArrayLike) -> list[FloatArray]: ...
-@overload
-def hvp(
-    output: Var, wrt: Iterable[Var | Block], direction: ArrayLike
-) -> FloatArray | list[float | FloatArray]: ...
 def hvp(
     output: Var, wrt: Var | Block | Iterable[Var | Block], direction: ArrayLike
 ) -> float | FloatArray | list[FloatArray] | list[float | FloatArray]:

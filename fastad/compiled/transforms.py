@@ -1,0 +1,432 @@
+"""Function transforms, as JAX writes them: ``fa.grad(fn)``, ``fa.value_and_grad(fn)``,
+``fa.jacfwd(fn)``, ``fa.jacrev(fn)``, ``fa.hessian(fn)`` and ``fa.hvp(fn)``.
+
+Each returns a function of the same arguments as ``fn``. Its first call
+with arguments of a new signature (each argument's shape and dtype; a
+number is a 0-d argument) traces ``fn`` into a :class:`BlockFunction` and
+keeps it; later calls with that signature replay it, on the interpreter or
+in generated code (``backend="auto"``), and a new signature traces again
+(as ``jax.jit`` does). ``argnums`` (an int, or a sequence of ints) picks the
+arguments to differentiate; the others are data and get no derivative.
+
+``fa.grad``, ``fa.hessian`` and ``fa.hvp`` also keep their tape forms
+(``fa.grad(z, wrt)`` on recorded nodes): a callable first argument selects
+the transform.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fastad.compiled.block_function import BlockFunction
+from fastad.eager import functions
+from fastad.eager.handle import Node
+from fastad.util.errors import flag, is_int
+
+if TYPE_CHECKING:
+    from fastad.eager.node import Block, Var
+    from fastad.util.hints import FloatArray
+
+Argnums = int | Sequence[int]
+"""The positions of the arguments to differentiate: one (its derivative alone) or a
+sequence of them (a tuple of derivatives, in that order)."""
+
+
+class _Traced:
+    """``fn`` traced once per signature of its arguments, for one transform."""
+
+    def __init__(self, function: Callable[..., Any], argnums: object, has_aux: bool, what: str):
+        if not callable(function):
+            raise TypeError(
+                f"{what} takes a function of numbers and arrays, got "
+                f"{type(function).__name__} {function!r}"
+            )
+        self.function = function
+        self.what = what
+        self.has_aux = flag(has_aux, "has_aux")
+        self.single, self.positions = _argnums(argnums, what)
+        self._traced: dict[tuple[object, ...], BlockFunction] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def wrt(self) -> int | tuple[int, ...]:
+        return self.positions[0] if self.single else self.positions
+
+    def at(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[BlockFunction, tuple[Any, ...]]:
+        """The traced function for these arguments' signature, and the arguments as it takes
+        them (numbers as floats, arrays as given)."""
+        if kwargs:
+            raise TypeError(
+                f"{self.what}(...) takes its arguments by position; got keywords "
+                f"{sorted(kwargs)} (bind them first with functools.partial)"
+            )
+        for position in self.positions:
+            if position >= len(args):
+                raise ValueError(
+                    f"{self.what}: argnums {position} is out of range for a call with "
+                    f"{len(args)} argument(s)"
+                )
+        values = tuple(
+            _argument(value, i, self.what, i in self.positions) for i, value in enumerate(args)
+        )
+        key = tuple(_signature(value) for value in values)
+        with self._lock:
+            traced = self._traced.get(key)
+            if traced is None:
+                traced = BlockFunction(self._output, values, self.wrt, False, "auto", None)
+                self._traced[key] = traced
+        return traced, values
+
+    def _output(self, *args: Any) -> Any:
+        """What is traced: ``fn``'s output (its first item with ``has_aux``)."""
+        result = self.function(*args)
+        return _pair(result, self.what)[0] if self.has_aux else result
+
+    def aux(self, values: tuple[Any, ...]) -> Any:
+        """``fn``'s auxiliary output at ``values``, from a call on the plain arguments."""
+        return _pair(self.function(*values), self.what)[1]
+
+    def form(self, derivatives: Any) -> Any:
+        """One derivative for an int ``argnums``, else a tuple (JAX's form)."""
+        return derivatives if self.single else tuple(derivatives)
+
+
+def _argnums(argnums: object, what: str) -> tuple[bool, tuple[int, ...]]:
+    """``(single, positions)`` of an ``argnums``: checked, never wrapped around."""
+    single = is_int(argnums)
+    if single:
+        positions: tuple[object, ...] = (argnums,)
+    elif isinstance(argnums, Iterable) and not isinstance(argnums, (str, bytes)):
+        positions = tuple(argnums)
+        if not positions:
+            raise ValueError(f"{what}: argnums is empty; name at least one argument")
+    else:
+        raise TypeError(
+            f"{what}: argnums must be an int or a sequence of ints, got "
+            f"{type(argnums).__name__} {argnums!r}"
+        )
+    for position in positions:
+        if not is_int(position) or int(position) < 0:
+            raise ValueError(
+                f"{what}: argnums holds {position!r}; positions are non-negative ints "
+                "(counted from the first argument; negative ones do not wrap around)"
+            )
+    checked = tuple(int(position) for position in positions)  # type: ignore[call-overload]
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"{what}: argnums {checked} names an argument twice")
+    return single, checked
+
+
+def _argument(value: object, position: int, what: str, differentiated: bool) -> Any:
+    """An argument as the traced function takes it; a TypeError names a bad one."""
+    if isinstance(value, Node):
+        raise TypeError(
+            f"{what}: argument {position} is a fastad node; the transformed function "
+            "takes numbers and arrays (it records its own tape)"
+        )
+    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if array.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what}: argument {position} is {type(value).__name__} of dtype {array.dtype}; "
+            "the transformed function takes real numbers and arrays (bind other arguments "
+            "with functools.partial)"
+        )
+    if differentiated and array.dtype.kind != "f":
+        remedy = "a float (3.0, not 3)" if array.ndim == 0 else "a float array (.astype(float))"
+        raise TypeError(
+            f"{what}: argument {position} is differentiated (argnums) but holds "
+            f"{array.dtype} values; give it as {remedy}"
+        )
+    return float(array) if array.ndim == 0 else array
+
+
+def _signature(value: Any) -> object:
+    return "number" if isinstance(value, float) else (value.shape, value.dtype.str)
+
+
+def _pair(result: object, what: str) -> tuple[Any, Any]:
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise TypeError(
+            f"{what} with has_aux=True needs the function to return a pair "
+            f"(output, aux); it returned {type(result).__name__}"
+        )
+    return result
+
+
+def _named(transformed: Callable[..., Any], function: Callable[..., Any], what: str) -> Any:
+    """``transformed`` with ``function``'s name and a docstring saying what it is."""
+    name = getattr(function, "__name__", type(function).__name__)
+    transformed.__name__ = transformed.__qualname__ = f"{what}({name})"
+    transformed.__doc__ = f"{what} of {name}: see fastad.{what}."
+    transformed.__wrapped__ = function  # type: ignore[attr-defined]
+    return transformed
+
+
+# -- the transforms --------------------------------------------------------------------------------
+def value_and_grad(
+    function: Callable[..., Any], argnums: Argnums = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """A function giving ``(value, gradient)`` of ``function``, as ``jax.value_and_grad``.
+
+    ``function`` takes numbers and arrays and returns a scalar (with
+    ``has_aux``, a pair ``(scalar, aux)``). The result takes the same
+    arguments and returns ``(value, g)``, or ``((value, aux), g)``: ``g``
+    is the gradient with respect to argument ``argnums`` (a float for a
+    number, an array of its shape), or a tuple of them for a sequence.
+
+    The first call with arguments of a new signature traces ``function``
+    (``fa.compile``); later ones replay it. ``aux`` is what ``function``
+    returns when called on the arguments themselves (plain arrays, no
+    tape): one more forward pass in NumPy per call.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> loss = lambda w, X: ((X @ w) ** 2).sum()
+    >>> value, g = fa.value_and_grad(loss)(np.array([1.0, 2.0]), np.eye(2))
+    >>> value, g
+    (5.0, array([2., 4.]))
+    """
+    traced = _Traced(function, argnums, has_aux, "fa.value_and_grad")
+
+    def transformed(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        compiled, values = traced.at(args, kwargs)
+        value, gradients = compiled.value_and_grad(values)
+        gradients = traced.form(gradients)
+        return ((value, traced.aux(values)) if traced.has_aux else value), gradients
+
+    return _named(transformed, function, "value_and_grad")
+
+
+def _grad(
+    function: Callable[..., Any], argnums: Argnums = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    traced = _Traced(function, argnums, has_aux, "fa.grad")
+
+    def transformed(*args: Any, **kwargs: Any) -> Any:
+        compiled, values = traced.at(args, kwargs)
+        gradients = traced.form(compiled.grad(values))
+        return (gradients, traced.aux(values)) if traced.has_aux else gradients
+
+    return _named(transformed, function, "grad")
+
+
+def _jacobian(function: Callable[..., Any], argnums: Argnums, what: str) -> Callable[..., Any]:
+    traced = _Traced(function, argnums, False, f"fa.{what}")
+
+    def transformed(*args: Any, **kwargs: Any) -> Any:
+        compiled, values = traced.at(args, kwargs)
+        return traced.form(compiled.jacobian(values))
+
+    return _named(transformed, function, what)
+
+
+def jacfwd(function: Callable[..., Any], argnums: Argnums = 0) -> Callable[..., Any]:
+    """A function giving the Jacobian of ``function``, in ``jax.jacfwd``'s layout.
+
+    For each argument of ``argnums``, d output / d argument of shape
+    ``output.shape + argument.shape`` (one array for an int ``argnums``, a
+    tuple for a sequence). The output is a number or one array. Built by
+    forward sweeps per argument element or backward sweeps per output
+    element, whichever are fewer, so :func:`jacrev` gives the same numbers
+    at the same cost. Traced per signature, as :func:`value_and_grad`.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> fa.jacfwd(lambda x: x * x)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    return _jacobian(function, argnums, "jacfwd")
+
+
+def jacrev(function: Callable[..., Any], argnums: Argnums = 0) -> Callable[..., Any]:
+    """A function giving the Jacobian of ``function``, in ``jax.jacrev``'s layout; the same
+    as :func:`jacfwd` (the direction of the sweeps is chosen by size)."""
+    return _jacobian(function, argnums, "jacrev")
+
+
+def _hessian(function: Callable[..., Any], argnums: Argnums) -> Callable[..., Any]:
+    traced = _Traced(function, argnums, False, "fa.hessian")
+
+    def transformed(*args: Any, **kwargs: Any) -> Any:
+        compiled, values = traced.at(args, kwargs)
+        rows = compiled.hessian(values)
+        return rows if traced.single else tuple(tuple(row) for row in rows)
+
+    return _named(transformed, function, "hessian")
+
+
+def _hvp(function: Callable[..., Any], argnums: Argnums) -> Callable[..., Any]:
+    traced = _Traced(function, argnums, False, "fa.hvp")
+
+    def transformed(primals: Sequence[Any], tangents: Any) -> Any:
+        if not isinstance(primals, (tuple, list)):
+            raise TypeError(
+                "fa.hvp(fn)(primals, tangents): primals is a tuple of fn's arguments, got "
+                f"{type(primals).__name__}"
+            )
+        compiled, values = traced.at(tuple(primals), {})
+        return traced.form(compiled.hvp(values, tangents))
+
+    return _named(transformed, function, "hvp")
+
+
+# -- the names shared with the tape functions ------------------------------------------------------
+def _transform_argnums(wrt: object, argnums: Argnums, what: str) -> Argnums:
+    """``argnums`` given by position (JAX's second argument) or by keyword, not both."""
+    if wrt is None:
+        return argnums
+    if argnums != 0:
+        raise TypeError(f"{what}(fn, ...): give argnums once, by position or by keyword")
+    return wrt  # type: ignore[return-value]
+
+
+def _is_function(first: object) -> bool:
+    return callable(first) and not isinstance(first, Node)
+
+
+@overload
+def grad(
+    output: Callable[..., Any],
+    wrt: Argnums | None = None,
+    *,
+    argnums: Argnums = 0,
+    has_aux: bool = False,
+) -> Callable[..., Any]: ...
+@overload
+def grad(output: Var, wrt: Var) -> float: ...
+@overload
+def grad(output: Var, wrt: Block) -> FloatArray: ...
+@overload
+def grad(output: Var, wrt: Iterable[Var]) -> FloatArray: ...
+@overload
+def grad(output: Var, wrt: Iterable[Block]) -> list[FloatArray]: ...
+@overload
+def grad(output: Var, wrt: Iterable[Var | Block]) -> FloatArray | list[float | FloatArray]: ...
+def grad(output: Any, wrt: Any = None, *, argnums: Argnums = 0, has_aux: bool = False) -> Any:
+    """The gradient function of ``fn`` (``fa.grad(fn, argnums=0, has_aux=False)``, as
+    ``jax.grad``), or the gradient of a recorded node (``fa.grad(z, wrt)``).
+
+    With a function: see :func:`value_and_grad`; the result returns the
+    gradient alone (``(gradient, aux)`` with ``has_aux``).
+
+    With a scalar node ``output`` and nodes ``wrt`` of its tape: the
+    gradient without touching ``.grad``. For a single node its gradient (a
+    float, or an array shaped like a block); for a sequence of scalar nodes
+    a float64 array of ``len(wrt)``, and with blocks among them a list.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> fa.grad(lambda x, y: x * fa.sin(y), argnums=(0, 1))(2.0, 0.0)
+    (0.0, 2.0)
+    """
+    if _is_function(output):
+        return _grad(output, _transform_argnums(wrt, argnums, "fa.grad"), has_aux)
+    if wrt is None:
+        raise TypeError(
+            "fa.grad takes a function (fa.grad(fn) is its gradient function) or a scalar "
+            f"node and the nodes to differentiate with respect to (fa.grad(z, wrt)); got "
+            f"{type(output).__name__} and wrt None"
+        )
+    return functions.grad(output, wrt)
+
+
+@overload
+def hessian(
+    output: Callable[..., Any], wrt: Argnums | None = None, *, argnums: Argnums = 0
+) -> Callable[..., Any]: ...
+@overload
+def hessian(output: Var, wrt: Var | Iterable[Var]) -> FloatArray: ...
+def hessian(output: Any, wrt: Any = None, *, argnums: Argnums = 0) -> Any:
+    """The Hessian function of ``fn`` (``fa.hessian(fn, argnums=0)``, as ``jax.hessian``),
+    or the Hessian of a recorded node (``fa.hessian(z, wrt)``, a ``(k, k)`` array).
+
+    With a function of a scalar output: for an int ``argnums`` one array of
+    shape ``argument.shape * 2``; for a sequence a tuple of rows,
+    ``H[i][j]`` of shape ``shape_i + shape_j``. One Hessian-vector product
+    per argument element (forward over reverse), symmetric to rounding.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> fa.hessian(lambda x: (x**3).sum())(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
+    if _is_function(output):
+        return _hessian(output, _transform_argnums(wrt, argnums, "fa.hessian"))
+    if wrt is None:
+        raise TypeError(
+            "fa.hessian takes a function (fa.hessian(fn)) or a scalar node and the scalar "
+            f"nodes to differentiate with respect to (fa.hessian(z, wrt)); got "
+            f"{type(output).__name__} and wrt None"
+        )
+    return functions.hessian(output, wrt)
+
+
+@overload
+def hvp(
+    output: Callable[..., Any],
+    wrt: Argnums | None = None,
+    direction: None = None,
+    *,
+    argnums: Argnums = 0,
+) -> Callable[..., Any]: ...
+@overload
+def hvp(output: Var, wrt: Var, direction: ArrayLike) -> float: ...
+@overload
+def hvp(output: Var, wrt: Block, direction: ArrayLike) -> FloatArray: ...
+@overload
+def hvp(output: Var, wrt: Iterable[Var], direction: ArrayLike) -> FloatArray: ...
+@overload
+def hvp(output: Var, wrt: Iterable[Block], direction: ArrayLike) -> list[FloatArray]: ...
+@overload
+def hvp(
+    output: Var, wrt: Iterable[Var | Block], direction: ArrayLike
+) -> FloatArray | list[float | FloatArray]: ...
+def hvp(output: Any, wrt: Any = None, direction: Any = None, *, argnums: Argnums = 0) -> Any:
+    """The Hessian-vector product function of ``fn`` (``fa.hvp(fn, argnums=0)``), or
+    ``H v`` of a recorded node (``fa.hvp(z, wrt, v)``: ``direction`` holds one entry
+    per node of ``wrt``, an array of a block's shape for a block; the result has
+    :func:`grad`'s form for the same ``wrt``).
+
+    With a function of a scalar output, the result is called as
+    ``h(primals, tangents)`` (``jax.jvp``'s convention): ``primals`` a
+    tuple of ``fn``'s arguments, ``tangents`` shaped like the gradient (one
+    array, or a number, for an int ``argnums``; a sequence for a sequence).
+    It returns ``H v`` in the gradient's form, by forward over reverse
+    without forming ``H``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastad as fa
+    >>> h = fa.hvp(lambda x: (x**3).sum())
+    >>> h((np.array([1.0, 2.0]),), np.array([1.0, 1.0]))
+    array([ 6., 12.])
+    """
+    if _is_function(output):
+        if direction is not None:
+            raise TypeError(
+                "fa.hvp(fn, argnums) returns h(primals, tangents); give the direction to h"
+            )
+        return _hvp(output, _transform_argnums(wrt, argnums, "fa.hvp"))
+    if wrt is None or direction is None:
+        raise TypeError(
+            "fa.hvp takes a function (fa.hvp(fn)) or a scalar node, the nodes to "
+            f"differentiate with respect to and a direction (fa.hvp(z, wrt, v)); got "
+            f"{type(output).__name__}, wrt {wrt!r} and direction {direction!r}"
+        )
+    return functions.hvp(output, wrt, direction)
+
+
+__all__ = ["grad", "hessian", "hvp", "jacfwd", "jacrev", "value_and_grad"]

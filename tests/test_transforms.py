@@ -1,0 +1,207 @@
+"""Function transforms (fa.grad(fn), fa.value_and_grad, fa.jacfwd/jacrev, fa.hessian(fn),
+fa.hvp(fn)): JAX's argnums and has_aux, one trace per signature, the tape forms kept.
+
+References are independent: gradients written by hand in NumPy and central differences.
+"""
+
+import numpy as np
+import pytest
+
+import fastad as fa
+
+RTOL = 1e-10
+
+
+def central(function, args, position, h=1e-6):
+    """d function / d args[position] by central differences, shaped output + argument."""
+    args = [np.array(a, dtype=float) for a in args]
+    base = np.asarray(function(*args), dtype=float)
+    x = args[position]
+    out = np.zeros(base.shape + x.shape)
+    for index in np.ndindex(x.shape):
+        up, down = [a.copy() for a in args], [a.copy() for a in args]
+        up[position][index] += h
+        down[position][index] -= h
+        step = (np.asarray(function(*up)) - np.asarray(function(*down))) / (2 * h)
+        out[(...,) + index] = step
+    return out
+
+
+def logistic_loss(w, b, X, y):
+    z = X @ w + b
+    return (fa.softplus(z) - y * z).sum()
+
+
+def logistic_reference(w, b, X, y):
+    """The loss and its gradients in w and b, by hand."""
+    z = X @ w + b
+    p = 1.0 / (1.0 + np.exp(-z))
+    return np.sum(np.logaddexp(0.0, z) - y * z), X.T @ (p - y), np.sum(p - y)
+
+
+def logistic_data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(40, 5))
+    X[:, 2] = 0.0  # a whole column of exact zeros
+    X[rng.random(X.shape) < 0.3] = 0.0
+    y = (rng.random(40) < 0.5).astype(float)
+    return rng.normal(size=5), 0.3, X, y
+
+
+def test_value_and_grad_matches_the_hand_written_gradient():
+    w, b, X, y = logistic_data()
+    value, (dw, db) = fa.value_and_grad(logistic_loss, argnums=(0, 1))(w, b, X, y)
+    want, want_dw, want_db = logistic_reference(w, b, X, y)
+    assert value == pytest.approx(want, rel=RTOL)
+    np.testing.assert_allclose(dw, want_dw, rtol=RTOL)
+    assert isinstance(db, float) and db == pytest.approx(want_db, rel=RTOL)
+
+
+def test_grad_forms_follow_argnums():
+    w, b, X, y = logistic_data(1)
+    _, want_dw, want_db = logistic_reference(w, b, X, y)
+    single = fa.grad(logistic_loss)(w, b, X, y)  # argnums=0: the array alone
+    np.testing.assert_allclose(single, want_dw, rtol=RTOL)
+    pair = fa.grad(logistic_loss, (1, 0))(w, b, X, y)  # positional argnums, in that order
+    assert isinstance(pair, tuple) and len(pair) == 2
+    assert pair[0] == pytest.approx(want_db, rel=RTOL)
+    np.testing.assert_allclose(pair[1], want_dw, rtol=RTOL)
+    listed = fa.grad(logistic_loss, argnums=[0])(w, b, X, y)
+    assert isinstance(listed, tuple) and len(listed) == 1
+
+
+def test_grad_of_numbers_against_central_differences():
+    def f(x, y):
+        return fa.sin(x * y) + x**3 / y
+
+    got = fa.grad(f, argnums=(0, 1))(0.7, 1.3)
+    for position in (0, 1):
+        want = central(lambda x, y: np.sin(x * y) + x**3 / y, (0.7, 1.3), position)
+        assert got[position] == pytest.approx(float(want), rel=1e-7)
+
+
+def test_integer_labels_are_data():
+    w, b, X, y = logistic_data(2)
+    labels = y.astype(np.int64)
+    got = fa.grad(logistic_loss)(w, b, X, labels)
+    np.testing.assert_allclose(got, logistic_reference(w, b, X, y)[1], rtol=RTOL)
+
+
+def test_has_aux_returns_the_auxiliary_output():
+    w, b, X, y = logistic_data(3)
+
+    def with_aux(w, b, X, y):
+        z = X @ w + b
+        return logistic_loss(w, b, X, y), {"scores": z}
+
+    want, want_dw, _ = logistic_reference(w, b, X, y)
+    (value, aux), dw = fa.value_and_grad(with_aux, has_aux=True)(w, b, X, y)
+    assert value == pytest.approx(want, rel=RTOL)
+    np.testing.assert_allclose(aux["scores"], X @ w + b, rtol=RTOL)
+    np.testing.assert_allclose(dw, want_dw, rtol=RTOL)
+    dw2, aux2 = fa.grad(with_aux, has_aux=True)(w, b, X, y)
+    np.testing.assert_allclose(dw2, want_dw, rtol=RTOL)
+    np.testing.assert_allclose(aux2["scores"], X @ w + b, rtol=RTOL)
+
+
+def test_one_trace_per_signature():
+    traces = []
+
+    def f(x):
+        traces.append(np.shape(x))
+        return (x * x).sum()
+
+    g = fa.grad(f)
+    np.testing.assert_allclose(g(np.array([1.0, 2.0])), [2.0, 4.0])
+    np.testing.assert_allclose(g(np.array([3.0, -1.0])), [6.0, -2.0])  # replayed
+    assert len(traces) == 1
+    np.testing.assert_allclose(g(np.array([1.0, 2.0, 3.0])), [2.0, 4.0, 6.0])  # a new shape
+    assert len(traces) == 2
+    np.testing.assert_allclose(g(np.array([5.0, 6.0])), [10.0, 12.0])  # the first, kept
+    assert len(traces) == 2
+
+
+@pytest.mark.parametrize("transform", [fa.jacfwd, fa.jacrev])
+def test_jacobians_in_jax_layout(transform):
+    A = np.array([[1.0, -2.0, 0.0], [0.5, 0.0, 3.0]])
+
+    def f(x, s):
+        return fa.tanh(A @ x) * s
+
+    x, s = np.array([0.3, -0.2, 0.5]), 1.7
+    J = transform(f)(x, s)
+    assert J.shape == (2, 3)
+    np.testing.assert_allclose(J, central(lambda x, s: np.tanh(A @ x) * s, (x, s), 0), rtol=1e-7)
+    Jx, Js = transform(f, argnums=(0, 1))(x, s)
+    np.testing.assert_allclose(Jx, J, rtol=RTOL)
+    np.testing.assert_allclose(Js, np.tanh(A @ x), rtol=RTOL)
+
+
+def test_hessian_and_hvp_of_a_quadratic_form():
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(4, 4))
+
+    def f(x):
+        return x @ (A @ x) + fa.exp(x).sum()
+
+    x = rng.normal(size=4)
+    want = A + A.T + np.diag(np.exp(x))  # by hand
+    H = fa.hessian(f)(x)
+    np.testing.assert_allclose(H, want, rtol=RTOL, atol=1e-12)
+    v = rng.normal(size=4)
+    np.testing.assert_allclose(fa.hvp(f)((x,), v), want @ v, rtol=RTOL, atol=1e-12)
+
+
+def test_hessian_blocks_for_several_arguments():
+    def f(x, y):
+        return (x * x).sum() * y
+
+    x, y = np.array([1.0, 2.0]), 3.0
+    (Hxx, Hxy), (Hyx, Hyy) = fa.hessian(f, argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(Hxx, 2 * y * np.eye(2))
+    np.testing.assert_allclose(Hxy, 2 * x)
+    np.testing.assert_allclose(Hyx, 2 * x)
+    assert float(Hyy) == 0.0
+    products = fa.hvp(f, argnums=(0, 1))((x, y), (np.array([1.0, 0.0]), 1.0))
+    np.testing.assert_allclose(products[0], 2 * y * np.array([1.0, 0.0]) + 2 * x)
+    assert products[1] == pytest.approx(2 * x[0])
+
+
+def test_the_tape_forms_keep_working():
+    with fa.Tape():
+        x, y = fa.var(2.0), fa.var(3.0)
+        z = x * x * y
+        assert fa.grad(z, [x, y]).tolist() == [12.0, 4.0]
+        assert fa.grad(z, x) == 12.0
+        np.testing.assert_allclose(fa.hessian(z, [x, y]), [[6.0, 4.0], [4.0, 0.0]])
+        assert fa.hvp(z, [x, y], [1.0, 0.0]).tolist() == [6.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: fa.grad(lambda x: x * x, argnums=1)(2.0), ValueError, "argnums 1 is out of range"),
+        (lambda: fa.grad(lambda x: x * x, argnums=-1), ValueError, "do not wrap around"),
+        (lambda: fa.grad(lambda x, y: x * y, argnums=(0, 0)), ValueError, "twice"),
+        (lambda: fa.grad(lambda x: x * x, argnums=()), ValueError, "empty"),
+        (lambda: fa.grad(lambda x: x * x, argnums="0"), TypeError, "argnums must be"),
+        (lambda: fa.grad(lambda x: x * x, argnums=1.0), TypeError, "argnums must be"),
+        (lambda: fa.grad(lambda x: x * x)(3), TypeError, "int64"),
+        (lambda: fa.grad(lambda x: x.sum())(np.arange(3)), TypeError, ".astype(float)"),
+        (lambda: fa.grad(lambda x, s: x * x)(2.0, "a"), TypeError, "argument 1 is str"),
+        (lambda: fa.grad(lambda x: x * x)(x=2.0), TypeError, "by position"),
+        (lambda: fa.grad(lambda x: (x * x, 1.0), has_aux=True)(np.ones(2)), ValueError, "scalar"),
+        (lambda: fa.grad(lambda x: x.sum(), has_aux=True)(np.ones(2)), TypeError, "a pair"),
+        (lambda: fa.grad(lambda x: x * x, has_aux=1), TypeError, "has_aux"),
+        (lambda: fa.grad(lambda x: x * 2.0)(np.ones(2)), ValueError, "scalar output"),
+        (lambda: fa.grad(lambda x: x * x, 0, argnums=1), TypeError, "argnums once"),
+        (lambda: fa.grad(2.0), TypeError, "wrt None"),
+        (lambda: fa.hessian(2.0), TypeError, "wrt None"),
+        (lambda: fa.hvp(lambda x: x * x)(2.0, 1.0), TypeError, "primals is a tuple"),
+        (lambda: fa.hvp(lambda x: x * x, 0, 1.0), TypeError, "give the direction to h"),
+    ],
+)
+def test_bad_input_names_what_is_wrong(call, error, words):
+    with pytest.raises(error, match=None) as raised:
+        call()
+    assert words in str(raised.value), str(raised.value)
