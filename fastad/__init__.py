@@ -21,6 +21,7 @@ import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol 
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.compiled.transforms import grad, hessian, hvp, jacfwd, jacrev, value_and_grad
 from fastad.derivative_checks import GradcheckError, GradcheckResult, gradcheck, hesscheck
+from fastad.eager import linalg
 from fastad.eager.blocks import (
     Block,
     concatenate,
@@ -114,6 +115,7 @@ __all__ = [
     "jacfwd",
     "jacrev",
     "jvp",
+    "linalg",
     "value_and_grad",
     "log",
     "maximum",

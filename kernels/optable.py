@@ -387,6 +387,13 @@ BLOCK_OPS = (
     BlockOp(79, "softmax", "softmax", 1),
     BlockOp(80, "log_softmax", "log_softmax", 1),
     BlockOp(81, "cross_entropy", "cross_entropy", 2),  # (logits, labels or targets)
+    BlockOp(82, "cholesky", "cholesky", 1),
+    BlockOp(83, "solve", "solve", 2),  # (A, B)
+    BlockOp(84, "solve_triangular", "solve_tri", 2),  # (A, B); params: lower
+    BlockOp(85, "inv", "inv", 1),
+    BlockOp(86, "det", "det", 1),
+    BlockOp(87, "logabsdet", "logabsdet", 1),  # np.linalg.slogdet's second result
+    BlockOp(88, "sign_det", "sign_det", 1),  # and its first: the sign, derivative 0
 )
 
 BY_NAME = {op.name: op for op in OPS}

@@ -239,6 +239,20 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
         (VALUE, "fa.hvp(lambda a: (a * a).sum())((A,), b)"),
         (VALUE, "fa.hvp(lambda a: fa.tanh(a) * 2.0)((b,), 1.0)"),
     ],
+    "fa.linalg.cholesky": [(VALUE, "fa.linalg.cholesky(b)")],
+    "fa.linalg.det": [(VALUE, "fa.linalg.det(b)")],
+    "fa.linalg.inv": [(VALUE, "fa.linalg.inv(b)")],
+    "fa.linalg.norm": [(VALUE, "fa.linalg.norm(b)"), (VALUE, "fa.linalg.norm(X, ord=b)")],
+    "fa.linalg.slogdet": [(VALUE, "fa.linalg.slogdet(b)")],
+    "fa.linalg.solve": [
+        (VALUE, "fa.linalg.solve(b, A)"),
+        (VALUE, "fa.linalg.solve(np.eye(3), b)"),
+        (VALUE, "fa.linalg.solve(X @ W, b)"),
+    ],
+    "fa.linalg.solve_triangular": [
+        (VALUE, "fa.linalg.solve_triangular(np.eye(3), b)"),
+        (VALUE, "fa.linalg.solve_triangular(np.eye(3), A, lower=b)"),
+    ],
     "fa.jacfwd": [(VALUE, "fa.jacfwd(b)"), (VALUE, "fa.jacfwd(lambda a: a * a)(b)")],
     "fa.jacrev": [(VALUE, "fa.jacrev(lambda a: a * a)(b)"), (VALUE, "fa.jacrev(sum, b)")],
     "fa.value_and_grad": [
@@ -355,6 +369,7 @@ def enumerated():
         value = getattr(fa, name)
         if not name.startswith("_") and callable(value) and not inspect.isclass(value):
             found.add(f"fa.{name}")
+    found |= {f"fa.linalg.{name}" for name in fa.linalg.__all__}
     return found
 
 

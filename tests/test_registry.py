@@ -76,6 +76,18 @@ BLOCK_CASES = [
     BlockCase("softmax", fa.softmax, ((3, 4),)),
     BlockCase("log_softmax", lambda a: fa.log_softmax(a, axis=0), ((3, 4),)),
     BlockCase("cross_entropy", fa.cross_entropy, ((3, 4), (3, 4))),  # probability targets
+    # Linear algebra, on matrices kept well away from singular (the leaves are in [-2, 2]):
+    BlockCase("cholesky", lambda a: fa.linalg.cholesky(a @ a.T + 3.0 * np.eye(3)), ((3, 3),)),
+    BlockCase("solve", lambda a, b: fa.linalg.solve(a + 9.0 * np.eye(3), b), ((3, 3), (3,))),
+    BlockCase(
+        "solve_triangular",
+        lambda a, b: fa.linalg.solve_triangular(a + 9.0 * np.eye(3), b, lower=True),
+        ((3, 3), (3, 2)),
+    ),
+    BlockCase("inv", lambda a: fa.linalg.inv(a + 9.0 * np.eye(3)), ((3, 3),)),
+    BlockCase("det", lambda a: fa.linalg.det(a + 9.0 * np.eye(3)), ((3, 3),)),
+    BlockCase("logabsdet", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[1], ((3, 3),)),
+    BlockCase("sign_det", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[0] * 2.0, ((3, 3),)),
 ]
 # More ways to call the entries above (each through every test below).
 VARIANTS = [
@@ -107,6 +119,15 @@ VARIANTS = [
         ((3, 4),),
     ),
     BlockCase("cross_entropy", lambda x: fa.cross_entropy(x, 2), ((4,),)),  # one sample
+    BlockCase("solve", lambda a, b: fa.linalg.solve(a + 9.0 * np.eye(3), b), ((3, 3), (3, 4))),
+    BlockCase(
+        "solve_triangular",
+        lambda a, b: fa.linalg.solve_triangular(a + 9.0 * np.eye(3), b),  # upper
+        ((3, 3), (3,)),
+    ),
+    BlockCase(
+        "np.linalg", lambda a: np.linalg.inv(np.linalg.cholesky(a @ a.T + np.eye(3))), ((3, 3),)
+    ),
 ]
 # Domains where the elementwise ops are smooth and defined.
 _DOMAINS = {

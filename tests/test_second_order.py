@@ -205,7 +205,26 @@ BLOCK_CASES = {
     "prod": lambda W, A: (fa.tanh(A @ W) + 1.5).prod(axis=1).sum(),
     "prod_one_zero": lambda W, A: (W * ONE_ZERO).prod() + (W * W).prod(axis=0).sum(),
     "prod_two_zeros": lambda W, A: (W * TWO_ZEROS).prod() * W[0, 0],
+    "cholesky": lambda W, A: (fa.linalg.cholesky(spd(W)) ** 2.0).sum() * W[0, 0],
+    "solve": lambda W, A: (fa.linalg.solve(spd(W), A[:3, :2] @ W.T) ** 2.0).sum(),
+    "solve_triangular": lambda W, A: (
+        fa.linalg.solve_triangular(fa.linalg.cholesky(spd(W)), A[:3] * W[1, 1], lower=True) ** 2.0
+    ).sum(),
+    "solve_triangular_full": lambda W, A: (  # its upper triangle is never read
+        fa.linalg.solve_triangular(spd(W) + W[:, :1] * 0.3, A[:3] * W[1, 1], lower=True) ** 2.0
+    ).sum(),
+    "inv": lambda W, A: (fa.linalg.inv(spd(W)) * A[:3]).sum(),
+    "det": lambda W, A: fa.linalg.det(spd(W)),
+    "logabsdet": lambda W, A: fa.linalg.slogdet(spd(W))[1] * W[2, 1],
+    "sign_det": lambda W, A: fa.linalg.slogdet(spd(W) - 3.0 * np.eye(3))[0] * (W * W).sum(),
 }
+
+
+def spd(W):
+    """A symmetric positive definite (3, 3) block that moves with W (3, 2)."""
+    return W @ W.T + 2.0 * np.eye(3)
+
+
 LABELS = np.array([0, 1, 1, 0, 1])
 ONE_ZERO = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
 TWO_ZEROS = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])

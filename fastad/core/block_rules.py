@@ -4,7 +4,7 @@
 entry raises ``NotImplementedError`` naming it, never a silent zero
 gradient. The rules live by family: ``block_rule`` (the base class),
 ``elementwise_rules``, ``product_rules``, ``reduction_rules``,
-``shape_rules``, ``loss_rules``.
+``shape_rules``, ``loss_rules``, ``linalg_rules``.
 
 Adding a block op: its ``BlockOp`` row in ``kernels/optable.py``, a class
 in the module of its family registered in ``RULES``, a recording function
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from fastad.core.block_rule import SECOND_ORDER, BlockRule
 from fastad.core.elementwise_rules import Elementwise
+from fastad.core.linalg_rules import Cholesky, Det, Inv, SignDet, Solve, SolveTriangular
 from fastad.core.loss_rules import CrossEntropy, MseLoss, Softmax
 from fastad.core.product_rules import Linear, Matmul
 from fastad.core.reduction_rules import Extremum, Prod, Reduce
@@ -43,6 +44,13 @@ RULES: dict[int, BlockRule] = {
         Softmax("softmax"),
         Softmax("log_softmax"),
         CrossEntropy("cross_entropy"),
+        Cholesky("cholesky"),
+        Solve("solve"),
+        SolveTriangular("solve_triangular"),
+        Inv("inv"),
+        Det("det"),
+        Det("logabsdet"),
+        SignDet("sign_det"),
     )
 }
 """Opcode -> its block rule: every scalar op with operands (elementwise) and every block op."""

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from fastad.eager import blocks, functions
+from fastad.eager import blocks, functions, linalg
 from fastad.eager.handle import NUMPY_HANDLERS, Node
 from fastad.eager.node import Block, Var, matmul
 from fastad.kernels import optable
@@ -289,6 +289,12 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.shape: _shape,
     np.ndim: _ndim,
     np.size: _size,
+    np.linalg.cholesky: linalg.cholesky,
+    np.linalg.solve: linalg.solve,
+    np.linalg.inv: linalg.inv,
+    np.linalg.det: linalg.det,
+    np.linalg.slogdet: linalg.slogdet,
+    np.linalg.norm: linalg.norm,
 }
 for _alias, _name in (("amax", "max"), ("amin", "min")):
     if hasattr(np, _alias) and getattr(np, _alias) is not getattr(np, _name):

@@ -1,0 +1,171 @@
+"""fa.linalg: values as NumPy and SciPy give them, gradients against hand-written formulas,
+singular matrices as NumPy treats them, shapes named in errors, np.linalg on nodes.
+
+Every op also has a row in tests/test_registry.py (VJP and JVP against central
+differences, replay bit for bit), a Hessian-vector case in tests/test_second_order.py
+and a loss on data with exact zeros in tests/test_exact_zeros.py.
+"""
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import fastad as fa
+
+
+@pytest.fixture
+def spd(rng):
+    A = rng.normal(size=(4, 4))
+    return A @ A.T + 4.0 * np.eye(4)
+
+
+def test_values_are_numpys_and_scipys(spd, rng):
+    b = rng.normal(size=(4, 2))
+    L = np.linalg.cholesky(spd)
+    with fa.Tape():
+        K = fa.var(spd)
+        np.testing.assert_array_equal(fa.linalg.cholesky(K).value, L)
+        np.testing.assert_allclose(fa.linalg.solve(K, b).value, np.linalg.solve(spd, b), rtol=1e-13)
+        np.testing.assert_array_equal(
+            fa.linalg.solve_triangular(fa.var(L), b, lower=True).value,
+            scipy.linalg.solve_triangular(L, b, lower=True),
+        )
+        np.testing.assert_array_equal(fa.linalg.inv(K).value, np.linalg.inv(spd))
+        assert fa.linalg.det(K).value == np.linalg.det(spd)
+        sign, logdet = fa.linalg.slogdet(K)
+        assert (sign.value, logdet.value) == tuple(float(v) for v in np.linalg.slogdet(spd))
+        assert fa.linalg.norm(K).value == pytest.approx(np.linalg.norm(spd), rel=1e-15)
+    # Without a node: the values alone.
+    np.testing.assert_array_equal(fa.linalg.cholesky(spd), L)
+    assert fa.linalg.slogdet(spd) == tuple(float(v) for v in np.linalg.slogdet(spd))
+
+
+def test_gradients_match_the_hand_written_formulas(spd, rng):
+    b = rng.normal(size=4)
+    inverse = np.linalg.inv(spd)
+    with fa.Tape():
+        K = fa.var(spd)
+        fa.linalg.slogdet(K)[1].backward()
+        np.testing.assert_allclose(K.grad, inverse.T, rtol=1e-12)  # d log|det| = A^-T
+        fa.linalg.det(K).backward()
+        np.testing.assert_allclose(K.grad, np.linalg.det(spd) * inverse.T, rtol=1e-12)
+        fa.linalg.solve(K, b).sum().backward()  # d sum(A^-1 b) = -A^-T 1 x^T
+        x = np.linalg.solve(spd, b)
+        np.testing.assert_allclose(K.grad, -np.outer(inverse.T @ np.ones(4), x), rtol=1e-12)
+
+
+def test_gaussian_process_marginal_likelihood_and_its_gradient(rng):
+    """-log p(y) of a GP with an RBF kernel, by Cholesky and two triangular solves, against
+    the textbook gradient 0.5 tr((K^-1 - a a^T) dK/dtheta) (Rasmussen and Williams, 5.9)."""
+    x = np.sort(rng.uniform(-3.0, 3.0, size=12))
+    y = np.sin(x) + 0.1 * rng.normal(size=12)
+    squared = (x[:, None] - x[None, :]) ** 2
+
+    def negative_log_likelihood(log_length, log_noise):
+        K = fa.exp(-0.5 * squared / fa.exp(2.0 * log_length)) + fa.exp(2.0 * log_noise) * np.eye(12)
+        L = fa.linalg.cholesky(K)
+        a = fa.linalg.solve_triangular(L, y, lower=True)
+        diagonal = L[np.arange(12), np.arange(12)]
+        return 0.5 * (a * a).sum() + fa.log(diagonal).sum() + 6.0 * np.log(2.0 * np.pi)
+
+    theta = (0.2, -1.5)
+    value, gradient = fa.value_and_grad(negative_log_likelihood, argnums=(0, 1))(*theta)
+    ell, noise = np.exp(theta[0]), np.exp(theta[1])
+    K = np.exp(-0.5 * squared / ell**2) + noise**2 * np.eye(12)
+    alpha = np.linalg.solve(K, y)
+    want = 0.5 * y @ alpha + 0.5 * np.linalg.slogdet(K)[1] + 6.0 * np.log(2.0 * np.pi)
+    assert value == pytest.approx(want, rel=1e-12)
+    inner = np.linalg.inv(K) - np.outer(alpha, alpha)
+    d_length = np.exp(-0.5 * squared / ell**2) * squared / ell**2  # dK / d log_length
+    d_noise = 2.0 * noise**2 * np.eye(12)  # dK / d log_noise
+    for got, dK in zip(gradient, (d_length, d_noise), strict=True):
+        assert got == pytest.approx(0.5 * np.sum(inner * dK), rel=1e-9)
+
+
+def test_singular_matrices_as_numpy_treats_them():
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    with fa.Tape():
+        A = fa.var(singular)
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            fa.linalg.solve(A, np.ones(2))
+        with pytest.raises(np.linalg.LinAlgError):
+            fa.linalg.inv(A)
+        with pytest.raises(np.linalg.LinAlgError):
+            fa.linalg.cholesky(fa.var(-np.eye(2)))  # not positive definite
+        with pytest.raises(np.linalg.LinAlgError):
+            fa.linalg.solve_triangular(fa.var(np.array([[1.0, 0.0], [1.0, 0.0]])), A, lower=True)
+        d = fa.linalg.det(A)
+        assert d.value == np.linalg.det(singular)  # the value NumPy gives
+        sign, logdet = fa.linalg.slogdet(A)
+        assert (sign.value, logdet.value) == (0.0, -np.inf)
+        with pytest.raises(np.linalg.LinAlgError, match="adjugate"):
+            d.backward()  # its gradient needs the adjugate, not an inverse: never a finite guess
+
+
+def test_shapes_are_named_in_errors():
+    with fa.Tape():
+        A = fa.var(np.eye(3))
+        with pytest.raises(
+            ValueError, match=r"solve: the right-hand side must have shape .*\(4,\)"
+        ):
+            fa.linalg.solve(A, np.ones(4))
+        with pytest.raises(ValueError, match=r"cholesky needs a square matrix .* \(3, 2\)"):
+            fa.linalg.cholesky(fa.var(np.ones((3, 2))))
+        with pytest.raises(ValueError, match=r"stacks of matrices"):
+            fa.linalg.det(fa.var(np.ones((2, 3, 3))))
+        with pytest.raises(TypeError, match="scalar node"):
+            fa.linalg.inv(fa.var(2.0))
+        with pytest.raises(TypeError, match="lower must be True or False"):
+            fa.linalg.solve_triangular(A, np.ones(3), lower="yes")
+        with pytest.raises(TypeError, match="ord=None, axis=None"):
+            fa.linalg.norm(A, ord=1)
+
+
+def test_numpy_linalg_on_nodes_records_the_fastad_op(spd, rng):
+    b = rng.normal(size=4)
+    with fa.Tape():
+        K = fa.var(spd)
+        loss = (np.linalg.solve(K, b) ** 2.0).sum() + np.linalg.slogdet(K)[1]
+        loss = loss + np.linalg.norm(np.linalg.cholesky(K)) + np.linalg.inv(K).sum()
+        loss = loss + np.linalg.det(K * 0.5)
+        assert isinstance(loss, fa.Var)
+        loss.backward()
+        got = K.grad
+
+    def reference(A):
+        return (
+            (np.linalg.solve(A, b) ** 2).sum()
+            + np.linalg.slogdet(A)[1]
+            + np.linalg.norm(np.linalg.cholesky((A + A.T) / 2))
+            + np.linalg.inv(A).sum()
+            + np.linalg.det(A * 0.5)
+        )
+
+    assert loss.value == pytest.approx(reference(spd), rel=1e-12)
+    numeric = np.zeros_like(spd)
+    for i in range(4):
+        for j in range(4):
+            step = np.zeros_like(spd)
+            step[i, j] = 1e-6
+            numeric[i, j] = (reference(spd + step) - reference(spd - step)) / 2e-6
+    np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-7)
+
+
+def test_compiled_functions_of_arrays_run_linear_algebra_on_the_interpreter(spd, rng):
+    b = rng.normal(size=4)
+
+    def loss(K, b):
+        return (fa.linalg.solve(K, b) * b).sum() + fa.linalg.slogdet(K)[1]
+
+    with pytest.raises(NotImplementedError, match="no rule for the op 'solve'"):
+        fa.compile(loss, example=(spd, b), wrt=0, backend="codegen")
+    f = fa.compile(loss, example=(spd, b), wrt=0)
+    assert f.tier("grad").name == "interpret"
+    value, gradient = f.value_and_grad((spd, b))
+    with fa.Tape():
+        K = fa.var(spd)
+        eager = loss(K, b)
+        eager.backward()
+    assert value == eager.value
+    np.testing.assert_array_equal(gradient, K.grad)
+    assert fa.hesscheck(f, (spd, b)) is True
