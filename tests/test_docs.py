@@ -188,7 +188,7 @@ def test_readme_links_reach_the_pages():
 def test_the_api_reference_has_every_public_name():
     text = (DOCS / "api.rst").read_text()
     documented = {
-        line.split("::", 1)[1].strip()
+        line.split("::", 1)[1].strip().rsplit(".", 1)[-1]  # a module by its last name
         for line in text.splitlines()
         if line.startswith(".. auto") and "::" in line
     }

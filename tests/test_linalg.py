@@ -169,3 +169,32 @@ def test_compiled_functions_of_arrays_run_linear_algebra_on_the_interpreter(spd,
     assert value == eager.value
     np.testing.assert_array_equal(gradient, K.grad)
     assert fa.hesscheck(f, (spd, b)) is True
+
+
+# -- the examples built on second order and linear algebra ----------------------------------
+def test_the_gaussian_process_example_fits_its_hyperparameters():
+    from conftest import load_example
+
+    example = load_example("gaussian_process")
+    x, y = example.make_data(np.random.default_rng(1), points=60)
+    result = example.fit(x, y)  # checks its gradient against the textbook's first
+    assert result.success, result.message
+    squared = (x[:, None] - x[None, :]) ** 2
+    assert np.abs(example.textbook_gradient(result.x, squared, y)).max() < 1e-4
+    length, _, noise = np.exp(result.x)
+    assert 0.1 < length < 3.0 and 0.05 < noise < 0.5  # the data's scale (noise 0.2)
+
+
+def test_the_newton_cg_example_reaches_a_zero_gradient():
+    from conftest import load_example
+
+    example = load_example("softmax_newton_cg")
+    X, y = example.make_data(np.random.default_rng(2), samples=120)
+    result = example.fit(X, y, classes=4)
+    assert result.success and result.nhev > 0, result.message
+    W = result.x.reshape(X.shape[1], 4)
+    z = X @ W
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    gradient = X.T @ (P - np.eye(4)[y]) + W  # by hand
+    assert np.abs(gradient).max() < 1e-4
