@@ -195,6 +195,7 @@ def rows(table):
     _model_rows(table, add)
     _exact_zero_model_rows(table, add)
     _second_rows(table, add)
+    _gp_rows(table, add)
     _dask_rows(table, add)
     memory = find(table, "test_memory_per_node")
     if memory:
@@ -377,6 +378,25 @@ def _second_rows(table, add):
             newton["iterations"] / lbfgs["iterations"],
             "fewer iterations",
             newton["iterations"] < lbfgs["iterations"],
+        )
+
+
+def _gp_rows(table, add):
+    """The Gaussian process's likelihood with its gradient (bench/test_bench_linalg.py)."""
+    mine = find(table, "test_gp_value_and_grad", way="fastad")
+    jax = find(table, "test_gp_value_and_grad", way="jax")
+    target = "GP marginal likelihood value+grad, n=500, fastad / "
+    _ratio_row(add, target + "JAX jit", mine, jax, "JAX jit", 1.5)
+    by_hand = find(table, "test_gp_value_and_grad", way="numpy")
+    if mine and by_hand:  # the fastest layout by hand, shown beside it (no target set)
+        ratio = mine["seconds"] / by_hand["seconds"]
+        add(
+            target + "NumPy and SciPy by hand",
+            _layer_time(mine["seconds"]),
+            f"{_layer_time(by_hand['seconds'])} (NumPy and SciPy by hand)",
+            ratio,
+            "none set",
+            True,
         )
 
 

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from fastad.eager import blocks, functions, linalg
+from fastad.eager import array_functions, blocks, functions, linalg
 from fastad.eager.handle import NUMPY_HANDLERS, Node
 from fastad.eager.node import Block, Var, matmul
 from fastad.kernels import optable
@@ -295,16 +295,15 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.linalg.det: linalg.det,
     np.linalg.slogdet: linalg.slogdet,
     np.linalg.norm: linalg.norm,
+    **array_functions.HANDLED,
 }
 for _alias, _name in (("amax", "max"), ("amin", "min")):
     if hasattr(np, _alias) and getattr(np, _alias) is not getattr(np, _name):
         _FUNCTIONS[getattr(np, _alias)] = _FUNCTIONS[getattr(np, _name)]
 
 _FUNCTION_HINTS = {
-    "einsum": "@ (np.matmul), sums and transposes",
-    "tensordot": "@ (np.matmul), reshape and transpose",
-    "vstack": "fa.concatenate or fa.stack",
-    "hstack": "fa.concatenate or fa.stack",
+    "einsum": "np.tensordot, @ (np.matmul), sums and transposes",
+    "cumsum": "a sum of slices, or a product with np.triu(np.ones((n, n))) for short axes",
     "asarray": ".value for the numbers (no gradient), or keep the block",
     "array": ".value for the numbers (no gradient), or keep the block",
 }

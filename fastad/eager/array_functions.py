@@ -1,0 +1,259 @@
+"""NumPy's axis, joining and contraction functions on blocks, composed of recorded ops.
+
+``np.expand_dims``, ``np.moveaxis``, ``np.swapaxes``, ``np.flip``, ``np.outer``,
+``np.inner``, ``np.tensordot``, ``np.trace``, ``np.diagonal``, ``np.diag``,
+``np.vstack``, ``np.hstack``, ``np.tile``, ``np.pad`` (constant mode) and
+``np.sort`` on block nodes record reshapes, transposes, indexing, products,
+sums and concatenations, so every derivative (first and second order) is
+theirs: nothing here has a rule of its own. The operands may mix blocks and
+plain arrays (NumPy gives these functions to fastad when any operand is a
+node); a scalar node is refused, naming the function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastad.eager import blocks
+from fastad.eager.block_params import normal_axis
+from fastad.eager.node import Block, Var
+
+
+def _array(x: Any, function: str) -> Any:
+    """``x`` as a block or a float64 array; a scalar node is refused."""
+    if isinstance(x, Var):
+        raise TypeError(
+            f"np.{function} of the scalar node {x!r}: it takes arrays (blocks); a scalar "
+            "node is one number"
+        )
+    return x if isinstance(x, Block) else np.asarray(x, dtype=np.float64)
+
+
+def _axes(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def expand_dims(a: Any, axis: Any) -> Any:
+    x = _array(a, "expand_dims")
+    wanted = _axes(axis)
+    rank = x.ndim + len(wanted)
+    placed = sorted(normal_axis((1,) * rank, ax, x) for ax in wanted)
+    if len(set(placed)) != len(placed):
+        raise ValueError(f"np.expand_dims: axis {axis!r} names a position twice")
+    shape = list(x.shape)
+    for position in placed:
+        shape.insert(position, 1)
+    return x.reshape(tuple(shape))
+
+
+def moveaxis(a: Any, source: Any, destination: Any) -> Any:
+    x = _array(a, "moveaxis")
+    sources = [normal_axis(x.shape, ax, x) for ax in _axes(source)]
+    targets = [normal_axis(x.shape, ax, x) for ax in _axes(destination)]
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"np.moveaxis: source {source!r} and destination {destination!r} must name as many axes"
+        )
+    order = [n for n in range(x.ndim) if n not in sources]
+    for target, axis in sorted(zip(targets, sources, strict=True)):
+        order.insert(target, axis)
+    return x.transpose(tuple(order))
+
+
+def swapaxes(a: Any, axis1: Any, axis2: Any) -> Any:
+    x = _array(a, "swapaxes")
+    order = list(range(x.ndim))
+    i, j = normal_axis(x.shape, axis1, x), normal_axis(x.shape, axis2, x)
+    order[i], order[j] = order[j], order[i]
+    return x.transpose(tuple(order))
+
+
+def flip(m: Any, axis: Any = None) -> Any:
+    x = _array(m, "flip")
+    flipped = range(x.ndim) if axis is None else [normal_axis(x.shape, a, x) for a in _axes(axis)]
+    key = tuple(slice(None, None, -1) if n in flipped else slice(None) for n in range(x.ndim))
+    return x[key]
+
+
+def outer(a: Any, b: Any, out: Any = None) -> Any:
+    _no_out("outer", out)
+    return _array(a, "outer").reshape((-1, 1)) * _array(b, "outer").reshape((1, -1))
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+    x, y = _array(a, "tensordot"), _array(b, "tensordot")
+    if isinstance(axes, (int, np.integer)):
+        count = int(axes)
+        if not 0 <= count <= min(x.ndim, y.ndim):
+            raise ValueError(
+                f"np.tensordot: axes={count} for arrays of shapes {x.shape} and {y.shape}"
+            )
+        left, right = list(range(x.ndim - count, x.ndim)), list(range(count))
+    else:
+        first, second = axes
+        left = [normal_axis(x.shape, ax, x) for ax in _axes(first)]
+        right = [normal_axis(y.shape, ax, y) for ax in _axes(second)]
+    pairs = zip(left, right, strict=False)  # lengths compared first
+    if len(left) != len(right) or any(x.shape[i] != y.shape[j] for i, j in pairs):
+        raise ValueError(
+            f"np.tensordot: axes {left} of shape {x.shape} and {right} of shape {y.shape} "
+            "do not match"
+        )
+    free_x = [n for n in range(x.ndim) if n not in left]
+    free_y = [n for n in range(y.ndim) if n not in right]
+    inner = math.prod(x.shape[i] for i in left)
+    matrix_x = x.transpose(tuple(free_x + left)).reshape((-1, inner))
+    matrix_y = y.transpose(tuple(right + free_y)).reshape((inner, -1))
+    shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
+    return (matrix_x @ matrix_y).reshape(shape)
+
+
+def inner(a: Any, b: Any) -> Any:
+    x, y = _array(a, "inner"), _array(b, "inner")
+    if x.ndim == 0 or y.ndim == 0:
+        return x * y
+    return tensordot(x, y, ([-1], [-1]))
+
+
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    x = _array(a, "diagonal")
+    if x.ndim != 2 or (axis1, axis2) not in ((0, 1), (1, 0), (-2, -1)):
+        raise TypeError(
+            f"np.diagonal of fastad blocks takes matrices (2 axes), got shape {x.shape}: "
+            "index the stack instead"
+        )
+    if (axis1, axis2) == (1, 0):
+        x = x.T
+    rows = np.arange(max(0, -offset), min(x.shape[0], x.shape[1] - offset))
+    return x[rows, rows + offset]
+
+
+def trace(
+    a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None
+) -> Any:
+    _no_out("trace", out)
+    if dtype is not None:
+        raise TypeError("np.trace with dtype= is not recorded on fastad nodes: use float64")
+    return diagonal(a, offset, axis1, axis2).sum()
+
+
+def diag(v: Any, k: int = 0) -> Any:
+    x = _array(v, "diag")
+    if x.ndim == 2:
+        return diagonal(x, k)
+    if x.ndim != 1:
+        raise ValueError(f"np.diag takes a vector or a matrix, got shape {x.shape}")
+    n = x.shape[0]
+    matrix = x.reshape((n, 1)) * np.eye(n)
+    if k == 0:
+        return matrix
+    shift = abs(k)
+    if k > 0:  # zeros to the left, then below
+        wide = blocks.concatenate([np.zeros((n, shift)), matrix], axis=1)
+        return blocks.concatenate([wide, np.zeros((shift, n + shift))], axis=0)
+    tall = blocks.concatenate([np.zeros((shift, n)), matrix], axis=0)
+    return blocks.concatenate([tall, np.zeros((n + shift, shift))], axis=1)
+
+
+def vstack(tup: Sequence[Any], **options: Any) -> Any:
+    _no_options("vstack", options)
+    parts = [_array(x, "vstack") for x in tup]
+    return blocks.concatenate([x.reshape((1, -1)) if x.ndim == 1 else x for x in parts], 0)
+
+
+def hstack(tup: Sequence[Any], **options: Any) -> Any:
+    _no_options("hstack", options)
+    parts = [_array(x, "hstack") for x in tup]
+    return blocks.concatenate(parts, axis=0 if all(x.ndim == 1 for x in parts) else 1)
+
+
+def tile(A: Any, reps: Any) -> Any:
+    x = _array(A, "tile")
+    counts = tuple(int(r) for r in _axes(reps))
+    rank = max(x.ndim, len(counts))
+    x = x.reshape((1,) * (rank - x.ndim) + tuple(x.shape))
+    counts = (1,) * (rank - len(counts)) + counts
+    for axis, count in enumerate(counts):
+        if count < 0:
+            raise ValueError(f"np.tile: negative repetitions {reps!r}")
+        if count == 0:
+            x = x[tuple(slice(0, 0) if n == axis else slice(None) for n in range(rank))]
+        elif count != 1:
+            x = blocks.concatenate([x] * count, axis=axis)
+    return x
+
+
+def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> Any:
+    x = _array(array, "pad")
+    value = options.pop("constant_values", 0.0)
+    _no_options("pad", options)
+    if mode != "constant" or np.ndim(value) != 0:
+        raise TypeError(
+            f"np.pad of fastad blocks takes mode='constant' with one constant value, got "
+            f"mode={mode!r}, constant_values={value!r}"
+        )
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    if (widths < 0).any():
+        raise ValueError(f"np.pad: negative pad widths {pad_width!r}")
+    for axis, (before, after) in enumerate(widths.tolist()):
+        shape = list(x.shape)
+        parts = []
+        for width in (before, after):
+            shape[axis] = width
+            parts.append(np.full(tuple(shape), float(value)))
+        if before or after:
+            x = blocks.concatenate([parts[0], x, parts[1]], axis=axis)
+    return x
+
+
+def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options: Any) -> Any:
+    """The sorted block by indexing with its values' order (the gradient goes back through the
+    permutation); while ``fa.compile`` traces, its ``.value`` is refused, naming it."""
+    x = _array(a, "sort")
+    _no_options("sort", {"order": order, **options})
+    if axis is None:
+        x, axis = x.reshape((-1,)), 0
+    axis = normal_axis(x.shape, axis, x)
+    value = x.value if isinstance(x, Block) else x
+    ranks = np.argsort(value, axis=axis, kind=kind or "stable")
+    key = list(np.indices(x.shape, sparse=True))
+    key[axis] = ranks
+    return x[tuple(key)]
+
+
+def _no_out(function: str, out: Any) -> None:
+    if out is not None:
+        raise TypeError(f"np.{function} with out= is not recorded on fastad nodes: use the result")
+
+
+def _no_options(function: str, options: dict[str, Any]) -> None:
+    given = sorted(key for key, value in options.items() if value is not None)
+    if given:
+        raise TypeError(
+            f"np.{function} with {', '.join(given)}= is not recorded on fastad nodes: call it "
+            "without them"
+        )
+
+
+HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
+    np.expand_dims: expand_dims,
+    np.moveaxis: moveaxis,
+    np.swapaxes: swapaxes,
+    np.flip: flip,
+    np.outer: outer,
+    np.inner: inner,
+    np.tensordot: tensordot,
+    np.trace: trace,
+    np.diagonal: diagonal,
+    np.diag: diag,
+    np.vstack: vstack,
+    np.hstack: hstack,
+    np.tile: tile,
+    np.pad: pad,
+    np.sort: sort,
+}
+"""NumPy function -> its composition on blocks (``numpy_protocol`` dispatches to them)."""

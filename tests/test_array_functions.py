@@ -1,0 +1,117 @@
+"""NumPy's axis, joining and contraction functions on blocks (fastad/eager/array_functions.py):
+each gives NumPy's value, and its gradient and Hessian-vector product match central
+differences of NumPy's own function; bad axes and options are named.
+"""
+
+import numpy as np
+import pytest
+
+import fastad as fa
+
+# (name, call on the operands, shapes of the operands); the call is NumPy's own function,
+# run once on plain arrays (the reference) and once on blocks (recorded by fastad).
+CASES = [
+    ("expand_dims", lambda a: np.expand_dims(a, (0, -1)), [(2, 3)]),
+    ("moveaxis", lambda a: np.moveaxis(a, [0, 1], [-1, 0]), [(2, 3, 4)]),
+    ("swapaxes", lambda a: np.swapaxes(a, 0, 2), [(2, 3, 4)]),
+    ("flip", lambda a: np.flip(a, axis=1), [(3, 4)]),
+    ("flip all", lambda a: np.flip(a), [(3, 4)]),
+    ("outer", lambda a, b: np.outer(a, b), [(3,), (2, 2)]),
+    ("inner", lambda a, b: np.inner(a, b), [(2, 3), (4, 3)]),
+    ("tensordot 2", lambda a, b: np.tensordot(a, b), [(2, 3, 4), (3, 4, 2)]),
+    ("tensordot axes", lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])), [(2, 3, 4), (4, 5, 2)]),
+    ("trace", lambda a: np.trace(a), [(4, 4)]),
+    ("trace offset", lambda a: np.trace(a, offset=-1), [(4, 3)]),
+    ("diagonal", lambda a: np.diagonal(a, 1), [(3, 4)]),
+    ("diag of a matrix", lambda a: np.diag(a, -1), [(4, 4)]),
+    ("diag of a vector", lambda a: np.diag(a), [(3,)]),
+    ("diag above", lambda a: np.diag(a, 2), [(3,)]),
+    ("diag below", lambda a: np.diag(a, -1), [(3,)]),
+    ("vstack", lambda a, b: np.vstack([a, b]), [(3,), (2, 3)]),
+    ("hstack", lambda a, b: np.hstack([a, b]), [(2, 3), (2, 1)]),
+    ("hstack vectors", lambda a, b: np.hstack([a, b]), [(2,), (3,)]),
+    ("tile", lambda a: np.tile(a, (2, 1, 3)), [(2, 3)]),
+    ("pad", lambda a: np.pad(a, ((1, 0), (2, 1)), constant_values=0.5), [(2, 3)]),
+    ("sort", lambda a: np.sort(a, axis=0), [(4, 3)]),
+    ("sort flat", lambda a: np.sort(a, axis=None), [(2, 3)]),
+]
+
+
+def _weights(shape, seed=5):
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+def _scalar(node, weights):
+    """The test's loss on the recorded result: sum(tanh(result) * weights)."""
+    if isinstance(node, fa.Var):  # a scalar result (a trace)
+        return fa.tanh(node) * float(weights)
+    return (fa.tanh(node) * weights).sum()
+
+
+@pytest.mark.parametrize("name, call, shapes", CASES, ids=[case[0] for case in CASES])
+def test_values_gradients_and_hvps_match_numpy(name, call, shapes, rng):
+    arrays = [rng.normal(size=shape) for shape in shapes]
+    want = call(*arrays)
+    weights = _weights(np.shape(want))
+
+    def loss_of(*values):  # NumPy's function, a smooth scalar of its result
+        return float(np.sum(np.tanh(call(*values)) * weights))
+
+    with fa.Tape():
+        nodes = [fa.var(a) for a in arrays]
+        got = call(*nodes)
+        assert isinstance(got, (fa.Block, fa.Var)), type(got)
+        np.testing.assert_array_equal(np.asarray(got.value), want)
+        loss = _scalar(got, weights)
+        gradients = fa.grad(loss, nodes)
+        directions = [rng.normal(size=shape) for shape in shapes]
+        products = fa.hvp(loss, nodes, directions)
+    h = 1e-6
+    for i, array in enumerate(arrays):
+        numeric = np.zeros(array.shape)
+        for index in np.ndindex(array.shape):
+            up, down = [a.copy() for a in arrays], [a.copy() for a in arrays]
+            up[i][index] += h
+            down[i][index] -= h
+            numeric[index] = (loss_of(*up) - loss_of(*down)) / (2 * h)
+        np.testing.assert_allclose(gradients[i], numeric, rtol=1e-6, atol=1e-8)
+
+    def gradient_at(step):
+        with fa.Tape():
+            moved = [fa.var(a + step * d) for a, d in zip(arrays, directions, strict=True)]
+            return fa.grad(_scalar(call(*moved), weights), moved)
+
+    for got_product, up, down in zip(products, gradient_at(h), gradient_at(-h), strict=True):
+        np.testing.assert_allclose(got_product, (up - down) / (2 * h), rtol=1e-5, atol=1e-7)
+
+
+def test_a_block_beside_a_plain_array():
+    a, b = np.arange(3.0), np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    with fa.Tape():
+        B = fa.var(b)
+        np.testing.assert_array_equal(np.tensordot(a, B, 1).value, np.tensordot(a, b, 1))
+        np.testing.assert_array_equal(np.outer(B, a).value, np.outer(b, a))
+
+
+def test_bad_axes_and_options_are_named():
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        with pytest.raises(ValueError, match="axis 2 is out of range"):
+            np.swapaxes(X, 0, 2)
+        with pytest.raises(ValueError, match=r"tensordot: axes \[1\] of shape \(2, 3\)"):
+            np.tensordot(X, X, ([1], [1 - 1]))
+        with pytest.raises(TypeError, match="mode='constant'"):
+            np.pad(X, 1, mode="edge")
+        with pytest.raises(TypeError, match="scalar node"):
+            np.outer(X.sum(), X)
+        with pytest.raises(TypeError, match="out="):
+            np.outer(X, X, out=np.empty((6, 6)))
+        with pytest.raises(ValueError, match="names a position twice"):
+            np.expand_dims(X, (0, 0))
+        with pytest.raises(TypeError, match="np.sort with order="):
+            np.sort(X, order="x")
+
+
+def test_sort_under_fa_compile_is_refused_by_name():
+    with pytest.raises(fa.TraceError, match=".value"):
+        fa.compile(lambda x: np.sort(x).sum(), example=(np.arange(3.0),))
