@@ -458,7 +458,7 @@ def test_numpy_functions_on_scalar_nodes():
         (lambda X: np.add.reduce(X), "np.add.reduce .* Block.sum"),
         (lambda X: np.cumsum(X), "np.cumsum is not recorded"),
         (lambda X: np.isnan(X), "np.isnan .* x != x"),
-        (lambda X: np.einsum("ij->i", X), "np.einsum .* @"),
+        (lambda X: np.einsum("ii->i", X[:, :2]), "none repeated"),
         (lambda X: np.where(X > 0), "one argument"),
         (lambda X: np.reshape(X, 6, order="F"), "order"),
         (lambda X: np.linalg.eigh(X), "eigh is not recorded"),

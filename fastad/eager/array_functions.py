@@ -1,7 +1,7 @@
 """NumPy's axis, joining and contraction functions on blocks, composed of recorded ops.
 
 ``np.expand_dims``, ``np.moveaxis``, ``np.swapaxes``, ``np.flip``, ``np.outer``,
-``np.inner``, ``np.tensordot``, ``np.trace``, ``np.diagonal``, ``np.diag``,
+``np.inner``, ``np.tensordot``, ``np.einsum``, ``np.trace``, ``np.diagonal``, ``np.diag``,
 ``np.vstack``, ``np.hstack``, ``np.tile``, ``np.pad`` (constant mode) and
 ``np.sort`` on block nodes record reshapes, transposes, indexing, products,
 sums and concatenations, so every derivative (first and second order) is
@@ -257,3 +257,90 @@ HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
     np.sort: sort,
 }
 """NumPy function -> its composition on blocks (``numpy_protocol`` dispatches to them)."""
+
+
+def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
+    """``np.einsum`` of blocks and arrays, as sums, transposes and (batched) products: each
+    letter found in one operand only and not in the output is summed first, then the operands
+    are contracted pairwise from the left, a pair's shared letters that are needed later
+    (in the output or another operand) as the batch of one stacked product. Explicit and
+    implicit outputs; no ``...`` and no letter repeated within one operand (``np.diagonal``
+    and ``np.trace`` take those)."""
+    options.pop("optimize", None)  # the order is fixed: pairwise from the left
+    _no_options("einsum", options)
+    if not isinstance(subscripts, str):
+        raise TypeError("np.einsum of fastad blocks takes its subscripts as a string ('ij,jk->ik')")
+    spec = subscripts.replace(" ", "")
+    inputs_spec, arrow, output = spec.partition("->")
+    letters = inputs_spec.split(",")
+    if (
+        "." in spec
+        or len(letters) != len(operands)
+        or not all(map(str.isalpha, letters + [output or "a"]))
+    ):
+        raise ValueError(
+            f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(operands)} "
+            "operand(s); give one group of letters per operand (no '...')"
+        )
+    if not arrow:  # implicit: the letters seen once, in alphabetical order
+        counts = {c: inputs_spec.count(c) for c in inputs_spec if c != ","}
+        output = "".join(sorted(c for c, n in counts.items() if n == 1))
+    terms = []
+    for group, operand in zip(letters, operands, strict=True):
+        x = _array(operand, "einsum")
+        if len(set(group)) != len(group) or len(group) != x.ndim:
+            raise ValueError(
+                f"np.einsum of fastad blocks: {group!r} for an operand of shape {x.shape} "
+                "(one letter per axis, none repeated: np.diagonal and np.trace take diagonals)"
+            )
+        terms.append((x, group))
+    sizes: dict[str, int] = {}
+    for x, group in terms:
+        for letter, size in zip(group, x.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise ValueError(
+                    f"np.einsum: letter {letter!r} stands for {sizes[letter]} and {size} elements"
+                )
+    x, group = terms[0]
+    for position in range(1, len(terms) + 1):
+        later = output + "".join(g for _, g in terms[position:])
+        lone = [n for n, c in enumerate(group) if c not in later]
+        if lone:  # letters no later operand and not the output has: summed now
+            x = x.sum(axis=tuple(lone))
+            group = "".join(c for c in group if c in later)
+        if position == len(terms):
+            break
+        y, other = terms[position]
+        still = output + "".join(g for _, g in terms[position + 1 :])
+        y_lone = [n for n, c in enumerate(other) if c not in still and c not in group]
+        if y_lone:
+            y = y.sum(axis=tuple(y_lone))
+            other = "".join(c for n, c in enumerate(other) if n not in y_lone)
+        if not group or not other:  # a scalar beside an array: their product
+            x, group = x * y, group or other
+        else:
+            x, group = _contract(x, group, y, other, still, sizes)
+    return x.transpose(tuple(group.index(c) for c in output)) if group != output else x
+
+
+def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[str, int]) -> Any:
+    """``x`` and ``y`` (letters ``group`` and ``other``) as one stacked product: shared letters
+    needed ``later`` are its batch, the other shared ones are summed, the rest stay."""
+    batch = [c for c in group if c in other and c in later]
+    summed = [c for c in group if c in other and c not in later]
+    free_x = [c for c in group if c not in other]
+    free_y = [c for c in other if c not in group]
+
+    def size(letters: list[str]) -> int:
+        return math.prod(sizes[c] for c in letters)
+
+    left = x.transpose(tuple(group.index(c) for c in batch + free_x + summed))
+    right = y.transpose(tuple(other.index(c) for c in batch + summed + free_y))
+    left = left.reshape((size(batch), size(free_x), size(summed)))
+    right = right.reshape((size(batch), size(summed), size(free_y)))
+    shape = tuple(sizes[c] for c in batch + free_x + free_y)
+    product = left @ right  # (1, 1, 1) for a full contraction: its one element, a scalar
+    return (product.reshape(shape) if shape else product.sum()), "".join(batch + free_x + free_y)
+
+
+HANDLED[np.einsum] = einsum
