@@ -394,6 +394,7 @@ BLOCK_OPS = (
     BlockOp(86, "det", "det", 1),
     BlockOp(87, "logabsdet", "logabsdet", 1),  # np.linalg.slogdet's second result
     BlockOp(88, "sign_det", "sign_det", 1),  # and its first: the sign, derivative 0
+    BlockOp(89, "cumsum", "cumsum", 1),  # params: the axis
 )
 
 BY_NAME = {op.name: op for op in OPS}

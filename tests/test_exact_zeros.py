@@ -81,6 +81,7 @@ BLOCK_LOSSES = {
     "inv": lambda d: (fa.linalg.inv(spd(d)) @ d["V"]).sum(),
     "det": lambda d: fa.linalg.det(spd(d) * 0.5),
     "logabsdet": lambda d: fa.linalg.slogdet(spd(d))[1],
+    "cumsum": lambda d: (np.cumsum(d["X"] @ d["W"], axis=0) @ d["V"]).sum(),
     "sign_det": lambda d: fa.linalg.slogdet(spd(d))[0] * (d["X"] @ d["W"]).sum(),
 }
 

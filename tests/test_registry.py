@@ -87,6 +87,7 @@ BLOCK_CASES = [
     BlockCase("inv", lambda a: fa.linalg.inv(a + 9.0 * np.eye(3)), ((3, 3),)),
     BlockCase("det", lambda a: fa.linalg.det(a + 9.0 * np.eye(3)), ((3, 3),)),
     BlockCase("logabsdet", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[1], ((3, 3),)),
+    BlockCase("cumsum", lambda a: np.cumsum(a, axis=1), ((3, 4),)),
     BlockCase("sign_det", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[0] * 2.0, ((3, 3),)),
 ]
 # More ways to call the entries above (each through every test below).

@@ -19,7 +19,7 @@ from fastad.core.elementwise_rules import Elementwise
 from fastad.core.linalg_rules import Cholesky, Det, Inv, SignDet, Solve, SolveTriangular
 from fastad.core.loss_rules import CrossEntropy, MseLoss, Softmax
 from fastad.core.product_rules import Linear, Matmul
-from fastad.core.reduction_rules import Extremum, Prod, Reduce
+from fastad.core.reduction_rules import Cumsum, Extremum, Prod, Reduce
 from fastad.core.shape_rules import Concatenate, Index, Reshape, Transpose
 from fastad.kernels import optable
 
@@ -33,6 +33,7 @@ RULES: dict[int, BlockRule] = {
         Extremum("max"),
         Extremum("min"),
         Prod("prod"),
+        Cumsum("cumsum"),
         Reshape("reshape"),
         Transpose("transpose"),
         Concatenate("concatenate"),

@@ -295,3 +295,31 @@ class Prod(Reduce):
         other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
         moved[two_zeros & ~other_nan] = 0.0
         return from_rows(moved, layout)
+
+
+class Cumsum(BlockRule):
+    """``np.cumsum(a, axis=params)``: running sums along one axis (the recorder flattens
+    first for ``axis=None``). Linear: the VJP is the running sum of the adjoint from the
+    end, the JVP the running sum of the tangent. Unreached (-0.0) elements stay unreached
+    through both (-0.0 + -0.0 is -0.0)."""
+
+    linear_adjoint = True
+
+    def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
+        shape = shapes[0]
+        if not isinstance(params, int) or not 0 <= params < len(shape):
+            raise ValueError(f"cumsum: axis {params!r} is out of range for shape {shape}")
+        return shape
+
+    def forward(self, values: Values, params: Any) -> RuleValue:
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is nan, as NumPy's
+            return np.cumsum(values[0], axis=params)
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None
+    ) -> Values:
+        reversed_g = np.flip(np.asarray(g, dtype=np.float64), axis=params)
+        return (np.ascontiguousarray(np.flip(np.cumsum(reversed_g, axis=params), axis=params)),)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: Any) -> RuleValue:
+        return np.cumsum(np.broadcast_to(tangents[0], np.shape(values[0])), axis=params)

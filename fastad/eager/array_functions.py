@@ -5,7 +5,8 @@
 ``np.vstack``, ``np.hstack``, ``np.tile``, ``np.pad`` (constant mode) and
 ``np.sort`` on block nodes record reshapes, transposes, indexing, products,
 sums and concatenations, so every derivative (first and second order) is
-theirs: nothing here has a rule of its own. The operands may mix blocks and
+theirs: nothing here has a rule of its own. ``np.cumsum`` records its own
+block op (``reduction_rules.Cumsum``). The operands may mix blocks and
 plain arrays (NumPy gives these functions to fastad when any operand is a
 node); a scalar node is refused, naming the function.
 """
@@ -20,7 +21,10 @@ import numpy as np
 
 from fastad.eager import blocks
 from fastad.eager.block_params import normal_axis
-from fastad.eager.node import Block, Var
+from fastad.eager.node import Block, Var, record_block_on
+from fastad.kernels import optable
+
+CUMSUM = optable.BLOCK_BY_NAME["cumsum"].code
 
 
 def _array(x: Any, function: str) -> Any:
@@ -210,6 +214,26 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> A
     return x
 
 
+def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+    """Running sums along ``axis`` (None: of the flattened array), one block op."""
+    x = _array(a, "cumsum")
+    _no_out("cumsum", out)
+    _float64_only("cumsum", dtype)
+    if not isinstance(x, Block):
+        return np.cumsum(x, axis)
+    if axis is None:
+        x, axis = x.reshape((-1,)), 0
+    return record_block_on(x.tape, CUMSUM, (x,), normal_axis(x.shape, axis, x), "cumsum operand")
+
+
+def _float64_only(function: str, dtype: Any) -> None:
+    if dtype is not None and np.dtype(dtype) != np.float64:
+        raise TypeError(
+            f"np.{function} with dtype={dtype!r} is not recorded on fastad nodes: blocks are "
+            "float64 (give dtype=None or np.float64)"
+        )
+
+
 def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options: Any) -> Any:
     """The sorted block by indexing with its values' order (the gradient goes back through the
     permutation); while ``fa.compile`` traces, its ``.value`` is refused, naming it."""
@@ -255,6 +279,7 @@ HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
     np.tile: tile,
     np.pad: pad,
     np.sort: sort,
+    np.cumsum: cumsum,
 }
 """NumPy function -> its composition on blocks (``numpy_protocol`` dispatches to them)."""
 
@@ -273,14 +298,15 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     spec = subscripts.replace(" ", "")
     inputs_spec, arrow, output = spec.partition("->")
     letters = inputs_spec.split(",")
-    if (
-        "." in spec
-        or len(letters) != len(operands)
-        or not all(map(str.isalpha, letters + [output or "a"]))
-    ):
+    if "." in spec:
+        raise TypeError(
+            f"np.einsum with '...' ({subscripts!r}) is not recorded on fastad nodes: name "
+            "every axis with a letter"
+        )
+    if len(letters) != len(operands) or not all(map(str.isalpha, letters + [output or "a"])):
         raise ValueError(
             f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(operands)} "
-            "operand(s); give one group of letters per operand (no '...')"
+            "operand(s); give one group of letters per operand"
         )
     if not arrow:  # implicit: the letters seen once, in alphabetical order
         counts = {c: inputs_spec.count(c) for c in inputs_spec if c != ","}
@@ -288,10 +314,15 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     terms = []
     for group, operand in zip(letters, operands, strict=True):
         x = _array(operand, "einsum")
-        if len(set(group)) != len(group) or len(group) != x.ndim:
+        if len(set(group)) != len(group):
+            raise TypeError(
+                f"np.einsum with a letter repeated in {group!r} (a diagonal) is not recorded on "
+                "fastad nodes: take it with np.diagonal or np.trace first"
+            )
+        if len(group) != x.ndim:
             raise ValueError(
                 f"np.einsum of fastad blocks: {group!r} for an operand of shape {x.shape} "
-                "(one letter per axis, none repeated: np.diagonal and np.trace take diagonals)"
+                "(one letter per axis)"
             )
         terms.append((x, group))
     sizes: dict[str, int] = {}

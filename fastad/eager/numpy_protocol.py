@@ -302,7 +302,6 @@ for _alias, _name in (("amax", "max"), ("amin", "min")):
         _FUNCTIONS[getattr(np, _alias)] = _FUNCTIONS[getattr(np, _name)]
 
 _FUNCTION_HINTS = {
-    "cumsum": "a sum of slices, or a product with np.triu(np.ones((n, n))) for short axes",
     "asarray": ".value for the numbers (no gradient), or keep the block",
     "array": ".value for the numbers (no gradient), or keep the block",
 }
