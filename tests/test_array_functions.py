@@ -143,3 +143,49 @@ def test_bad_axes_and_options_are_named():
 def test_sort_under_fa_compile_is_refused_by_name():
     with pytest.raises(fa.TraceError, match=".value"):
         fa.compile(lambda x: np.sort(x).sum(), example=(np.arange(3.0),))
+
+
+# -- the keywords of NumPy's reductions --------------------------------------------------------
+REDUCTIONS = [
+    ("sum where", lambda a: np.sum(a, axis=0, where=a > 0.0)),
+    ("sum initial", lambda a: np.sum(a, axis=1, initial=2.5)),
+    ("sum dtype", lambda a: np.sum(a, dtype=np.float64)),
+    ("mean where", lambda a: np.mean(a, axis=1, where=[True, False, True, True])),
+    ("prod where initial", lambda a: np.prod(a, axis=0, where=a < 0.5, initial=2.0)),
+    ("max where initial", lambda a: np.max(a, axis=1, where=a < 0.5, initial=-3.0)),
+    ("min initial", lambda a: np.min(a, axis=0, initial=0.1)),
+]
+
+
+@pytest.mark.parametrize("name, call", REDUCTIONS, ids=[case[0] for case in REDUCTIONS])
+def test_reductions_take_numpys_keywords(name, call, rng):
+    array = rng.normal(size=(3, 4))
+    array[np.abs(array - 0.5) < 0.05] = 0.7  # away from the masks' edges
+    array[np.abs(array) < 0.05] = 0.3
+    want = call(array)
+    weights = _weights(np.shape(want))
+    with fa.Tape():
+        node = fa.var(array)
+        got = call(node)
+        np.testing.assert_allclose(np.asarray(got.value), want, rtol=1e-15)
+        gradient = fa.grad(_scalar(got, weights), node)
+
+    def loss_of(values):
+        return float(np.sum(np.tanh(call(values)) * weights))
+
+    numeric = np.zeros(array.shape)
+    for index in np.ndindex(array.shape):
+        up, down = array.copy(), array.copy()
+        up[index] += 1e-6
+        down[index] -= 1e-6
+        numeric[index] = (loss_of(up) - loss_of(down)) / 2e-6
+    np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_reduction_keywords_fastad_cannot_take_are_named():
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        with pytest.raises(ValueError, match="needs initial="):
+            np.max(X, where=np.ones((2, 3), dtype=bool))
+        with pytest.raises(TypeError, match="dtype="):
+            np.sum(X, dtype=np.float32)

@@ -133,6 +133,25 @@ def _plain(function: str, **options: Any) -> None:
         _refuse(f"np.{function} with {', '.join(given)}=", f"np.{function} without them (float64)")
 
 
+def _mask(where: Any, block: Block) -> Any:
+    """A reduction's ``where=``: a comparison node as it is, else booleans of the block's shape."""
+    if isinstance(where, Node):
+        return where
+    return np.broadcast_to(np.asarray(where, dtype=np.bool_), block.shape)
+
+
+def _count(mask: Any, axis: Any, keepdims: Any) -> Any:
+    """How many elements a ``where=`` mask keeps per result (a node for a comparison node)."""
+    if isinstance(mask, Block):
+        return mask.sum(axis, keepdims=keepdims)
+    return np.sum(mask, axis=axis, keepdims=keepdims)
+
+
+def _other_dtype(dtype: Any) -> Any:
+    """``dtype`` unless it is float64 (what blocks hold already): then None."""
+    return None if dtype is None or np.dtype(dtype) == np.float64 else dtype
+
+
 def _block(x: object, function: str) -> Block:
     if isinstance(x, Block):
         return x
@@ -153,10 +172,21 @@ def _sum_like(name: str) -> Callable[..., Any]:
         dtype: Any = None,
         out: Any = None,
         keepdims: Any = False,
-        **options: Any,  # initial=, where=: refused
+        **options: Any,  # initial= (sum, prod), where=
     ) -> Any:
-        _plain(name, dtype=dtype, out=out, **options)
-        return getattr(_block(a, name), name)(axis, keepdims=keepdims)
+        initial, where = options.pop("initial", None), options.pop("where", True)
+        _plain(name, dtype=_other_dtype(dtype), out=out, **options)
+        block: Any = _block(a, name)
+        if where is not True:
+            mask = _mask(where, block)
+            if name == "mean":  # the mean of the elements where the mask holds
+                total = functions.where(mask, block, 0.0).sum(axis, keepdims=keepdims)
+                return total / _count(mask, axis, keepdims)
+            block = functions.where(mask, block, 0.0 if name == "sum" else 1.0)
+        result = getattr(block, name)(axis, keepdims=keepdims)
+        if initial is None:
+            return result
+        return result + initial if name == "sum" else result * initial
 
     return reduce
 
@@ -167,8 +197,20 @@ def _extremum(name: str) -> Callable[..., Any]:
     def reduce(
         a: object, axis: Any = None, out: Any = None, keepdims: Any = False, **options: Any
     ) -> Any:
+        initial, where = options.pop("initial", None), options.pop("where", True)
         _plain(name, out=out, **options)
-        return getattr(_block(a, name), name)(axis, keepdims=keepdims)
+        block: Any = _block(a, name)
+        if where is not True:
+            if initial is None:  # NumPy's rule: a maximum of nothing has no value
+                raise ValueError(
+                    f"np.{name} with where= needs initial= (the value where nothing is left)"
+                )
+            mask = _mask(where, block)
+            block = functions.where(mask, block, float(initial))
+        result = getattr(block, name)(axis, keepdims=keepdims)
+        if initial is None:
+            return result
+        return (functions.maximum if name == "max" else functions.minimum)(result, initial)
 
     return reduce
 
