@@ -189,3 +189,30 @@ def test_reduction_keywords_fastad_cannot_take_are_named():
             np.max(X, where=np.ones((2, 3), dtype=bool))
         with pytest.raises(TypeError, match="dtype="):
             np.sum(X, dtype=np.float32)
+
+
+# -- scalar nodes as arrays of one number --------------------------------------------------------
+def test_scalar_nodes_stack_into_a_vector_and_reduce_to_themselves():
+    with fa.Tape():
+        x, y = fa.var(2.0), fa.var(-3.0)
+        v = fa.stack([x, 1.5, y])
+        np.testing.assert_array_equal(v.value, [2.0, 1.5, -3.0])
+        loss = (fa.sin(v) * np.array([1.0, 2.0, 3.0])).sum() * x
+        gx, gy = fa.grad(loss, [x, y])
+        # by hand: loss = x (sin x + 2 sin 1.5 + 3 sin y)
+        assert gx == pytest.approx(
+            np.sin(2.0) + 2 * np.sin(1.5) + 3 * np.sin(-3.0) + 2.0 * np.cos(2.0)
+        )
+        assert gy == pytest.approx(2.0 * 3 * np.cos(-3.0))
+        hx, hy = fa.hvp(loss, [x, y], [1.0, 0.0])  # the Hessian's first column, by hand
+        assert hx == pytest.approx(2 * np.cos(2.0) - 2.0 * np.sin(2.0))
+        assert hy == pytest.approx(3 * np.cos(-3.0))
+        np.testing.assert_array_equal(np.stack([x, y], axis=-1).value, [2.0, -3.0])
+        infinite = fa.var(np.inf)
+        np.testing.assert_array_equal(fa.stack([infinite, x]).value, [np.inf, 2.0])  # no nan
+        for reduce in (np.sum, np.mean, np.max, np.min, np.prod):
+            assert reduce(x) is x
+        with pytest.raises(ValueError, match=r"ndarray of shape \(2,\)"):
+            fa.stack([x, np.ones(2)])
+        with pytest.raises(ValueError, match="axis 1 is out of range"):
+            fa.stack([x, y], axis=1)

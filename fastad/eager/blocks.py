@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from fastad.eager.block_params import normal_axis, reduction
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, elementwise, matmul, record_block_on
+from fastad.eager.operators import is_number
 from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
 
@@ -62,6 +63,7 @@ LINEAR, LINEAR_RELU = _BLOCK["linear"].code, _BLOCK["linear_relu"].code
 MSE_LOSS, CONCATENATE = _BLOCK["mse_loss"].code, _BLOCK["concatenate"].code
 LOGSUMEXP, SOFTMAX = _BLOCK["logsumexp"].code, _BLOCK["softmax"].code
 LOG_SOFTMAX, CROSS_ENTROPY = _BLOCK["log_softmax"].code, _BLOCK["cross_entropy"].code
+PICK = optable.BY_NAME["pick"].code
 
 
 def _fused(
@@ -221,7 +223,14 @@ def concatenate(arrays: Sequence[ArrayInput], axis: int | None = 0) -> Any:
 
 
 def stack(arrays: Sequence[ArrayInput], axis: int = 0) -> Any:
-    """Join blocks (and arrays) of one shape along a new ``axis``, as ``np.stack``."""
+    """Join blocks (and arrays) of one shape along a new ``axis``, as ``np.stack``.
+
+    Scalar nodes (with numbers beside them) join into a vector (``axis`` 0
+    or -1): each is placed by a pick, so a handful of them costs a few ops
+    (``k`` of them cost ``k`` ops of ``k`` elements).
+    """
+    if isinstance(arrays, Sequence) and any(isinstance(p, Var) for p in arrays):
+        return _stack_scalars(list(arrays), axis)
     parts = _parts(arrays, "stack")
     shapes = [_shape_of(p) for p in parts]
     if any(shape != shapes[0] for shape in shapes):
@@ -232,6 +241,24 @@ def stack(arrays: Sequence[ArrayInput], axis: int = 0) -> Any:
         [p.reshape(grown) if isinstance(p, Block) else np.reshape(p, grown) for p in parts],
         axis=new,
     )
+
+
+def _stack_scalars(parts: list[Any], axis: int) -> Block:
+    """Scalar nodes and numbers as one vector: numbers in a constant, each node by a pick."""
+    normal_axis((len(parts),), axis, "stack")
+    for part in parts:
+        if not isinstance(part, Var) and not is_number(part):
+            raise ValueError(
+                f"stack: scalar nodes join numbers and other scalar nodes into a vector; got "
+                f"{type(part).__name__} of shape {np.shape(part)} beside them"
+            )
+    tape_of(*parts)  # one tape, none stale
+    placed = np.eye(len(parts))
+    total: Any = np.array([0.0 if isinstance(p, Var) else float(p) for p in parts])
+    for i, part in enumerate(parts):
+        if isinstance(part, Var):
+            total = total + elementwise(PICK, placed[i], part)
+    return cast("Block", total)
 
 
 def _parts(arrays: object, name: str) -> list[Any]:

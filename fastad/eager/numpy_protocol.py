@@ -133,6 +133,17 @@ def _plain(function: str, **options: Any) -> None:
         _refuse(f"np.{function} with {', '.join(given)}=", f"np.{function} without them (float64)")
 
 
+def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> bool:
+    """A reduction of a scalar node over all (none) of its axes: the node itself."""
+    return (
+        isinstance(a, Var)
+        and axis in (None, ())
+        and not keepdims
+        and where is True
+        and initial is None
+    )
+
+
 def _mask(where: Any, block: Block) -> Any:
     """A reduction's ``where=``: a comparison node as it is, else booleans of the block's shape."""
     if isinstance(where, Node):
@@ -176,6 +187,8 @@ def _sum_like(name: str) -> Callable[..., Any]:
     ) -> Any:
         initial, where = options.pop("initial", None), options.pop("where", True)
         _plain(name, dtype=_other_dtype(dtype), out=out, **options)
+        if _one_number(a, axis, keepdims, where, initial):
+            return a
         block: Any = _block(a, name)
         if where is not True:
             mask = _mask(where, block)
@@ -199,6 +212,8 @@ def _extremum(name: str) -> Callable[..., Any]:
     ) -> Any:
         initial, where = options.pop("initial", None), options.pop("where", True)
         _plain(name, out=out, **options)
+        if _one_number(a, axis, keepdims, where, initial):
+            return a
         block: Any = _block(a, name)
         if where is not True:
             if initial is None:  # NumPy's rule: a maximum of nothing has no value
