@@ -395,6 +395,7 @@ BLOCK_OPS = (
     BlockOp(87, "logabsdet", "logabsdet", 1),  # np.linalg.slogdet's second result
     BlockOp(88, "sign_det", "sign_det", 1),  # and its first: the sign, derivative 0
     BlockOp(89, "cumsum", "cumsum", 1),  # params: the axis
+    BlockOp(90, "eigh", "eigh", 1),  # eigenvalues in row 0, eigenvectors below
 )
 
 BY_NAME = {op.name: op for op in OPS}

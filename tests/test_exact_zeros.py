@@ -81,6 +81,10 @@ BLOCK_LOSSES = {
     "inv": lambda d: (fa.linalg.inv(spd(d)) @ d["V"]).sum(),
     "det": lambda d: fa.linalg.det(spd(d) * 0.5),
     "logabsdet": lambda d: fa.linalg.slogdet(spd(d))[1],
+    "eigh": lambda d: (
+        fa.linalg.eigh(spd(d) + np.diag(np.arange(H) * 3.0))[0].sum()
+        + (fa.linalg.eigh(spd(d) + np.diag(np.arange(H) * 3.0))[1] ** 2.0 @ d["V"]).sum()
+    ),
     "cumsum": lambda d: (np.cumsum(d["X"] @ d["W"], axis=0) @ d["V"]).sum(),
     "sign_det": lambda d: fa.linalg.slogdet(spd(d))[0] * (d["X"] @ d["W"]).sum(),
 }

@@ -82,6 +82,20 @@ def test_gaussian_process_marginal_likelihood_and_its_gradient(rng):
         assert got == pytest.approx(0.5 * np.sum(inner * dK), rel=1e-9)
 
 
+def test_eigh_values_vectors_and_gradients(spd, rng):
+    w_np, V_np = np.linalg.eigh(spd)
+    with fa.Tape():
+        K = fa.var(spd)
+        w, V = fa.linalg.eigh(K)
+        np.testing.assert_array_equal(w.value, w_np)
+        np.testing.assert_array_equal(V.value, V_np)
+        w[2].backward()  # d w_i / dA = v_i v_i^T (a simple eigenvalue)
+        np.testing.assert_allclose(K.grad, np.outer(V_np[:, 2], V_np[:, 2]), rtol=1e-12, atol=1e-14)
+        sign, logdet = np.linalg.slogdet(K)  # log det = sum(log w): the same gradient, A^-1
+        w2, _ = np.linalg.eigh(K)
+        np.testing.assert_allclose(fa.grad(fa.log(w2).sum(), K), fa.grad(logdet, K), rtol=1e-10)
+
+
 def test_singular_matrices_as_numpy_treats_them():
     singular = np.array([[1.0, 2.0], [2.0, 4.0]])
     with fa.Tape():

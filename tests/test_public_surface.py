@@ -241,6 +241,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     ],
     "fa.linalg.cholesky": [(VALUE, "fa.linalg.cholesky(b)")],
     "fa.linalg.det": [(VALUE, "fa.linalg.det(b)")],
+    "fa.linalg.eigh": [(VALUE, "fa.linalg.eigh(b)")],
     "fa.linalg.inv": [(VALUE, "fa.linalg.inv(b)")],
     "fa.linalg.norm": [(VALUE, "fa.linalg.norm(b)"), (VALUE, "fa.linalg.norm(X, ord=b)")],
     "fa.linalg.slogdet": [(VALUE, "fa.linalg.slogdet(b)")],

@@ -88,8 +88,18 @@ BLOCK_CASES = [
     BlockCase("det", lambda a: fa.linalg.det(a + 9.0 * np.eye(3)), ((3, 3),)),
     BlockCase("logabsdet", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[1], ((3, 3),)),
     BlockCase("cumsum", lambda a: np.cumsum(a, axis=1), ((3, 4),)),
+    # The eigenvectors' signs are NumPy's choice: their squares are smooth.
+    BlockCase(
+        "eigh", lambda a: _eigen_parts(*fa.linalg.eigh(a + 3.0 * np.diag([0, 1, 2]))), ((3, 3),)
+    ),
     BlockCase("sign_det", lambda a: fa.linalg.slogdet(a - 9.0 * np.eye(3))[0] * 2.0, ((3, 3),)),
 ]
+
+
+def _eigen_parts(w, V):
+    return fa.concatenate([w.reshape((1, 3)), V * V], axis=0)
+
+
 # More ways to call the entries above (each through every test below).
 VARIANTS = [
     BlockCase("sum", lambda a: a.sum(axis=(0, 2), keepdims=True), ((2, 3, 4),)),

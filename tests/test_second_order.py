@@ -216,6 +216,10 @@ BLOCK_CASES = {
     "inv": lambda W, A: (fa.linalg.inv(spd(W)) * A[:3]).sum(),
     "det": lambda W, A: fa.linalg.det(spd(W)),
     "logabsdet": lambda W, A: fa.linalg.slogdet(spd(W))[1] * W[2, 1],
+    "eigh": lambda W, A: (
+        (fa.linalg.eigh(spd(W) + np.diag([0.0, 2.0, 5.0]))[0] * np.array([1.0, -2.0, 0.5])).sum()
+        + (fa.linalg.eigh(spd(W) + np.diag([0.0, 2.0, 5.0]))[1] ** 2.0 * A[:3]).sum()
+    ),
     "cumsum": lambda W, A: (fa.sin(np.cumsum(A @ W, axis=0)) * W[0, 1]).sum(),
     "sign_det": lambda W, A: fa.linalg.slogdet(spd(W) - 3.0 * np.eye(3))[0] * (W * W).sum(),
 }

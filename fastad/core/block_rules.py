@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from fastad.core.block_rule import SECOND_ORDER, BlockRule
 from fastad.core.elementwise_rules import Elementwise
-from fastad.core.linalg_rules import Cholesky, Det, Inv, SignDet, Solve, SolveTriangular
+from fastad.core.linalg_rules import Cholesky, Det, Eigh, Inv, SignDet, Solve, SolveTriangular
 from fastad.core.loss_rules import CrossEntropy, MseLoss, Softmax
 from fastad.core.product_rules import Linear, Matmul
 from fastad.core.reduction_rules import Cumsum, Extremum, Prod, Reduce
@@ -52,6 +52,7 @@ RULES: dict[int, BlockRule] = {
         Det("det"),
         Det("logabsdet"),
         SignDet("sign_det"),
+        Eigh("eigh"),
     )
 }
 """Opcode -> its block rule: every scalar op with operands (elementwise) and every block op."""

@@ -1,5 +1,5 @@
 """Block rules of linear algebra: ``cholesky``, ``solve``, ``solve_triangular``, ``inv``,
-``det``, ``logabsdet`` and ``sign_det``, on square matrices (one, not a stack).
+``det``, ``logabsdet``, ``sign_det`` and ``eigh``, on square matrices (one, not a stack).
 
 The derivative rules reuse the forward pass's factorisation (``solve`` saves
 its LU factors; ``cholesky``'s factor is its output) and solve with it;
@@ -316,4 +316,67 @@ class SignDet(BlockRule):
         return 0.0
 
 
-__all__ = ["Cholesky", "Det", "Inv", "SignDet", "Solve", "SolveTriangular"]
+class Eigh(BlockRule):
+    """The eigenvalues and eigenvectors of ``(A + A^T) / 2`` (``np.linalg.eigh``, the input
+    symmetrised as ``jax.numpy.linalg.eigh`` does), as one ``(n + 1, n)`` array: the
+    eigenvalues, ascending, in row 0 and the eigenvectors (columns) below
+    (``fa.linalg.eigh`` splits them).
+
+    With ``F[i, j] = 1 / (w[j] - w[i])`` off the diagonal (0 on it), the VJP of adjoints
+    ``w_bar`` and ``V_bar`` is ``sym(V (diag(w_bar) + F * (V^T V_bar)) V^T)``, the JVP
+    ``w_dot = diag(V^T S V)``, ``V_dot = V (F * (V^T S V))`` with ``S = sym(tA)``.
+    At repeated eigenvalues ``F`` is infinite: the eigenvectors' derivatives are not
+    defined there, and their gradients are inf or nan (as JAX's); the eigenvalues' are
+    finite as long as no adjoint reaches the eigenvectors.
+    """
+
+    def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
+        n = square(shapes[0], "eigh")
+        return (n + 1, n)
+
+    def forward(self, values: Values, params: object) -> RuleValue:
+        w, V = np.linalg.eigh(_symmetric(values[0]))
+        return np.vstack([w[np.newaxis, :], V])
+
+    @staticmethod
+    def _parts(out: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(w, V, F)`` from the output."""
+        w, V = out[0], out[1:]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            F = 1.0 / (w[np.newaxis, :] - w[:, np.newaxis])
+        np.fill_diagonal(F, 0.0)
+        return w, V, F
+
+    def vjp(
+        self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
+    ) -> Values:
+        _, V, F = self._parts(out)
+        inner = np.diag(g[0]) + F * (V.T @ g[1:])
+        return (_symmetric(V @ inner @ V.T),)
+
+    def _moves(self, out: FloatArray, tA: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``(w_dot, V_dot)`` along ``tA``."""
+        _, V, F = self._parts(out)
+        rotated = V.T @ _symmetric(tA) @ V
+        return np.diag(rotated).copy(), V @ (F * rotated)
+
+    def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
+        w_dot, V_dot = self._moves(out, tangents[0])
+        return np.vstack([w_dot[np.newaxis, :], V_dot])
+
+    def vjp_change(
+        self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
+    ) -> Values:
+        # A_bar = sym(V M V^T) with M = diag(w_bar) + F * (V^T V_bar) moves, at fixed
+        # adjoints, by sym(dV M V^T + V dM V^T + V M dV^T), where
+        # dM = dF * (V^T V_bar) + F * (dV^T V_bar) and dF[i, j] = -(dw[j] - dw[i]) F[i, j]^2.
+        _, V, F = self._parts(out)
+        d_w, d_V = self._moves(out, tangents[0])
+        projected = V.T @ g[1:]
+        M = np.diag(g[0]) + F * projected
+        d_F = -(d_w[np.newaxis, :] - d_w[:, np.newaxis]) * F * F
+        d_M = d_F * projected + F * (d_V.T @ g[1:])
+        return (_symmetric(d_V @ M @ V.T + V @ d_M @ V.T + V @ M @ d_V.T),)
+
+
+__all__ = ["Cholesky", "Det", "Eigh", "Inv", "SignDet", "Solve", "SolveTriangular"]

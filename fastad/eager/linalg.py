@@ -1,6 +1,6 @@
 """``fa.linalg``: linear algebra on blocks, as ``np.linalg`` and ``scipy.linalg`` spell it.
 
-``cholesky``, ``solve``, ``solve_triangular``, ``inv``, ``det``, ``slogdet`` and
+``cholesky``, ``solve``, ``solve_triangular``, ``inv``, ``det``, ``slogdet``, ``eigh`` and
 ``norm`` take square matrices (``norm``: any block) as block nodes or plain
 arrays: with a node among the operands they record one block op (its rules
 in ``fastad/core/linalg_rules.py``), without one they compute the value. The
@@ -30,7 +30,7 @@ CHOLESKY, SOLVE, SOLVE_TRIANGULAR = (
     _BLOCK["solve_triangular"].code,
 )
 INV, DET, LOGABSDET = _BLOCK["inv"].code, _BLOCK["det"].code, _BLOCK["logabsdet"].code
-SIGN_DET = _BLOCK["sign_det"].code
+SIGN_DET, EIGH = _BLOCK["sign_det"].code, _BLOCK["eigh"].code
 
 
 def _op(code: int, name: str, operands: tuple[Any, ...], params: object = None) -> Any:
@@ -91,6 +91,18 @@ def slogdet(A: Block | ArrayLike) -> tuple[Any, Any]:
     return _op(SIGN_DET, "slogdet", (A,)), _op(LOGABSDET, "slogdet", (A,))
 
 
+def eigh(A: Block | ArrayLike) -> tuple[Any, Any]:
+    """``(w, V)``: the eigenvalues (ascending) and eigenvectors (columns) of ``(A + A^T) / 2``,
+    as ``np.linalg.eigh`` (the input symmetrised, as ``jax.numpy.linalg.eigh``): one
+    factorisation, recorded as one op whose rows are split.
+
+    At repeated eigenvalues the eigenvectors have no derivative: their gradients are inf
+    or nan there (the eigenvalues' stay finite while nothing reaches the eigenvectors).
+    """
+    both = _op(EIGH, "eigh", (A,))
+    return both[0], both[1:]
+
+
 def norm(x: Block | ArrayLike, ord: None = None, axis: None = None) -> Any:  # noqa: A002
     """The 2-norm of a vector, or the Frobenius norm of a matrix (``np.linalg.norm`` with
     ``ord`` and ``axis`` None): ``sqrt(sum(x * x))``. Other orders and axes are refused."""
@@ -107,4 +119,4 @@ def norm(x: Block | ArrayLike, ord: None = None, axis: None = None) -> Any:  # n
     return sqrt((x * x).sum())
 
 
-__all__ = ["cholesky", "det", "inv", "norm", "slogdet", "solve", "solve_triangular"]
+__all__ = ["cholesky", "det", "eigh", "inv", "norm", "slogdet", "solve", "solve_triangular"]

@@ -352,6 +352,7 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.linalg.det: linalg.det,
     np.linalg.slogdet: linalg.slogdet,
     np.linalg.norm: linalg.norm,
+    np.linalg.eigh: linalg.eigh,
     **array_functions.HANDLED,
 }
 for _alias, _name in (("amax", "max"), ("amin", "min")):
