@@ -212,6 +212,12 @@ def test_scalar_nodes_stack_into_a_vector_and_reduce_to_themselves():
         np.testing.assert_array_equal(fa.stack([infinite, x]).value, [np.inf, 2.0])  # no nan
         for reduce in (np.sum, np.mean, np.max, np.min, np.prod):
             assert reduce(x) is x
+        assert np.reshape(x, ()) is x
+        column = np.reshape(x, (1, 1))
+        np.testing.assert_array_equal(column.value, [[2.0]])
+        assert fa.grad((column * 3.0).sum(), x) == 3.0
+        with pytest.raises(ValueError, match="size 1 into shape"):
+            np.reshape(x, (2,))
         with pytest.raises(ValueError, match=r"ndarray of shape \(2,\)"):
             fa.stack([x, np.ones(2)])
         with pytest.raises(ValueError, match="axis 1 is out of range"):

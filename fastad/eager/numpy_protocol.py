@@ -254,10 +254,14 @@ def _spread(name: str) -> Callable[..., Any]:
 
 def _reshape(
     a: object, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
-) -> Block:
+) -> Block | Var:
     if order != "C":
         _refuse(f"np.reshape(..., order={order!r})", "order='C' (the only order of blocks)")
     wanted = shape if shape is not None else newshape
+    if isinstance(a, Var):  # one number: itself for (), else a block of one element
+        target = np.empty((), np.bool_).reshape(wanted).shape  # NumPy's checks and -1
+        one: list[Any] = [a]
+        return a if target == () else blocks.stack(one).reshape(target)
     return _block(a, "reshape").reshape(wanted)
 
 
