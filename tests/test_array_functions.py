@@ -3,6 +3,8 @@ each gives NumPy's value, and its gradient and Hessian-vector product match cent
 differences of NumPy's own function; bad axes and options are named.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -222,3 +224,25 @@ def test_scalar_nodes_stack_into_a_vector_and_reduce_to_themselves():
             fa.stack([x, np.ones(2)])
         with pytest.raises(ValueError, match="axis 1 is out of range"):
             fa.stack([x, y], axis=1)
+
+
+def test_full_contractions_and_numpy_forms_of_the_arguments():
+    """Cases a review found: each as NumPy gives it."""
+    A = np.arange(12.0).reshape(3, 4) - 5.0
+    kept = np.array([True, False, True, True])
+    with fa.Tape():
+        v = fa.var(np.array([1.0, 2.0, 3.0]))
+        assert np.inner(v, v).value == 14.0  # a full contraction is a scalar node
+        assert np.tensordot(fa.var(np.ones((2, 3))), np.ones((2, 3))).value == 6.0
+        X, mask = fa.var(A), fa.var(kept * 1.0 - 0.5) > 0  # a comparison node that broadcasts
+        assert np.mean(X, where=mask).value == pytest.approx(np.mean(A, where=kept))
+        with warnings.catch_warnings():  # NumPy warns of the empty column; fastad does not
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = np.mean(A, axis=0, where=kept)  # nan where the mask keeps nothing
+        np.testing.assert_array_equal(np.mean(X, axis=0, where=mask).value, want)
+        np.testing.assert_array_equal(np.diagonal(X, 1, -1, -2).value, np.diagonal(A, 1, -1, -2))
+        np.testing.assert_array_equal(np.diagonal(X, 0, 0, -1).value, np.diagonal(A, 0, 0, -1))
+        np.testing.assert_array_equal(np.hstack([v, np.array(1.0)]).value, [1.0, 2.0, 3.0, 1.0])
+        np.testing.assert_array_equal(np.einsum(",i->i", np.array(2.0), v).value, [2.0, 4.0, 6.0])
+        with pytest.raises(ValueError, match="names letters that no operand has"):
+            np.einsum("i->j", v)

@@ -212,3 +212,17 @@ def test_the_newton_cg_example_reaches_a_zero_gradient():
     P /= P.sum(axis=1, keepdims=True)
     gradient = X.T @ (P - np.eye(4)[y]) + W  # by hand
     assert np.abs(gradient).max() < 1e-4
+
+
+def test_numpy_forms_of_results_and_arguments():
+    with fa.Tape():
+        A = fa.var(np.diag([2.0, 3.0]))
+        assert np.linalg.slogdet(A).logabsdet.value == pytest.approx(np.log(6.0))
+        np.testing.assert_array_equal(np.linalg.eigh(A).eigenvalues.value, [2.0, 3.0])
+        np.testing.assert_array_equal(fa.linalg.solve(A, [1.0, 3.0]).value, [0.5, 1.0])
+
+
+def test_eigenvalue_gradients_stay_finite_at_repeated_eigenvalues():
+    # Nothing reaches the eigenvectors: d sum(w^2) / dA = 2 diag(w) here, as JAX gives.
+    gradient = fa.grad(lambda a: (fa.linalg.eigh(a)[0] ** 2.0).sum())(np.diag([1.0, 1.0, 2.0]))
+    np.testing.assert_allclose(gradient, np.diag([2.0, 2.0, 4.0]), atol=1e-15)

@@ -205,3 +205,25 @@ def test_bad_input_names_what_is_wrong(call, error, words):
     with pytest.raises(error, match=None) as raised:
         call()
     assert words in str(raised.value), str(raised.value)
+
+
+def test_python_ints_that_are_not_differentiated_stay_ints():
+    v = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(fa.grad(lambda x, k: x[k] ** 2.0)(v, 1), [0.0, 4.0, 0.0])
+    np.testing.assert_array_equal(fa.grad(lambda x, k: x[k] ** 2.0)(v, 2), [0.0, 0.0, 6.0])
+    counted = fa.grad(lambda x, n: sum(x[i] for i in range(n)))
+    np.testing.assert_array_equal(counted(v, 2), [1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(counted(v, 3), [1.0, 1.0, 1.0])  # another value: traced again
+    shaped = fa.grad(lambda x, n: (x.reshape((n, -1)) ** 2.0).sum())
+    np.testing.assert_array_equal(shaped(np.ones(4), 2), [2.0] * 4)
+
+
+def test_jax_forms_of_pairs_and_tuples():
+    v = np.array([1.0, 2.0, 3.0])
+    (value, aux), g = fa.value_and_grad(lambda x: [(x * x).sum(), "note"], has_aux=True)(v)
+    assert value == 14.0 and aux == "note"
+    np.testing.assert_array_equal(g, 2.0 * v)
+    h = fa.hvp(lambda x: (x**3.0).sum())
+    np.testing.assert_array_equal(h((v,), (np.ones(3),)), 6.0 * v)  # jax.jvp's tuples
+    with pytest.raises(TypeError, match="argnums once"):
+        fa.grad(lambda x: x, 1, argnums=0)

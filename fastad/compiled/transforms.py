@@ -59,9 +59,12 @@ class _Traced:
 
     def at(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[BlockFunction, tuple[Any, ...]]:
-        """The traced function for these arguments' signature, and the arguments as it takes
-        them (numbers as floats, arrays as given)."""
+    ) -> tuple[BlockFunction, tuple[Any, ...], tuple[Any, ...]]:
+        """``(traced, traced_arguments, arguments)``: the traced function for these
+        arguments' signature, the arguments it takes (numbers as floats, arrays as given)
+        and all of them. A Python int or bool that is not differentiated is static, as in
+        ``jax.grad``: it reaches ``fn`` as itself (an index, a count, a flag), and each of
+        its values traces once."""
         if kwargs:
             raise TypeError(
                 f"{self.what}(...) takes its arguments by position; got keywords "
@@ -74,15 +77,42 @@ class _Traced:
                     f"{len(args)} argument(s)"
                 )
         values = tuple(
-            _argument(value, i, self.what, i in self.positions) for i, value in enumerate(args)
+            value
+            if _static(value, i in self.positions)
+            else _argument(value, i, self.what, i in self.positions)
+            for i, value in enumerate(args)
         )
-        key = tuple(_signature(value) for value in values)
+        moving = [i for i, value in enumerate(args) if not _static(value, i in self.positions)]
+        key = tuple(
+            ("static", type(value), value) if i not in moving else _signature(value)
+            for i, value in enumerate(values)
+        )
         with self._lock:
             traced = self._traced.get(key)
             if traced is None:
-                traced = BlockFunction(self._output, values, self.wrt, False, "auto", None)
+                wrt = tuple(moving.index(p) for p in self.positions)
+                traced = BlockFunction(
+                    self._with_statics(values, moving),
+                    tuple(values[i] for i in moving),
+                    wrt[0] if self.single else wrt,
+                    False,
+                    "auto",
+                    None,
+                )
                 self._traced[key] = traced
-        return traced, values
+        return traced, tuple(values[i] for i in moving), values
+
+    def _with_statics(self, values: tuple[Any, ...], moving: list[int]) -> Callable[..., Any]:
+        """``fn``'s output as a function of the traced arguments, the static ones bound."""
+        template = list(values)
+
+        def output(*traced: Any) -> Any:
+            full = list(template)
+            for position, value in zip(moving, traced, strict=True):
+                full[position] = value
+            return self._output(*full)
+
+        return output
 
     def _output(self, *args: Any) -> Any:
         """What is traced: ``fn``'s output (its first item with ``has_aux``)."""
@@ -147,17 +177,22 @@ def _argument(value: object, position: int, what: str, differentiated: bool) -> 
     return float(array) if array.ndim == 0 else array
 
 
+def _static(value: object, differentiated: bool) -> bool:
+    """A Python (or NumPy) int or bool that is not differentiated: bound, not traced."""
+    return not differentiated and isinstance(value, (int, np.integer, np.bool_))
+
+
 def _signature(value: Any) -> object:
     return "number" if isinstance(value, float) else (value.shape, value.dtype.str)
 
 
 def _pair(result: object, what: str) -> tuple[Any, Any]:
-    if not (isinstance(result, tuple) and len(result) == 2):
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise TypeError(
             f"{what} with has_aux=True needs the function to return a pair "
             f"(output, aux); it returned {type(result).__name__}"
         )
-    return result
+    return result[0], result[1]
 
 
 def _named(transformed: Callable[..., Any], function: Callable[..., Any], what: str) -> Any:
@@ -197,8 +232,8 @@ def value_and_grad(
     traced = _Traced(function, argnums, has_aux, "fa.value_and_grad")
 
     def transformed(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        compiled, values = traced.at(args, kwargs)
-        value, gradients = compiled.value_and_grad(values)
+        compiled, moving, values = traced.at(args, kwargs)
+        value, gradients = compiled.value_and_grad(moving)
         gradients = traced.form(gradients)
         return ((value, traced.aux(values)) if traced.has_aux else value), gradients
 
@@ -211,8 +246,8 @@ def _grad(
     traced = _Traced(function, argnums, has_aux, "fa.grad")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, values = traced.at(args, kwargs)
-        gradients = traced.form(compiled.grad(values))
+        compiled, moving, values = traced.at(args, kwargs)
+        gradients = traced.form(compiled.grad(moving))
         return (gradients, traced.aux(values)) if traced.has_aux else gradients
 
     return _named(transformed, function, "grad")
@@ -222,8 +257,8 @@ def _jacobian(function: Callable[..., Any], argnums: Argnums, what: str) -> Call
     traced = _Traced(function, argnums, False, f"fa.{what}")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, values = traced.at(args, kwargs)
-        return traced.form(compiled.jacobian(values))
+        compiled, moving, _ = traced.at(args, kwargs)
+        return traced.form(compiled.jacobian(moving))
 
     return _named(transformed, function, what)
 
@@ -258,8 +293,8 @@ def _hessian(function: Callable[..., Any], argnums: Argnums) -> Callable[..., An
     traced = _Traced(function, argnums, False, "fa.hessian")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, values = traced.at(args, kwargs)
-        rows = compiled.hessian(values)
+        compiled, moving, _ = traced.at(args, kwargs)
+        rows = compiled.hessian(moving)
         return rows if traced.single else tuple(tuple(row) for row in rows)
 
     return _named(transformed, function, "hessian")
@@ -274,18 +309,21 @@ def _hvp(function: Callable[..., Any], argnums: Argnums) -> Callable[..., Any]:
                 "fa.hvp(fn)(primals, tangents): primals is a tuple of fn's arguments, got "
                 f"{type(primals).__name__}"
             )
-        compiled, values = traced.at(tuple(primals), {})
-        return traced.form(compiled.hvp(values, tangents))
+        compiled, moving, _ = traced.at(tuple(primals), {})
+        if traced.single and isinstance(tangents, tuple) and len(tangents) == 1:
+            tangents = tangents[0]  # jax.jvp's form: a tuple of one
+        return traced.form(compiled.hvp(moving, tangents))
 
     return _named(transformed, function, "hvp")
 
 
 # -- the names shared with the tape functions ------------------------------------------------------
-def _transform_argnums(wrt: object, argnums: Argnums, what: str) -> Argnums:
-    """``argnums`` given by position (JAX's second argument) or by keyword, not both."""
+def _transform_argnums(wrt: object, argnums: Argnums | None, what: str) -> Argnums:
+    """``argnums`` given by position (JAX's second argument) or by keyword, not both
+    (neither: 0)."""
     if wrt is None:
-        return argnums
-    if argnums != 0:
+        return 0 if argnums is None else argnums
+    if argnums is not None:
         raise TypeError(f"{what}(fn, ...): give argnums once, by position or by keyword")
     return wrt  # type: ignore[return-value]
 
@@ -299,7 +337,7 @@ def grad(
     output: Callable[..., Any],
     wrt: Argnums | None = None,
     *,
-    argnums: Argnums = 0,
+    argnums: Argnums | None = None,
     has_aux: bool = False,
 ) -> Callable[..., Any]: ...
 @overload
@@ -312,7 +350,9 @@ def grad(output: Var, wrt: Iterable[Var]) -> FloatArray: ...
 def grad(output: Var, wrt: Iterable[Block]) -> list[FloatArray]: ...
 @overload
 def grad(output: Var, wrt: Iterable[Var | Block]) -> FloatArray | list[float | FloatArray]: ...
-def grad(output: Any, wrt: Any = None, *, argnums: Argnums = 0, has_aux: bool = False) -> Any:
+def grad(
+    output: Any, wrt: Any = None, *, argnums: Argnums | None = None, has_aux: bool = False
+) -> Any:
     """The gradient function of ``fn`` (``fa.grad(fn, argnums=0, has_aux=False)``, as
     ``jax.grad``), or the gradient of a recorded node (``fa.grad(z, wrt)``).
 
@@ -343,11 +383,11 @@ def grad(output: Any, wrt: Any = None, *, argnums: Argnums = 0, has_aux: bool = 
 
 @overload
 def hessian(
-    output: Callable[..., Any], wrt: Argnums | None = None, *, argnums: Argnums = 0
+    output: Callable[..., Any], wrt: Argnums | None = None, *, argnums: Argnums | None = None
 ) -> Callable[..., Any]: ...
 @overload
 def hessian(output: Var, wrt: Var | Iterable[Var]) -> FloatArray: ...
-def hessian(output: Any, wrt: Any = None, *, argnums: Argnums = 0) -> Any:
+def hessian(output: Any, wrt: Any = None, *, argnums: Argnums | None = None) -> Any:
     """The Hessian function of ``fn`` (``fa.hessian(fn, argnums=0)``, as ``jax.hessian``),
     or the Hessian of a recorded node (``fa.hessian(z, wrt)``, a ``(k, k)`` array).
 
@@ -380,7 +420,7 @@ def hvp(
     wrt: Argnums | None = None,
     direction: None = None,
     *,
-    argnums: Argnums = 0,
+    argnums: Argnums | None = None,
 ) -> Callable[..., Any]: ...
 @overload
 def hvp(output: Var, wrt: Var, direction: ArrayLike) -> float: ...
@@ -394,7 +434,9 @@ def hvp(output: Var, wrt: Iterable[Block], direction: ArrayLike) -> list[FloatAr
 def hvp(
     output: Var, wrt: Iterable[Var | Block], direction: ArrayLike
 ) -> FloatArray | list[float | FloatArray]: ...
-def hvp(output: Any, wrt: Any = None, direction: Any = None, *, argnums: Argnums = 0) -> Any:
+def hvp(
+    output: Any, wrt: Any = None, direction: Any = None, *, argnums: Argnums | None = None
+) -> Any:
     """The Hessian-vector product function of ``fn`` (``fa.hvp(fn, argnums=0)``), or
     ``H v`` of a recorded node (``fa.hvp(z, wrt, v)``: ``direction`` holds one entry
     per node of ``wrt``, an array of a block's shape for a block; the result has

@@ -339,6 +339,16 @@ class Eigh(BlockRule):
         return np.vstack([w[np.newaxis, :], V])
 
     @staticmethod
+    def _weighted(F: FloatArray, x: FloatArray) -> FloatArray:
+        """``F * x`` where a zero of ``x`` sends exactly nothing, even against an infinite
+        ``F`` (repeated eigenvalues): the eigenvalues' derivatives stay finite where
+        nothing reaches the eigenvectors."""
+        with np.errstate(invalid="ignore"):
+            product = F * x
+        product[x == 0.0] = 0.0
+        return product
+
+    @staticmethod
     def _parts(out: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``(w, V, F)`` from the output."""
         w, V = out[0], out[1:]
@@ -351,14 +361,14 @@ class Eigh(BlockRule):
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
         _, V, F = self._parts(out)
-        inner = np.diag(g[0]) + F * (V.T @ g[1:])
+        inner = np.diag(g[0]) + self._weighted(F, V.T @ g[1:])
         return (_symmetric(V @ inner @ V.T),)
 
     def _moves(self, out: FloatArray, tA: FloatArray) -> tuple[FloatArray, FloatArray]:
         """``(w_dot, V_dot)`` along ``tA``."""
         _, V, F = self._parts(out)
         rotated = V.T @ _symmetric(tA) @ V
-        return np.diag(rotated).copy(), V @ (F * rotated)
+        return np.diag(rotated).copy(), V @ self._weighted(F, rotated)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         w_dot, V_dot = self._moves(out, tangents[0])
@@ -373,9 +383,9 @@ class Eigh(BlockRule):
         _, V, F = self._parts(out)
         d_w, d_V = self._moves(out, tangents[0])
         projected = V.T @ g[1:]
-        M = np.diag(g[0]) + F * projected
+        M = np.diag(g[0]) + self._weighted(F, projected)
         d_F = -(d_w[np.newaxis, :] - d_w[:, np.newaxis]) * F * F
-        d_M = d_F * projected + F * (d_V.T @ g[1:])
+        d_M = self._weighted(d_F, projected) + self._weighted(F, d_V.T @ g[1:])
         return (_symmetric(d_V @ M @ V.T + V @ d_M @ V.T + V @ M @ d_V.T),)
 
 

@@ -113,7 +113,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     matrix_x = x.transpose(tuple(free_x + left)).reshape((-1, inner))
     matrix_y = y.transpose(tuple(right + free_y)).reshape((inner, -1))
     shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
-    return (matrix_x @ matrix_y).reshape(shape)
+    product = matrix_x @ matrix_y  # (1, 1) for a full contraction: its one element
+    return product.reshape(shape) if shape else product.sum()
 
 
 def inner(a: Any, b: Any) -> Any:
@@ -125,12 +126,15 @@ def inner(a: Any, b: Any) -> Any:
 
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     x = _array(a, "diagonal")
-    if x.ndim != 2 or (axis1, axis2) not in ((0, 1), (1, 0), (-2, -1)):
+    if x.ndim != 2:
         raise TypeError(
             f"np.diagonal of fastad blocks takes matrices (2 axes), got shape {x.shape}: "
             "index the stack instead"
         )
-    if (axis1, axis2) == (1, 0):
+    first, second = normal_axis(x.shape, axis1, x), normal_axis(x.shape, axis2, x)
+    if first == second:
+        raise ValueError(f"np.diagonal: axis1 and axis2 are both axis {first}")
+    if first == 1:
         x = x.T
     rows = np.arange(max(0, -offset), min(x.shape[0], x.shape[1] - offset))
     return x[rows, rows + offset]
@@ -165,14 +169,18 @@ def diag(v: Any, k: int = 0) -> Any:
 
 def vstack(tup: Sequence[Any], **options: Any) -> Any:
     _no_options("vstack", options)
-    parts = [_array(x, "vstack") for x in tup]
+    parts = [_at_least_1d(_array(x, "vstack")) for x in tup]
     return blocks.concatenate([x.reshape((1, -1)) if x.ndim == 1 else x for x in parts], 0)
 
 
 def hstack(tup: Sequence[Any], **options: Any) -> Any:
     _no_options("hstack", options)
-    parts = [_array(x, "hstack") for x in tup]
+    parts = [_at_least_1d(_array(x, "hstack")) for x in tup]
     return blocks.concatenate(parts, axis=0 if all(x.ndim == 1 for x in parts) else 1)
+
+
+def _at_least_1d(x: Any) -> Any:
+    return x.reshape((1,)) if x.ndim == 0 else x
 
 
 def tile(A: Any, reps: Any) -> Any:
@@ -303,7 +311,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
             f"np.einsum with '...' ({subscripts!r}) is not recorded on fastad nodes: name "
             "every axis with a letter"
         )
-    if len(letters) != len(operands) or not all(map(str.isalpha, letters + [output or "a"])):
+    if len(letters) != len(operands) or not all(c.isalpha() for c in "".join(letters) + output):
         raise ValueError(
             f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(operands)} "
             "operand(s); give one group of letters per operand"
@@ -311,6 +319,12 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     if not arrow:  # implicit: the letters seen once, in alphabetical order
         counts = {c: inputs_spec.count(c) for c in inputs_spec if c != ","}
         output = "".join(sorted(c for c, n in counts.items() if n == 1))
+    unknown = sorted(set(output) - set(inputs_spec))
+    if unknown or len(set(output)) != len(output):
+        raise ValueError(
+            f"np.einsum: the output {output!r} of {subscripts!r} names letters that no operand "
+            f"has ({unknown}) or a letter twice"
+        )
     terms = []
     for group, operand in zip(letters, operands, strict=True):
         x = _array(operand, "einsum")

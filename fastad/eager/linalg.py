@@ -9,7 +9,7 @@ in ``fastad/core/linalg_rules.py``), without one they compute the value. The
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -33,8 +33,25 @@ INV, DET, LOGABSDET = _BLOCK["inv"].code, _BLOCK["det"].code, _BLOCK["logabsdet"
 SIGN_DET, EIGH = _BLOCK["sign_det"].code, _BLOCK["eigh"].code
 
 
+class SlogdetResult(NamedTuple):
+    """``fa.linalg.slogdet``'s result, named as ``np.linalg.slogdet``'s."""
+
+    sign: Any
+    logabsdet: Any
+
+
+class EighResult(NamedTuple):
+    """``fa.linalg.eigh``'s result, named as ``np.linalg.eigh``'s."""
+
+    eigenvalues: Any
+    eigenvectors: Any
+
+
 def _op(code: int, name: str, operands: tuple[Any, ...], params: object = None) -> Any:
     """Record op ``code`` where a node is among ``operands``, else compute it."""
+    operands = tuple(  # nested lists of numbers are arrays, as NumPy reads them
+        np.asarray(x, dtype=np.float64) if isinstance(x, (list, tuple)) else x for x in operands
+    )
     for operand in operands:
         if isinstance(operand, Var):
             raise TypeError(
@@ -84,14 +101,14 @@ def det(A: Block | ArrayLike) -> Any:
     return _op(DET, "det", (A,))
 
 
-def slogdet(A: Block | ArrayLike) -> tuple[Any, Any]:
+def slogdet(A: Block | ArrayLike) -> SlogdetResult:
     """``(sign, log|det(A)|)`` as ``np.linalg.slogdet``: two scalar nodes (floats for plain
     arrays), the sign with derivative 0, the logarithm with gradient ``A^-T``;
     ``(0.0, -inf)`` at a singular matrix."""
-    return _op(SIGN_DET, "slogdet", (A,)), _op(LOGABSDET, "slogdet", (A,))
+    return SlogdetResult(_op(SIGN_DET, "slogdet", (A,)), _op(LOGABSDET, "slogdet", (A,)))
 
 
-def eigh(A: Block | ArrayLike) -> tuple[Any, Any]:
+def eigh(A: Block | ArrayLike) -> EighResult:
     """``(w, V)``: the eigenvalues (ascending) and eigenvectors (columns) of ``(A + A^T) / 2``,
     as ``np.linalg.eigh`` (the input symmetrised, as ``jax.numpy.linalg.eigh``): one
     factorisation, recorded as one op whose rows are split.
@@ -100,7 +117,7 @@ def eigh(A: Block | ArrayLike) -> tuple[Any, Any]:
     or nan there (the eigenvalues' stay finite while nothing reaches the eigenvectors).
     """
     both = _op(EIGH, "eigh", (A,))
-    return both[0], both[1:]
+    return EighResult(both[0], both[1:])
 
 
 def norm(x: Block | ArrayLike, ord: None = None, axis: None = None) -> Any:  # noqa: A002

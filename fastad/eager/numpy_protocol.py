@@ -146,8 +146,8 @@ def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> b
 
 def _mask(where: Any, block: Block) -> Any:
     """A reduction's ``where=``: a comparison node as it is, else booleans of the block's shape."""
-    if isinstance(where, Node):
-        return where
+    if isinstance(where, (Var, Block)):
+        return where + np.zeros(block.shape)  # a comparison node, broadcast: 1.0 or 0.0
     return np.broadcast_to(np.asarray(where, dtype=np.bool_), block.shape)
 
 
