@@ -84,7 +84,7 @@ def flip(m: Any, axis: Any = None) -> Any:
 
 
 def outer(a: Any, b: Any, out: Any = None) -> Any:
-    _no_out("outer", out)
+    refuse_options("outer", out=out)
     return _array(a, "outer").reshape((-1, 1)) * _array(b, "outer").reshape((1, -1))
 
 
@@ -143,9 +143,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
 def trace(
     a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None
 ) -> Any:
-    _no_out("trace", out)
-    if dtype is not None:
-        raise TypeError("np.trace with dtype= is not recorded on fastad nodes: use float64")
+    refuse_options("trace", out=out, dtype=other_dtype(dtype))
     return diagonal(a, offset, axis1, axis2).sum()
 
 
@@ -168,13 +166,13 @@ def diag(v: Any, k: int = 0) -> Any:
 
 
 def vstack(tup: Sequence[Any], **options: Any) -> Any:
-    _no_options("vstack", options)
+    refuse_options("vstack", **options)
     parts = [_at_least_1d(_array(x, "vstack")) for x in tup]
     return blocks.concatenate([x.reshape((1, -1)) if x.ndim == 1 else x for x in parts], 0)
 
 
 def hstack(tup: Sequence[Any], **options: Any) -> Any:
-    _no_options("hstack", options)
+    refuse_options("hstack", **options)
     parts = [_at_least_1d(_array(x, "hstack")) for x in tup]
     return blocks.concatenate(parts, axis=0 if all(x.ndim == 1 for x in parts) else 1)
 
@@ -202,7 +200,7 @@ def tile(A: Any, reps: Any) -> Any:
 def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> Any:
     x = _array(array, "pad")
     value = options.pop("constant_values", 0.0)
-    _no_options("pad", options)
+    refuse_options("pad", **options)
     if mode != "constant" or np.ndim(value) != 0:
         raise TypeError(
             f"np.pad of fastad blocks takes mode='constant' with one constant value, got "
@@ -225,8 +223,7 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> A
 def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     """Running sums along ``axis`` (None: of the flattened array), one block op."""
     x = _array(a, "cumsum")
-    _no_out("cumsum", out)
-    _float64_only("cumsum", dtype)
+    refuse_options("cumsum", out=out, dtype=other_dtype(dtype))
     if not isinstance(x, Block):
         return np.cumsum(x, axis)
     if axis is None:
@@ -234,19 +231,11 @@ def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     return record_block_on(x.tape, CUMSUM, (x,), normal_axis(x.shape, axis, x), "cumsum operand")
 
 
-def _float64_only(function: str, dtype: Any) -> None:
-    if dtype is not None and np.dtype(dtype) != np.float64:
-        raise TypeError(
-            f"np.{function} with dtype={dtype!r} is not recorded on fastad nodes: blocks are "
-            "float64 (give dtype=None or np.float64)"
-        )
-
-
 def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options: Any) -> Any:
     """The sorted block by indexing with its values' order (the gradient goes back through the
     permutation); while ``fa.compile`` traces, its ``.value`` is refused, naming it."""
     x = _array(a, "sort")
-    _no_options("sort", {"order": order, **options})
+    refuse_options("sort", order=order, **options)
     if axis is None:
         x, axis = x.reshape((-1,)), 0
     axis = normal_axis(x.shape, axis, x)
@@ -257,18 +246,25 @@ def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options:
     return x[tuple(key)]
 
 
-def _no_out(function: str, out: Any) -> None:
-    if out is not None:
-        raise TypeError(f"np.{function} with out= is not recorded on fastad nodes: use the result")
-
-
-def _no_options(function: str, options: dict[str, Any]) -> None:
+def refuse_options(function: str, **options: Any) -> None:
+    """Refuse NumPy options fastad does not take (``out=``, ``dtype=``, ``order=``...),
+    naming each one given (not None) and its value."""
     given = sorted(key for key, value in options.items() if value is not None)
     if given:
+        shown = ", ".join(f"{key}={_shown(options[key])}" for key in given)
         raise TypeError(
-            f"np.{function} with {', '.join(given)}= is not recorded on fastad nodes: call it "
-            "without them"
+            f"np.{function} with {shown} is not recorded on fastad nodes: use np.{function} "
+            "without them (float64)"
         )
+
+
+def _shown(value: Any) -> str:
+    return f"<{type(value).__name__}>" if isinstance(value, np.ndarray) else repr(value)
+
+
+def other_dtype(dtype: Any) -> Any:
+    """``dtype`` unless it is float64 (what blocks hold already): then None."""
+    return None if dtype is None or np.dtype(dtype) == np.float64 else dtype
 
 
 HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -300,7 +296,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     implicit outputs; no ``...`` and no letter repeated within one operand (``np.diagonal``
     and ``np.trace`` take those)."""
     options.pop("optimize", None)  # the order is fixed: pairwise from the left
-    _no_options("einsum", options)
+    refuse_options("einsum", **options)
     if not isinstance(subscripts, str):
         raise TypeError("np.einsum of fastad blocks takes its subscripts as a string ('ij,jk->ik')")
     spec = subscripts.replace(" ", "")

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from fastad.eager import array_functions, blocks, functions, linalg
+from fastad.eager.array_functions import other_dtype, refuse_options
 from fastad.eager.handle import NUMPY_HANDLERS, Node
 from fastad.eager.node import Block, Var, matmul
 from fastad.kernels import optable
@@ -126,13 +127,6 @@ def _suggestion(name: str) -> str:
 
 
 # -- array functions ---------------------------------------------------------------------------
-def _plain(function: str, **options: Any) -> None:
-    """Refuse NumPy options fastad does not take (``out=``, ``dtype=``, ``where=``...)."""
-    given = sorted(key for key, value in options.items() if value is not None)
-    if given:
-        _refuse(f"np.{function} with {', '.join(given)}=", f"np.{function} without them (float64)")
-
-
 def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> bool:
     """A reduction of a scalar node over all (none) of its axes: the node itself."""
     return (
@@ -158,11 +152,6 @@ def _count(mask: Any, axis: Any, keepdims: Any) -> Any:
     return np.sum(mask, axis=axis, keepdims=keepdims)
 
 
-def _other_dtype(dtype: Any) -> Any:
-    """``dtype`` unless it is float64 (what blocks hold already): then None."""
-    return None if dtype is None or np.dtype(dtype) == np.float64 else dtype
-
-
 def _block(x: object, function: str) -> Block:
     if isinstance(x, Block):
         return x
@@ -186,7 +175,7 @@ def _sum_like(name: str) -> Callable[..., Any]:
         **options: Any,  # initial= (sum, prod), where=
     ) -> Any:
         initial, where = options.pop("initial", None), options.pop("where", True)
-        _plain(name, dtype=_other_dtype(dtype), out=out, **options)
+        refuse_options(name, dtype=other_dtype(dtype), out=out, **options)
         if _one_number(a, axis, keepdims, where, initial):
             return a
         block: Any = _block(a, name)
@@ -211,7 +200,7 @@ def _extremum(name: str) -> Callable[..., Any]:
         a: object, axis: Any = None, out: Any = None, keepdims: Any = False, **options: Any
     ) -> Any:
         initial, where = options.pop("initial", None), options.pop("where", True)
-        _plain(name, out=out, **options)
+        refuse_options(name, out=out, **options)
         if _one_number(a, axis, keepdims, where, initial):
             return a
         block: Any = _block(a, name)
@@ -243,7 +232,7 @@ def _spread(name: str) -> Callable[..., Any]:
         **options: Any,  # correction= (NumPy 2's name for ddof); where=, mean=: refused
     ) -> Any:
         correction = options.pop("correction", None)
-        _plain(name, dtype=dtype, out=out, **options)
+        refuse_options(name, dtype=dtype, out=out, **options)
         if correction is not None and ddof != 0:
             raise ValueError(f"np.{name}: ddof and correction are one setting: give one")
         ddof = ddof if correction is None else correction
@@ -285,12 +274,12 @@ def _copy(a: object, order: str = "K", subok: bool = False) -> Block:
 
 
 def _concatenate(arrays: Any, axis: Any = 0, out: Any = None, **options: Any) -> Any:
-    _plain("concatenate", out=out, **options)
+    refuse_options("concatenate", out=out, **options)
     return blocks.concatenate(list(arrays), axis)
 
 
 def _stack(arrays: Any, axis: int = 0, out: Any = None, **options: Any) -> Any:
-    _plain("stack", out=out, **options)
+    refuse_options("stack", out=out, **options)
     return blocks.stack(list(arrays), axis)
 
 
@@ -302,12 +291,12 @@ def _where(condition: Any, *sides: Any) -> Any:
 
 def _clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, **options: Any) -> Any:
     low, high = options.pop("min", a_min), options.pop("max", a_max)
-    _plain("clip", out=out, **options)
+    refuse_options("clip", out=out, **options)
     return functions.clip(a, low, high)
 
 
 def _dot(a: Any, b: Any, out: Any = None) -> Any:
-    _plain("dot", out=out)
+    refuse_options("dot", out=out)
     ndims = [len(x.shape) if isinstance(x, Block) else np.ndim(x) for x in (a, b)]
     if 0 in ndims or isinstance(a, Var) or isinstance(b, Var):
         return _UFUNCS["multiply"](a, b)
