@@ -9,13 +9,15 @@ import textwrap
 import threading
 import time
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from op_table import OP_CASES
 
 import fastad as fa
 from fastad import demo
-from fastad.compiled import module_cache, tiers
+from fastad.compiled import module_cache, native_code, tiers
+from fastad.kernels import native_calls
 from fastad.util import memory
 from fastad.util.progress import progress
 
@@ -487,11 +489,21 @@ CACHED_RUN = textwrap.dedent(
 )
 
 
-def cached_run(cache, debug=False):
+def cached_run(cache, debug=False, compile_allowed=True):
+    """CACHED_RUN in a new process; without ``compile_allowed`` compiling generated code
+    raises there, so the run passes only by loading it from the cache."""
     environment = {**os.environ, "FASTAD_CACHE_DIR": str(cache)}
     environment["NUMBA_DEBUG_CACHE"] = "1" if debug else "0"
+    refuse = (
+        ""
+        if compile_allowed
+        else "from fastad.compiled import native_code\n"
+        "def refuse(*args):\n"
+        "    raise AssertionError('compiled, not loaded')\n"
+        "native_code.compile_object = refuse\n"
+    )
     return subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", "-c", CACHED_RUN],
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", refuse + CACHED_RUN],
         env=environment,
         capture_output=True,
         text=True,
@@ -503,29 +515,38 @@ def cached_run(cache, debug=False):
 def test_a_new_process_loads_generated_code_from_the_cache(tmp_path):
     first = cached_run(tmp_path)
     assert first.returncode == 0, first.stderr
-    modules = list((tmp_path / "generated").glob("fastad_*.py"))
-    assert len(modules) == 1  # grad mode only
-    again = cached_run(tmp_path, debug=True)
+    objects = list((tmp_path / "native").glob("fastad_*.o"))
+    assert len(objects) == 1  # grad mode only
+    written = objects[0].stat().st_mtime_ns
+    again = cached_run(tmp_path, debug=True, compile_allowed=False)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1] == first.stdout.splitlines()[-1]
+    assert objects[0].stat().st_mtime_ns == written
+    # fastad's calls of generated code are Numba kernels, cached once per machine.
     loaded = [line for line in again.stdout.splitlines() if "data loaded" in line]
     saved = [line for line in again.stdout.splitlines() if "data saved" in line]
-    assert any("batch" in line or "fastad_" in line for line in loaded), again.stdout
-    assert not [line for line in saved if "fastad_" in line], again.stdout
+    assert any("run_batch" in line for line in loaded), again.stdout
+    assert not saved, again.stdout
 
 
 def test_a_corrupt_cache_is_regenerated_not_trusted(tmp_path):
     first = cached_run(tmp_path)
     assert first.returncode == 0, first.stderr
-    (module,) = (tmp_path / "generated").glob("fastad_*.py")
-    original = module.read_text()
-    module.write_text(original[: len(original) // 2] + "\nraise SystemExit('tampered')\n")
-    again = cached_run(tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == first.stdout
-    assert module.read_text() == original
+    (entry,) = (tmp_path / "native").glob("fastad_*.o")
+    original = entry.read_bytes()
+    header_size = len(b"\n".join(original.split(b"\n", 3)[:3])) + 1
+    damaged = bytearray(original)
+    damaged[header_size + 100] ^= 0xFF  # one byte of machine code
+    for bad in (original[: len(original) // 2], bytes(damaged), b"x" + original[1:]):
+        entry.write_bytes(bad)
+        refused = cached_run(tmp_path, compile_allowed=False)
+        assert refused.returncode != 0 and "compiled, not loaded" in refused.stderr
+        again = cached_run(tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == first.stdout
+        assert entry.read_bytes() == original
     # Numba's own files: an unreadable index is a miss with a warning, never a crash.
-    indexes = list((tmp_path / "numba").rglob("fastad_*.nbi"))
+    indexes = list((tmp_path / "numba").rglob("native_calls*.nbi"))
     assert indexes
     for index in indexes:
         index.write_bytes(b"not a pickle")
@@ -541,6 +562,16 @@ def test_a_corrupt_cache_is_regenerated_not_trusted(tmp_path):
     assert third.returncode == 0, third.stderr
     assert third.stdout == first.stdout
     assert "discarded an unreadable compiled-kernel cache entry" in third.stderr
+
+
+def test_a_cache_entry_names_the_llvm_and_cpu_it_was_made_for(tmp_path, monkeypatch):
+    key = native_code.version_key()
+    assert "llvmlite" in key and "llvm" in key and llvm.get_host_cpu_name() in key
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    native_code.write_cached("fastad_one", b"code")
+    assert native_code.read_cached("fastad_one") == b"code"
+    (tmp_path / "native" / "fastad_one.o").rename(tmp_path / "native" / "fastad_two.o")
+    assert native_code.read_cached("fastad_two") is None  # made under another key
 
 
 def test_module_key_names_every_version():
@@ -591,8 +622,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
     f = fa.compile(wide, example=[0.3, -0.2], backend="codegen")
     points = np.random.default_rng(9).uniform(-1, 1, (50, 2))
     expected = (f.jacobian(points),)
-    module = f._calls.replay._generated.module("jacobian_fwd")
-    signatures = len(module.batch.signatures)
+    signatures = len(native_calls.run_batch.signatures)
     read_only = points.copy()
     read_only.flags.writeable = False
     strided = np.zeros((50, 4))
@@ -600,7 +630,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
     for variant in (read_only, strided[:, ::2]):
         assert_same_bits(f.jacobian(variant), expected[0])
         assert_same_bits(f.jacobian(variant[7]), expected[0][7])
-    assert len(module.batch.signatures) == signatures
+    assert len(native_calls.run_batch.signatures) == signatures
     scalar = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
     reference = scalar.value_and_grad(EXAMPLE_2.copy())
     point = EXAMPLE_2.copy()
@@ -611,7 +641,7 @@ def test_read_only_and_strided_points_use_the_compiled_kernels():
         value, gradient = scalar.value_and_grad(variant)
         assert_same_bits(value, reference[0])
         assert_same_bits(gradient, reference[1])
-    assert len(scalar._calls.replay._generated.module("grad").point.signatures) == 1
+    assert len(native_calls.point_grad.signatures) == 1
 
 
 def test_the_memory_check_reads_cgroup_limits_without_page_cache(tmp_path):

@@ -21,6 +21,7 @@ into place, so a reader never sees half a file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -32,12 +33,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
 
+from fastad.compiled import native_code
 from fastad.compiled.parallel import threaded_region
+from fastad.kernels import native_calls
 from fastad.kernels import scalar_source as generator
 from fastad.kernels.jit import JIT_OPTIONS, cache_directory
 from fastad.util.progress import progress
@@ -269,10 +272,12 @@ class Modules:
 
 
 class GeneratedCode:
-    """The generated kernels of one program, one module per mode, made when first asked for.
+    """The generated code of one program, one native module per mode, made when first asked
+    for: the kernels' text (``scalar_source``) lowered to LLVM IR and compiled by
+    :mod:`fastad.compiled.native_code`, or loaded from its cache; called through the
+    kernels of :mod:`fastad.kernels.native_calls`.
 
-    Safe to use from several threads: a module is made once, under a lock,
-    and Numba serialises compilation.
+    Safe to use from several threads: a module is built once, under a lock.
     """
 
     def __init__(self, program: Program, title: str) -> None:
@@ -281,8 +286,9 @@ class GeneratedCode:
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[str, tuple[str, str]] = {}
-        self._modules = Modules(self._source)
-        self._prepared: set[tuple[str, bool]] = set()  # (mode, parallel) compiled
+        self._natives: dict[str, native_code.Native] = {}
+        self._lock = threading.Lock()
+        self._prepared: set[tuple[str, bool]] = set()  # (mode, parallel) ready to call
 
     @property
     def program(self) -> Program:
@@ -290,39 +296,53 @@ class GeneratedCode:
         return self._program
 
     def _source(self, mode: str) -> tuple[str, str]:
-        """``(text, module name)`` of ``mode``'s module, generated once."""
+        """``(text, module name)`` of ``mode``'s kernels, generated once; the name is a
+        hash of the text and of everything else the machine code depends on."""
         found = self._sources.get(mode)
         if found is None:
             with progress(f"generating code for {self._title} ({mode})"):
                 text = generator.module_source(self._program, mode)
-            found = self._sources[mode] = (text, f"fastad_{module_key(text)}")
+            digest = hashlib.sha256(f"{native_code.version_key()}\0{text}".encode())
+            found = self._sources[mode] = (text, f"fastad_{digest.hexdigest()[:32]}")
         return found
 
-    def module(self, mode: str) -> types.ModuleType:
-        """The generated module for ``mode`` (written or checked on first use)."""
-        return self._modules.get(mode)
-
     def is_cached(self, mode: str) -> bool:
-        """Whether ``mode``'s kernels were compiled into the cache before (a load, not a compile).
+        """Whether ``mode``'s object code is in the cache: a load, not a compile."""
+        return native_code.is_cached(self._source(mode)[1])
 
-        True when the module's file holds exactly the text generated now and
-        the marker written after its kernels first compiled is beside it.
-        """
-        return is_compiled(*self._source(mode))
+    def _native(self, mode: str, report: bool) -> native_code.Native:
+        found = self._natives.get(mode)
+        if found is None:
+            with self._lock:
+                found = self._natives.get(mode)
+                if found is None:
+                    text, name = self._source(mode)
+                    size = rows(self._program, mode)
+                    message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
+                    with (
+                        progress(message, expected=expected_compile_seconds(size))
+                        if report and not native_code.is_cached(name)
+                        else _quiet(),
+                        _COMPILING,  # a fork waits: LLVM's locks are not the child's
+                    ):
+                        found = self._natives[mode] = native_code.native(text, name)
+        return found
 
     def prepare(self, mode: str, parallel: bool, report: bool = True) -> None:
-        """Compile (or load from the cache) every kernel of ``mode`` that calls will use.
+        """Compile (or load from the cache) ``mode``'s code and the kernels that call it.
 
-        Each kernel is compiled for the argument types the real calls have,
-        without being called (a call of the threaded kernel could meet
-        another thread's parallel region, which Numba's workqueue threading
-        layer does not survive); the one-point kernel and, with ``parallel``,
-        the threaded one are included. With ``report``, a slow compile
-        reports progress on stderr (a background compile keeps quiet).
+        The calling kernels are fastad's own (cached once per machine); they
+        are compiled for the argument types of the real calls, without being
+        called (a call of the threaded kernel could meet another thread's
+        parallel region, which Numba's workqueue threading layer does not
+        survive). With ``report``, a slow compile reports progress on stderr
+        (a background compile keeps quiet). Raises
+        :class:`~fastad.compiled.native_code.GenerationError` when the code
+        cannot be built.
         """
         if (mode, parallel) in self._prepared or (mode, True) in self._prepared:
             return
-        module = self.module(mode)
+        address = self._native(mode, report)
         program = self._program
         k, m = program.inputs.size, program.outputs.size
         width = max(1, generator.derivative_width(program, mode))
@@ -335,25 +355,22 @@ class GeneratedCode:
             np.zeros(0, np.bool_),
             self.constants,
         )
-        kernels: list[tuple[Any, tuple[Any, ...]]] = [(module.batch, (*arrays, 0, 0))]
+        kernels: list[tuple[Any, tuple[Any, ...]]] = [
+            (native_calls.run_batch, (address.batch, *arrays, 0, 0))
+        ]
         if parallel:
-            kernels.append((module.parallel, (*arrays, 1)))
-        point = getattr(module, "point", None)
-        if point is not None:
+            kernels.append((native_calls.run_parallel, (address.batch, *arrays, 1)))
+        if address.point:
+            point = native_calls.POINT_KERNELS[mode, bool(program.guards.shape[0])]
             vectors = [np.zeros(k) for _ in generator.POINT_PARAMETERS[mode].split(", ")[:-1]]
-            kernels.append((point, (*vectors, self.constants)))
+            kernels.append((point, (address.point, *vectors, self.constants)))
         if any(uncompiled(kernel) for kernel, _ in kernels):
-            size = rows(program, mode)
             compile_kernels(
                 kernels,
-                lambda names: (
-                    f"compiling generated code for {self._title} ({mode}, {size:,} rows: {names})"
-                ),
-                expected_compile_seconds(size),
+                lambda names: f"compiling fastad's calls of generated code ({names})",
+                expected_compile_seconds(0),
                 report,
             )
-            if parallel or configured_threads() == 1:  # all a later process needs
-                mark_compiled(self._source(mode)[1])
         self._prepared.add((mode, parallel))
 
     @property
@@ -388,19 +405,21 @@ class GeneratedCode:
         rules must give them again (see ``fastad.kernels.scalar_source``).
         """
         self.prepare(mode, parallel)
-        module = self.module(mode)
+        address = self._natives[mode].batch
         arrays = (points, directions, values, derivatives, status, recheck, self.constants)
         if parallel:
             with threaded_region():
-                return int(module.parallel(*arrays, threads))
-        return int(module.batch(*arrays, 0, points.shape[0]))
+                return int(native_calls.run_parallel(address, *arrays, threads))
+        return int(native_calls.run_batch(address, *arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:
-        """The compiled one-point kernel of a scalar-output program in ``mode``.
+        """The one-point kernel of a scalar-output program in ``mode``.
 
         Called with ``generator.POINT_PARAMETERS[mode]``: ``kernel(point,
         constants)``, ``kernel(point, gradient, constants)`` or
-        ``kernel(point, direction, gradient, constants)``, with :attr:`constants`.
+        ``kernel(point, direction, gradient, constants)``, with :attr:`constants`;
+        it returns the value, or ``(value, failed guard)`` for a program with guards.
         """
         self.prepare(mode, parallel=False)
-        return cast("Callable[..., Any]", self.module(mode).point)
+        kernel = native_calls.POINT_KERNELS[mode, bool(self._program.guards.shape[0])]
+        return functools.partial(kernel, self._natives[mode].point)

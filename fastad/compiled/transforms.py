@@ -76,13 +76,11 @@ class _Traced:
                     f"{self.what}: argnums {position} is out of range for a call with "
                     f"{len(args)} argument(s)"
                 )
+        moving = [i for i, value in enumerate(args) if not _static(value, i in self.positions)]
         values = tuple(
-            value
-            if _static(value, i in self.positions)
-            else _argument(value, i, self.what, i in self.positions)
+            _argument(value, i, self.what, i in self.positions) if i in moving else value
             for i, value in enumerate(args)
         )
-        moving = [i for i, value in enumerate(args) if not _static(value, i in self.positions)]
         key = tuple(
             ("static", type(value), value) if i not in moving else _signature(value)
             for i, value in enumerate(values)

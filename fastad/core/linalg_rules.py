@@ -15,15 +15,23 @@ plain arrays (an unreached element reads as zero).
 from __future__ import annotations
 
 import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.linalg
 
 from fastad.core.block_rule import BlockRule, Needs, Shape, Values
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, RuleValue
+
+
+def _scipy() -> ModuleType:
+    """``scipy.linalg``, imported at the first linear-algebra rule that runs: ``import
+    fastad`` does not pay its 0.1 s for programs that never factorise a matrix."""
+    import scipy.linalg
+
+    return scipy.linalg
 
 
 def square(shape: Shape, op: str) -> int:
@@ -91,7 +99,7 @@ class Cholesky(BlockRule):
     @staticmethod
     def _left(L: FloatArray, X: FloatArray) -> FloatArray:
         """``L^-T X`` by a triangular solve."""
-        return scipy.linalg.solve_triangular(L, X, lower=True, trans="T", check_finite=False)
+        return _scipy().solve_triangular(L, X, lower=True, trans="T", check_finite=False)
 
     def _between(self, L: FloatArray, X: FloatArray) -> FloatArray:
         """``L^-T X L^-1`` by two triangular solves."""
@@ -104,8 +112,8 @@ class Cholesky(BlockRule):
         return (_symmetric(self._between(L, self._phi(L.T @ g))),)
 
     def _tangent(self, L: FloatArray, tA: FloatArray) -> FloatArray:
-        inner = scipy.linalg.solve_triangular(L, _symmetric(tA), lower=True, check_finite=False)
-        inner = scipy.linalg.solve_triangular(L, inner.T, lower=True, check_finite=False).T
+        inner = _scipy().solve_triangular(L, _symmetric(tA), lower=True, check_finite=False)
+        inner = _scipy().solve_triangular(L, inner.T, lower=True, check_finite=False).T
         return L @ self._phi(inner)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
@@ -137,11 +145,11 @@ class Solve(BlockRule):
     def forward(self, values: Values, params: object) -> tuple[RuleValue, Any]:
         A, B = values
         with warnings.catch_warnings():  # an exact zero pivot: raised below, as NumPy does
-            warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
-            factors = scipy.linalg.lu_factor(A, check_finite=False)
+            warnings.simplefilter("ignore", _scipy().LinAlgWarning)
+            factors = _scipy().lu_factor(A, check_finite=False)
         if np.any(np.diag(factors[0]) == 0.0):  # as np.linalg.solve: no silent inf
             raise np.linalg.LinAlgError("Singular matrix")
-        return scipy.linalg.lu_solve(factors, B, check_finite=False), factors
+        return _scipy().lu_solve(factors, B, check_finite=False), factors
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
@@ -157,7 +165,7 @@ class Solve(BlockRule):
         needs: Needs,
         saved: Any,
     ) -> Values:
-        b_bar = scipy.linalg.lu_solve(saved, g, trans=1, check_finite=False)
+        b_bar = _scipy().lu_solve(saved, g, trans=1, check_finite=False)
         want_a = needs is None or needs[0]
         return (-_outer(b_bar, out) if want_a else None), b_bar
 
@@ -192,14 +200,14 @@ class SolveTriangular(BlockRule):
 
     def forward(self, values: Values, params: Any) -> RuleValue:
         A, B = values
-        return scipy.linalg.solve_triangular(A, B, lower=params, check_finite=False)
+        return _scipy().solve_triangular(A, B, lower=params, check_finite=False)
 
     @staticmethod
     def _triangle(x: FloatArray, lower: bool) -> FloatArray:
         return np.tril(x) if lower else np.triu(x)
 
     def _solve(self, A: FloatArray, B: FloatArray, lower: bool, trans: str = "N") -> FloatArray:
-        return scipy.linalg.solve_triangular(A, B, lower=lower, trans=trans, check_finite=False)
+        return _scipy().solve_triangular(A, B, lower=lower, trans=trans, check_finite=False)
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: Any, needs: Needs = None

@@ -78,11 +78,12 @@ def _unreached_if_none(tangent: RuleValue, like: RuleValue) -> RuleValue:
     return np.full(np.shape(like), UNREACHED) if tangent is None else tangent
 
 
-def _softmax_tangent(P: FloatArray, t: FloatArray) -> FloatArray:
-    """The tangent of the softmax rows ``P`` along the logits' tangent rows ``t``:
-    ``P (t - sum(P t))`` per row, with strong zeros."""
+def _softmax_tangent(P: FloatArray, t: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The tangent of the softmax rows ``P`` along the logits' tangent rows ``t``,
+    ``P (t - sum(P t))`` per row with strong zeros, and ``sum(P t)`` (a column)."""
     moved = contributions(P, t)
-    return moved + contributions(-P, reach_sum(moved, 1, keepdims=True))
+    mean = reach_sum(moved, 1, keepdims=True)
+    return moved + contributions(-P, mean), mean
 
 
 class Softmax(BlockRule):
@@ -150,7 +151,7 @@ class Softmax(BlockRule):
         a = np.asarray(values[0], dtype=np.float64)
         P = self._softmax(a, out, params)
         t = to_rows(np.broadcast_to(tangents[0], a.shape), params.axes)[0]
-        tP = _softmax_tangent(P, t)
+        tP = _softmax_tangent(P, t)[0]
         if self.name == "logsumexp":
             G = per_row(g)[:, np.newaxis]
             moved = contributions(np.broadcast_to(G, P.shape), tP)
@@ -278,7 +279,7 @@ class CrossEntropy(BlockRule):
         log_p = log_softmax_rows(rows)[0]
         P = np.exp(log_p)
         tX_rows = None if tX is None else np.reshape(tX, rows.shape)
-        tP = None if tX_rows is None else _softmax_tangent(P, tX_rows)
+        tP, mean = (None, None) if tX_rows is None else _softmax_tangent(P, tX_rows)
         weight = np.full(rows.shape, scale)
         if targets.ndim == 1:  # class labels: no gradient for them
             assert tP is not None  # a tangent reaches the logits (the case above returned)
@@ -293,8 +294,7 @@ class CrossEntropy(BlockRule):
             )
             moved_X = add_sent(moved_X, contributions(weight, through_T))
         moved_T: RuleValue = None
-        if tX_rows is not None:
-            mean = reach_sum(contributions(P, tX_rows), 1, keepdims=True)  # sum(P tX) per row
+        if tX_rows is not None and mean is not None:  # log-softmax's tangent: tX - sum(P tX)
             t_log_p = tX_rows + contributions(np.full(rows.shape, -1.0), mean)
             moved_T = np.reshape(contributions(-weight, t_log_p), np.shape(T))
         return None if moved_X is None else np.reshape(moved_X, X.shape), moved_T

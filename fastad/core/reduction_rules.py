@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fastad.core.block_rule import BlockRule, Needs, Shape, Values
 from fastad.core.reach import (
@@ -238,10 +239,8 @@ class Prod(Reduce):
         before: FloatArray = np.cumprod(np.hstack([ones, rows[:, :-1]]), 1, np.float64)
         after: FloatArray = np.cumprod(np.hstack([ones, reversed_rows]), 1, np.float64)
         others = before * after[:, ::-1]
-        zeros, nans = rows == 0.0, np.isnan(rows)
-        other_zero = (zeros.sum(axis=1, keepdims=True) - zeros) > 0
-        other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
-        others[other_zero & ~other_nan] = 0.0
+        zeros, other_nan = _zeros_and_nans_of_others(rows)
+        others[(zeros > 0) & ~other_nan] = 0.0
         return from_rows(others, layout)
 
     def vjp(
@@ -290,11 +289,17 @@ class Prod(Reduce):
             after[:, i], d_after[:, i] = value, tangent
             value, tangent = value * rows[:, i], tangent * rows[:, i] + value * moving[:, i]
         moved = d_before * after + before * d_after
-        zeros, nans = rows == 0.0, np.isnan(rows)
-        two_zeros = (zeros.sum(axis=1, keepdims=True) - zeros) > 1
-        other_nan = (nans.sum(axis=1, keepdims=True) - nans) > 0
-        moved[two_zeros & ~other_nan] = 0.0
+        zeros, other_nan = _zeros_and_nans_of_others(rows)
+        moved[(zeros > 1) & ~other_nan] = 0.0
         return from_rows(moved, layout)
+
+
+def _zeros_and_nans_of_others(rows: FloatArray) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Per element of ``rows``, how many *other* elements of its row are zero, and whether
+    another is nan: where ``prod``'s derivatives are exactly 0."""
+    zeros, nans = rows == 0.0, np.isnan(rows)
+    other_zeros = zeros.sum(axis=1, keepdims=True) - zeros
+    return other_zeros, (nans.sum(axis=1, keepdims=True) - nans) > 0
 
 
 class Cumsum(BlockRule):
@@ -307,7 +312,7 @@ class Cumsum(BlockRule):
 
     def shape(self, shapes: tuple[Shape, ...], params: Any) -> Shape:
         shape = shapes[0]
-        if not isinstance(params, int) or not 0 <= params < len(shape):
+        if type(params) is not int or not 0 <= params < len(shape):
             raise ValueError(f"cumsum: axis {params!r} is out of range for shape {shape}")
         return shape
 

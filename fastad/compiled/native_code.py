@@ -1,0 +1,197 @@
+"""Machine code for generated programs: LLVM IR compiled with llvmlite, cached as objects.
+
+:mod:`fastad.kernels.scalar_ir` lowers a program's generated kernels to
+LLVM IR; this module optimises it, emits an object file, keeps that file
+in the cache and loads it into one process-wide MCJIT engine, whose
+functions :mod:`fastad.kernels.native_calls` then calls by address.
+
+The cache lives in ``cache_directory()/native``: one file per module,
+named by a hash of the kernels' text, the IR lowering (every kernel file's
+contents), llvmlite's and LLVM's versions and the host CPU's name and
+features, so an entry made by another version or on another CPU is never
+even looked up. A file starts with that key and a SHA-256 of the object
+bytes; a file whose key or digest does not match (corrupt, truncated,
+foreign) is a miss: the code is compiled again and the file rewritten.
+Writes go to a temporary file renamed into place.
+
+Loaded code stays loaded for the life of the process (as Numba's does),
+so each module is loaded once: a second program with the same structure
+gets the same addresses.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+import uuid
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from fastad.kernels import scalar_ir
+from fastad.kernels.jit import cache_directory, kernels_source_stamp
+
+_MAGIC = b"fastad native code 1\n"
+OPT_LEVEL = 2
+"""LLVM's optimisation level for generated code (``-O2``: the scalar passes, the
+inliner and the vectorisers; ``-O3`` added nothing measurable to straight-line code)."""
+
+
+class GenerationError(RuntimeError):
+    """Generated code that could not be built: the IR failed to lower or verify.
+
+    The interpreter keeps running the program; ``f.tier(...)`` gives the reason.
+    """
+
+
+class Native(NamedTuple):
+    """The addresses of one loaded module's functions (``point`` is 0 when it has none)."""
+
+    batch: int
+    point: int
+
+
+@functools.cache
+def _host() -> tuple[str, str, str]:
+    """The target triple, the host CPU's name and its features, LLVM initialised."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return (
+        llvm.get_process_triple(),
+        llvm.get_host_cpu_name(),
+        llvm.get_host_cpu_features().flatten(),
+    )
+
+
+def _target_machine() -> llvm.TargetMachine:
+    """A target machine for the host CPU (a new one each time: an engine owns its own)."""
+    triple, cpu, features = _host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, jit=True)
+
+
+@functools.cache
+def version_key() -> str:
+    """Everything besides the kernels' text that the machine code depends on."""
+    triple, cpu, features = _host()
+    return (
+        f"kernels {kernels_source_stamp()}; llvmlite {llvmlite.__version__}; "
+        f"llvm {'.'.join(map(str, llvm.llvm_version_info))}; {triple}; {cpu}; {features}; "
+        f"O{OPT_LEVEL}"
+    )
+
+
+def compile_object(source: str, name: str) -> bytes:
+    """The object code of the generated module ``source``, its functions named ``name_*``.
+
+    Raises :class:`GenerationError` when the text does not lower to IR or the
+    IR does not verify.
+    """
+    try:
+        text = scalar_ir.module_ir(source, name)
+        module = llvm.parse_assembly(text)
+        module.verify()
+    except (NotImplementedError, RuntimeError, SyntaxError) as error:
+        raise GenerationError(f"{type(error).__name__}: {error}") from error
+    machine = _target_machine()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return bytes(machine.emit_object(module))
+
+
+# -- the cache ---------------------------------------------------------------------------
+def _path(name: str) -> Path | None:
+    root = cache_directory()
+    return None if root is None else root / "native" / f"{name}.o"
+
+
+def _header(name: str, code: bytes) -> bytes:
+    return _MAGIC + f"{name}\n{hashlib.sha256(code).hexdigest()}\n".encode()
+
+
+def read_cached(name: str) -> bytes | None:
+    """The cached object code of module ``name``, or None: absent, or not exactly what
+    was written (a wrong key or digest is a miss, never loaded)."""
+    path = _path(name)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    lines = data.split(b"\n", 3)
+    if len(lines) != 4 or lines[0] + b"\n" != _MAGIC or lines[1] != name.encode():
+        return None
+    code = lines[3]
+    return code if hashlib.sha256(code).hexdigest().encode() == lines[2] else None
+
+
+def is_cached(name: str) -> bool:
+    """Whether module ``name``'s object code is in the cache (checked again when loaded)."""
+    path = _path(name)
+    return path is not None and path.is_file()
+
+
+def write_cached(name: str, code: bytes) -> None:
+    """Keep ``code`` for module ``name`` (a warning, never an error, if it cannot)."""
+    path = _path(name)
+    if path is None:
+        return
+    temporary = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            temporary.write_bytes(_header(name, code) + code)
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as error:
+        warnings.warn(
+            f"fastad: cannot cache generated code in {path.parent} ({error}); it will be "
+            "compiled afresh in every process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+# -- loading -----------------------------------------------------------------------------
+_LOCK = threading.Lock()
+_ENGINE: llvm.ExecutionEngine | None = None
+_LOADED: dict[str, Native] = {}
+
+
+def load(name: str, code: bytes) -> Native:
+    """Load module ``name``'s object code (once per process) and return its addresses."""
+    global _ENGINE
+    with _LOCK:
+        found = _LOADED.get(name)
+        if found is not None:
+            return found
+        if _ENGINE is None:
+            _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+        _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(code))
+        _ENGINE.finalize_object()
+        batch = _ENGINE.get_function_address(f"{name}_batch")
+        if not batch:
+            raise GenerationError(f"the object code of {name} has no batch function")
+        found = _LOADED[name] = Native(batch, _ENGINE.get_function_address(f"{name}_point"))
+        return found
+
+
+def native(source: str, name: str) -> Native:
+    """Module ``name``'s functions, loaded from the cache or compiled (and cached)."""
+    with _LOCK:
+        found = _LOADED.get(name)
+    if found is not None:
+        return found
+    code = read_cached(name)
+    if code is None:
+        code = compile_object(source, name)
+        write_cached(name, code)
+    return load(name, code)

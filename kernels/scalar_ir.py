@@ -1,0 +1,532 @@
+"""LLVM IR for one traced program, straight from the text of its generated kernels.
+
+``scalar_source.module_source`` writes a program's kernels in a small
+subset of Python: straight-line assignments of the op table's rule
+expressions, the guards' ``if`` statements, the loop over points, and the
+op table's helpers. Numba compiles that text well but slowly: its typing
+and lowering grow faster than the program, to a minute for ten thousand
+nodes. This module lowers the same text to LLVM IR itself, one statement
+after another, so a program reaches LLVM in time linear in its length and
+the kernels keep exactly the statements Numba would have compiled.
+
+Semantics are Numba's, to the bit, because the instructions are the ones
+Numba emits for the same expressions with fastad's options
+(``error_model="numpy"``, no fast-math flags): ``fadd``/``fsub``/``fmul``/
+``fdiv`` for the arithmetic, ordered comparisons (``!=`` unordered), and the
+same math functions: LLVM's intrinsics where Numba uses them (``exp``,
+``log``, ``sin``, ``cos``, ``pow``, ``fabs``, ``copysign``), the C library's
+functions otherwise. A conditional expression becomes a ``select`` (both
+sides are pure and total, so evaluating both changes no bit).
+
+The subset, checked as it is lowered (anything else raises
+``NotImplementedError`` naming the construct, never a guess): function
+definitions with positional parameters; assignments to names, to
+subscripts and of tuples; ``+=``; ``if``/``else``; ``return``; one loop
+``for p in range(start, stop)``; expressions of float, int and bool
+literals, names, subscripts, the four arithmetic operators, unary minus,
+``not``, ``and``/``or``, single comparisons, conditional expressions and
+calls of the math functions and of functions defined in the same text.
+
+Kernels trust their input as every kernel does: arrays are float64 (int64
+for ``status``, bytes for ``recheck``) with the shapes the front end made.
+"""
+
+from __future__ import annotations
+
+import ast
+import struct
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from . import scalar_source
+
+DOUBLE, INT, BOOL, BYTE = "double", "i64", "i1", "i8"
+
+INTRINSICS = {"exp", "log", "sin", "cos", "pow", "fabs", "copysign"}
+"""Math functions Numba lowers to LLVM intrinsics (``llvm.<name>.f64``)."""
+ARITY = {"pow": 2, "copysign": 2, "atan2": 2}
+"""Math functions of two arguments; the others take one."""
+
+
+class Parameter(NamedTuple):
+    """How a kernel parameter reaches the IR function."""
+
+    name: str
+    kind: str  # "rows" (2-D float64), "vector" (1-D of ``element``) or "scalar" (i64)
+    element: str = DOUBLE
+    noalias: bool = True  # no other parameter reaches this memory
+
+
+BATCH = (
+    Parameter("points", "rows"),
+    # The front end passes ``values`` here in the modes without directions (never read).
+    Parameter("directions", "rows", noalias=False),
+    Parameter("values", "rows", noalias=False),
+    Parameter("derivatives", "rows"),
+    Parameter("status", "vector", INT),
+    Parameter("recheck", "vector", BYTE),
+    Parameter("constants", "vector"),
+    Parameter("start", "scalar"),
+    Parameter("stop", "scalar"),
+)
+POINT = tuple(Parameter(name, "vector") for name in ("point", "direction", "gradient", "constants"))
+"""The one-point function takes all four vectors in every mode (the unused ones are
+never read) and a pointer to an i64 that receives the failed guard."""
+
+
+def _double(value: float) -> str:
+    """A float64 literal, exactly: LLVM's hexadecimal form of its bits."""
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+class _Value(NamedTuple):
+    text: str
+    type: str
+
+
+def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
+    """How often each name is assigned in ``body``, a name assigned under an ``if`` (or
+    with ``+=``, or a loop's variable) counted twice: those live in stack slots, the
+    others are SSA values."""
+    counts: dict[str, int] = {}
+
+    def visit(statements: Iterable[ast.stmt], nested: bool) -> None:
+        for statement in statements:
+            targets: list[ast.expr] = []
+            if isinstance(statement, ast.Assign):
+                targets = statement.targets
+            elif isinstance(statement, ast.AugAssign):
+                targets = [statement.target]
+            elif isinstance(statement, ast.If):
+                visit(statement.body, True)
+                visit(statement.orelse, True)
+            elif isinstance(statement, ast.For):
+                if isinstance(statement.target, ast.Name):
+                    counts[statement.target.id] = 2
+                # Names assigned once per pass of the loop stay SSA values: the
+                # generated code reads none of them in a later pass.
+                visit(statement.body, nested)
+            for target in targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                for name in names:
+                    if isinstance(name, ast.Name):
+                        counts[name.id] = counts.get(name.id, 0) + (2 if nested else 1)
+                    if isinstance(statement, ast.AugAssign) and isinstance(name, ast.Name):
+                        counts[name.id] = 2
+
+    visit(body, False)
+    return counts
+
+
+class _Function:
+    """Lowers one function definition of the subset to the text of an LLVM function."""
+
+    def __init__(self, module: _Module, definition: ast.FunctionDef) -> None:
+        self.module = module
+        self.definition = definition
+        self.lines: list[str] = []
+        self.slots: list[str] = []  # allocas, placed in the entry block
+        self.values: dict[str, _Value] = {}  # SSA names
+        self.mutable: dict[str, _Value] = {}  # name -> its stack slot and element type
+        self.count = 0
+        self.terminated = False
+        self.returns: list[str] = []  # the return type(s)
+        counts = _assigned_names(definition.body)
+        self.in_slots = {name for name, count in counts.items() if count > 1}
+
+    # -- text ----------------------------------------------------------------------
+    def temporary(self) -> str:
+        self.count += 1
+        return f"%t{self.count}"
+
+    def label(self, what: str) -> str:
+        self.count += 1
+        return f"{what}{self.count}"
+
+    def emit(self, line: str) -> None:
+        if self.terminated:  # code after a return: a block of its own, never reached
+            self.lines.append(f"{self.label('dead')}:")
+            self.terminated = False
+        self.lines.append("  " + line)
+
+    def instruction(self, text: str, type_: str) -> _Value:
+        name = self.temporary()
+        self.emit(f"{name} = {text}")
+        return _Value(name, type_)
+
+    def start_block(self, label: str) -> None:
+        self.lines.append(f"{label}:")
+        self.terminated = False
+
+    def branch(self, target: str) -> None:
+        if not self.terminated:
+            self.emit(f"br label %{target}")
+            self.terminated = True
+
+    # -- names -----------------------------------------------------------------------
+    def bind(self, name: str, value: _Value) -> None:
+        if name in self.in_slots:
+            slot = self.mutable.get(name)
+            if slot is None:
+                slot = self.mutable[name] = _Value(f"%{name}.slot", value.type)
+                self.slots.append(f"  %{name}.slot = alloca {value.type}")
+            if slot.type != value.type:
+                raise NotImplementedError(
+                    f"{self.definition.name}: {name} is assigned a {value.type} after a {slot.type}"
+                )
+            self.emit(f"store {value.type} {value.text}, ptr {slot.text}")
+        else:
+            if name in self.values:
+                raise NotImplementedError(f"{self.definition.name}: {name} is assigned twice")
+            self.values[name] = value
+
+    def read(self, name: str) -> _Value:
+        value = self.values.get(name)
+        if value is not None:
+            return value
+        slot = self.mutable.get(name)
+        if slot is not None:
+            return self.instruction(f"load {slot.type}, ptr {slot.text}", slot.type)
+        constant = self.module.constants.get(name)
+        if constant is not None:
+            return _Value(_double(constant), DOUBLE)
+        raise NotImplementedError(f"{self.definition.name}: unknown name {name!r}")
+
+    # -- expressions -----------------------------------------------------------------
+    def expression(self, node: ast.expr) -> _Value:
+        if isinstance(node, ast.Constant):
+            value = node.value
+            if isinstance(value, bool):
+                return _Value("true" if value else "false", BOOL)
+            if isinstance(value, int):
+                return _Value(str(value), INT)
+            if isinstance(value, float):
+                return _Value(_double(value), DOUBLE)
+        elif isinstance(node, ast.Name):
+            return self.read(node.id)
+        elif isinstance(node, ast.BinOp):
+            return self.arithmetic(node.op, self.expression(node.left), self.expression(node.right))
+        elif isinstance(node, ast.UnaryOp):
+            operand = self.expression(node.operand)
+            if isinstance(node.op, ast.USub) and operand.type == DOUBLE:
+                return self.instruction(f"fneg double {operand.text}", DOUBLE)
+            if isinstance(node.op, ast.USub) and operand.type == INT:
+                return self.instruction(f"sub i64 0, {operand.text}", INT)
+            if isinstance(node.op, ast.Not):
+                return self.instruction(f"xor i1 {self.truth(operand).text}, true", BOOL)
+        elif isinstance(node, ast.BoolOp):
+            verb = "and" if isinstance(node.op, ast.And) else "or"
+            result = self.truth(self.expression(node.values[0]))
+            for other in node.values[1:]:  # pure operands: both sides evaluated
+                right = self.truth(self.expression(other))
+                result = self.instruction(f"{verb} i1 {result.text}, {right.text}", BOOL)
+            return result
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            return self.compare(
+                node.ops[0], self.expression(node.left), self.expression(node.comparators[0])
+            )
+        elif isinstance(node, ast.IfExp):
+            test = self.truth(self.expression(node.test))
+            chosen, other = self.expression(node.body), self.expression(node.orelse)
+            if chosen.type != other.type:
+                raise NotImplementedError(
+                    f"{self.definition.name}: the sides of {ast.unparse(node)} differ in type"
+                )
+            return self.instruction(
+                f"select i1 {test.text}, {chosen.type} {chosen.text}, {other.type} {other.text}",
+                chosen.type,
+            )
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            return self.call(node.func.id, [self.expression(a) for a in node.args])
+        elif isinstance(node, ast.Subscript):
+            pointer, element = self.element(node)
+            return self.instruction(f"load {element}, ptr {pointer}", element)
+        raise NotImplementedError(
+            f"{self.definition.name}: cannot lower {ast.unparse(node)!r} to LLVM IR"
+        )
+
+    def truth(self, value: _Value) -> _Value:
+        if value.type != BOOL:
+            raise NotImplementedError(f"{self.definition.name}: {value.text} is not a bool")
+        return value
+
+    _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+    _INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
+
+    def arithmetic(self, op: ast.operator, left: _Value, right: _Value) -> _Value:
+        if left.type == right.type == DOUBLE and type(op) in self._FLOAT_OPS:
+            verb = self._FLOAT_OPS[type(op)]
+            return self.instruction(f"{verb} double {left.text}, {right.text}", DOUBLE)
+        if left.type == right.type == INT and type(op) in self._INT_OPS:
+            verb = self._INT_OPS[type(op)]
+            return self.instruction(f"{verb} i64 {left.text}, {right.text}", INT)
+        raise NotImplementedError(
+            f"{self.definition.name}: {type(op).__name__} of {left.type} and {right.type}"
+        )
+
+    _FLOAT_COMPARISONS = {
+        ast.Lt: "olt",
+        ast.LtE: "ole",
+        ast.Gt: "ogt",
+        ast.GtE: "oge",
+        ast.Eq: "oeq",
+        ast.NotEq: "une",
+    }
+    _INT_COMPARISONS = {
+        ast.Lt: "slt",
+        ast.LtE: "sle",
+        ast.Gt: "sgt",
+        ast.GtE: "sge",
+        ast.Eq: "eq",
+        ast.NotEq: "ne",
+    }
+
+    def compare(self, op: ast.cmpop, left: _Value, right: _Value) -> _Value:
+        if left.type == right.type == DOUBLE and type(op) in self._FLOAT_COMPARISONS:
+            predicate = self._FLOAT_COMPARISONS[type(op)]
+            return self.instruction(f"fcmp {predicate} double {left.text}, {right.text}", BOOL)
+        if left.type == right.type == INT and type(op) in self._INT_COMPARISONS:
+            predicate = self._INT_COMPARISONS[type(op)]
+            return self.instruction(f"icmp {predicate} i64 {left.text}, {right.text}", BOOL)
+        raise NotImplementedError(
+            f"{self.definition.name}: {type(op).__name__} of {left.type} and {right.type}"
+        )
+
+    def call(self, name: str, arguments: list[_Value]) -> _Value:
+        if any(argument.type != DOUBLE for argument in arguments):
+            raise NotImplementedError(f"{self.definition.name}: {name} of a non-float argument")
+        listed = ", ".join(f"double {argument.text}" for argument in arguments)
+        if name == "isfinite":  # as Numba: neither nan nor infinite
+            magnitude = self.call("fabs", arguments)
+            return self.instruction(f"fcmp one double {magnitude.text}, {_double(_INF)}", BOOL)
+        if name in self.module.helpers:
+            arity, returned = self.module.helpers[name]
+            if len(arguments) != arity:
+                raise NotImplementedError(f"{self.definition.name}: {name} given {len(arguments)}")
+            return self.instruction(f"call {returned} @{name}({listed})", returned)
+        if name in scalar_source.MATH_NAMES:
+            if len(arguments) != ARITY.get(name, 1):
+                raise NotImplementedError(f"{self.definition.name}: {name} given {len(arguments)}")
+            symbol = f"llvm.{name}.f64" if name in INTRINSICS else name
+            self.module.declare(symbol, len(arguments), intrinsic=name in INTRINSICS)
+            return self.instruction(f"call double @{symbol}({listed})", DOUBLE)
+        raise NotImplementedError(f"{self.definition.name}: unknown function {name!r}")
+
+    def element(self, node: ast.Subscript) -> tuple[str, str]:
+        """The address of ``array[index]`` or ``rows[row, column]``, and its element type."""
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays:
+            raise NotImplementedError(f"{self.definition.name}: {ast.unparse(node)!r}")
+        array = self.arrays[node.value.id]
+        indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if array.kind == "rows":
+            if len(indices) != 2:
+                raise NotImplementedError(f"{self.definition.name}: {ast.unparse(node)!r}")
+            row, column = (self.expression(index) for index in indices)
+            start = self.instruction(f"mul i64 {row.text}, %{array.name}.stride", INT)
+            offset = self.instruction(f"add i64 {start.text}, {column.text}", INT)
+        else:
+            if len(indices) != 1:
+                raise NotImplementedError(f"{self.definition.name}: {ast.unparse(node)!r}")
+            offset = self.expression(indices[0])
+        if offset.type != INT:
+            raise NotImplementedError(f"{self.definition.name}: index {offset.text} not an int")
+        address = self.instruction(
+            f"getelementptr inbounds {array.element}, ptr %{array.name}, i64 {offset.text}", "ptr"
+        )
+        return address.text, array.element
+
+    # -- statements --------------------------------------------------------------------
+    def statements(self, body: Iterable[ast.stmt]) -> None:
+        for statement in body:
+            self.statement(statement)
+
+    def statement(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            return  # a docstring
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            self.assign(node.targets[0], node.value)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            total = self.arithmetic(node.op, self.read(node.target.id), self.expression(node.value))
+            self.bind(node.target.id, total)
+        elif isinstance(node, ast.If):
+            self.branching(node)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            self.return_(node.value)
+        elif isinstance(node, ast.For):
+            self.loop(node)
+        else:
+            raise NotImplementedError(
+                f"{self.definition.name}: cannot lower {ast.unparse(node)!r} to LLVM IR"
+            )
+
+    def assign(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Tuple):
+            if not isinstance(value, ast.Tuple) or len(value.elts) != len(target.elts):
+                raise NotImplementedError(f"{self.definition.name}: {ast.unparse(target)}")
+            results = [self.expression(element) for element in value.elts]  # all, then bind
+            for name, result in zip(target.elts, results, strict=True):
+                if not isinstance(name, ast.Name):
+                    raise NotImplementedError(f"{self.definition.name}: {ast.unparse(name)}")
+                self.bind(name.id, result)
+        elif isinstance(target, ast.Name):
+            self.bind(target.id, self.expression(value))
+        elif isinstance(target, ast.Subscript):
+            result = self.expression(value)
+            pointer, element = self.element(target)
+            if element == BYTE and result.type == BOOL:
+                result = self.instruction(f"zext i1 {result.text} to i8", BYTE)
+            if result.type != element:
+                raise NotImplementedError(
+                    f"{self.definition.name}: a {result.type} stored into {ast.unparse(target)}"
+                )
+            self.emit(f"store {element} {result.text}, ptr {pointer}")
+        else:
+            raise NotImplementedError(f"{self.definition.name}: {ast.unparse(target)}")
+
+    def branching(self, node: ast.If) -> None:
+        test = self.truth(self.expression(node.test))
+        then, otherwise, end = self.label("then"), self.label("else"), self.label("end")
+        self.emit(f"br i1 {test.text}, label %{then}, label %{otherwise}")
+        self.terminated = True
+        self.start_block(then)
+        self.statements(node.body)
+        self.branch(end)
+        self.start_block(otherwise)
+        self.statements(node.orelse)
+        self.branch(end)
+        self.start_block(end)
+
+    def return_(self, node: ast.expr) -> None:
+        parts = node.elts if isinstance(node, ast.Tuple) else [node]
+        results = [self.expression(part) for part in parts]
+        types = [result.type for result in results]
+        if self.returns and self.returns != types:
+            raise NotImplementedError(f"{self.definition.name}: returns {types} and {self.returns}")
+        self.returns = types
+        for position, result in enumerate(results[1:], 1):  # the others through pointers
+            self.emit(f"store {result.type} {result.text}, ptr %out{position}")
+        self.emit(f"ret {results[0].type} {results[0].text}")
+        self.terminated = True
+
+    def loop(self, node: ast.For) -> None:
+        """``for p in range(start, stop)``: ``p`` in a stack slot, the body once per value."""
+        call = node.iter
+        if not (
+            isinstance(node.target, ast.Name)
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "range"
+            and len(call.args) == 2
+            and not node.orelse
+        ):
+            raise NotImplementedError(
+                f"{self.definition.name}: {ast.unparse(node).splitlines()[0]}"
+            )
+        name = node.target.id
+        start, stop = (self.expression(argument) for argument in call.args)
+        self.bind(name, start)
+        test, body, end = self.label("test"), self.label("body"), self.label("done")
+        self.branch(test)
+        self.start_block(test)
+        more = self.compare(ast.Lt(), self.read(name), stop)
+        self.emit(f"br i1 {more.text}, label %{body}, label %{end}")
+        self.terminated = True
+        self.start_block(body)
+        # The row pointers of the 2-D arrays are made once per point.
+        self.statements(node.body)
+        self.bind(name, self.arithmetic(ast.Add(), self.read(name), _Value("1", INT)))
+        self.branch(test)
+        self.start_block(end)
+
+    # -- the whole function -----------------------------------------------------------
+    def lower(
+        self, parameters: tuple[Parameter, ...] | None, linkage: str, outs: int, symbol: str
+    ) -> str:
+        """The function's text. ``parameters``: the kernel's arrays and scalars (None: a
+        helper of float arguments, returning a float); ``outs``: pointers for a returned
+        tuple's later items, at the end of the parameters."""
+        definition = self.definition
+        names = [argument.arg for argument in definition.args.args]
+        self.arrays: dict[str, Parameter] = {}
+        listed: list[str] = []
+        if parameters is None:
+            for name in names:
+                self.values[name] = _Value(f"%{name}", DOUBLE)
+                listed.append(f"double %{name}")
+        else:
+            given = {parameter.name: parameter for parameter in parameters}
+            unknown = [name for name in names if name not in given]
+            if unknown:
+                raise NotImplementedError(f"{definition.name}: unknown parameters {unknown}")
+            for parameter in parameters:  # every parameter, in the fixed order
+                if parameter.kind == "scalar":
+                    self.values[parameter.name] = _Value(f"%{parameter.name}", INT)
+                    listed.append(f"i64 %{parameter.name}")
+                    continue
+                self.arrays[parameter.name] = parameter
+                listed.append(f"ptr {'noalias ' if parameter.noalias else ''}%{parameter.name}")
+                if parameter.kind == "rows":
+                    listed.append(f"i64 %{parameter.name}.stride")
+        self.statements(definition.body)
+        if not self.terminated:
+            self.emit("unreachable")  # every path of the subset's functions returns
+        returned = self.returned = self.returns[0] if self.returns else "void"
+        if len(self.returns) > outs:
+            raise NotImplementedError(f"{definition.name}: returns {len(self.returns)} values")
+        listed += [f"ptr %out{position}" for position in range(1, outs)]
+        header = f"define {linkage} {returned} @{symbol}({', '.join(listed)}) {{"
+        return "\n".join([header, "entry:", *self.slots, *self.lines, "}"])
+
+
+_INF = float("inf")
+
+
+class _Module:
+    """The functions of one module's text, lowered, and the declarations they need."""
+
+    def __init__(self, constants: dict[str, float]) -> None:
+        self.constants = constants
+        self.helpers: dict[str, tuple[int, str]] = {}  # lowered so far: arity, return type
+        self.declarations: dict[str, str] = {}
+
+    def declare(self, symbol: str, arity: int, intrinsic: bool) -> None:
+        if symbol not in self.declarations:
+            listed = ", ".join(["double"] * arity)
+            # As Numba declares them: the C library's functions read no memory
+            # a kernel writes (``memory(read)``, Numba's ``readonly``), unwind never.
+            attributes = "" if intrinsic else " nounwind memory(read)"
+            self.declarations[symbol] = f"declare double @{symbol}({listed}){attributes}"
+
+
+KERNELS = {"batch": (BATCH, 1), "point": (POINT, 2)}
+"""The generated kernels lowered to IR: their parameters and how many values they
+return (``point`` always has the pointer for the failed guard). The threaded kernel is not
+lowered (fastad's Numba kernels run ``batch`` on each worker's range)."""
+
+
+def module_ir(source: str, name: str) -> str:
+    """The LLVM IR of the generated module ``source`` (``scalar_source.module_source``).
+
+    Its helpers become internal functions; ``batch`` and ``point`` become
+    external functions ``<name>_batch`` and ``<name>_point`` of the
+    parameters ``BATCH`` and ``POINT`` (2-D
+    arrays as a pointer and a row stride in elements, 1-D arrays as a
+    pointer), with a tuple's later items returned through pointers
+    (``point``'s failed guard).
+    """
+    tree = ast.parse(source)
+    constants = {"UNREACHED": -0.0, "inf": _INF, "nan": float("nan")}
+    definitions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    module = _Module(constants)
+    functions = []
+    for definition in definitions:
+        if definition.name == "parallel":
+            continue
+        parameters, outs = KERNELS.get(definition.name, (None, 1))
+        function = _Function(module, definition)
+        linkage = "internal" if parameters is None else ""
+        symbol = definition.name if parameters is None else f"{name}_{definition.name}"
+        functions.append(function.lower(parameters, linkage, outs, symbol))
+        if parameters is None:  # callable by the functions after it (the text defines in order)
+            module.helpers[definition.name] = (len(definition.args.args), function.returned)
+    return "\n\n".join([*module.declarations.values(), *functions]) + "\n"
