@@ -10,15 +10,17 @@ threaded batch runs on Numba's threading layer as every other threaded
 kernel does, and the kernels compile once for every program.
 
 The functions at these addresses have the signatures ``scalar_ir.BATCH``
-and ``scalar_ir.POINT`` give. Kernels trust their input: the address is
-one the front end got from the loaded code, the arrays are the shapes and
-types those signatures name.
+and ``scalar_ir.POINT`` give, then a work buffer (``scalar_ir.spill_plan``):
+each call allocates its own, of the size the loaded code names. Kernels
+trust their input: the address is one the front end got from the loaded
+code, the arrays are the shapes and types those signatures name.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
@@ -52,6 +54,7 @@ def _call(builder: Any, address: Any, returned: Any, arguments: list[Any]) -> An
 def _call_batch(
     typingctx: Any,
     address: Any,
+    work: Any,
     points: Any,
     directions: Any,
     values: Any,
@@ -63,26 +66,33 @@ def _call_batch(
     stop: Any,
 ) -> Any:
     arrays = (points, directions, values, derivatives, status, recheck, constants)
-    signature = types.int64(address, *arrays, start, stop)
+    signature = types.int64(address, work, *arrays, start, stop)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        pieces = _pointers(context, builder, sig.args[1:8], args[1:8])
-        return _call(builder, args[0], _I64, [*pieces, args[8], args[9]])
+        pieces = _pointers(context, builder, sig.args[2:9], args[2:9])
+        (buffer,) = _pointers(context, builder, sig.args[1:2], args[1:2])
+        return _call(builder, args[0], _I64, [*pieces, args[9], args[10], buffer])
 
     return signature, codegen
 
 
 @intrinsic
 def _call_point(
-    typingctx: Any, address: Any, point: Any, direction: Any, gradient: Any, constants: Any
+    typingctx: Any,
+    address: Any,
+    work: Any,
+    point: Any,
+    direction: Any,
+    gradient: Any,
+    constants: Any,
 ) -> Any:
     signature = types.Tuple((types.float64, types.int64))(
-        address, point, direction, gradient, constants
+        address, work, point, direction, gradient, constants
     )
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         failed = cgutils.alloca_once_value(builder, ir.Constant(_I64, NO_FAILED_GUARD))
-        pieces = _pointers(context, builder, sig.args[1:], args[1:])
+        pieces = _pointers(context, builder, (*sig.args[2:], sig.args[1]), (*args[2:], args[1]))
         value = _call(builder, args[0], ir.DoubleType(), [*pieces, failed])
         return context.make_tuple(builder, sig.return_type, [value, builder.load(failed)])
 
@@ -90,22 +100,22 @@ def _call_point(
 
 
 @kernel
-def run_batch(
-    address, points, directions, values, derivatives, status, recheck, constants, start, stop
-):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Points ``start:stop`` of the generated batch function at ``address``: how many it
-    flagged for the exact rules."""
-    return _call_batch(
-        address, points, directions, values, derivatives, status, recheck, constants, start, stop
-    )
+def run_batch(  # type: ignore[no-untyped-def]
+    address, work, points, directions, values, derivatives, status, recheck, constants, start, stop
+):
+    """Points ``start:stop`` of the generated batch function at ``address``, whose work
+    buffer holds ``work`` doubles: how many points it flagged for the exact rules."""
+    arrays = (points, directions, values, derivatives, status, recheck, constants)
+    return _call_batch(address, np.empty(work), *arrays, start, stop)
 
 
 @kernel(parallel=True)  # the one threaded call of generated code
-def run_parallel(
-    address, points, directions, values, derivatives, status, recheck, constants, threads
-):  # type: ignore[no-untyped-def]  # noqa: E501
+def run_parallel(  # type: ignore[no-untyped-def]
+    address, work, points, directions, values, derivatives, status, recheck, constants, threads
+):
     """All points on ``threads`` workers, a contiguous range each (every point is
-    independent, so the results do not depend on the split)."""
+    independent, so the results do not depend on the split), each with its own work
+    buffer of ``work`` doubles."""
     total = points.shape[0]
     workers = max(1, min(threads, total))
     chunk = (total + workers - 1) // workers
@@ -113,51 +123,41 @@ def run_parallel(
     for worker in prange(workers):
         start = worker * chunk
         stop = min(total, start + chunk)
-        flagged += _call_batch(
-            address,
-            points,
-            directions,
-            values,
-            derivatives,
-            status,
-            recheck,
-            constants,
-            start,
-            stop,
-        )
+        arrays = (points, directions, values, derivatives, status, recheck, constants)
+        flagged += _call_batch(address, np.empty(work), *arrays, start, stop)
     return flagged
 
 
 # The one-point calls (the latency path), one kernel per parameter list and per kind of
 # result: the value alone for a program without guards, else (value, failed guard).
 @kernel
-def point_values(address, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, point, point, constants)[0]
+def point_values(address, work, point, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, point, point, constants)[0]
 
 
 @kernel
-def point_values_guarded(address, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, point, point, constants)
+def point_values_guarded(address, work, point, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, point, point, constants)
 
 
 @kernel
-def point_grad(address, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, point, gradient, constants)[0]
+def point_grad(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, point, gradient, constants)[0]
 
 
 @kernel
-def point_grad_guarded(address, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, point, gradient, constants)
+def point_grad_guarded(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, point, gradient, constants)
 
 
 @kernel
-def point_hvp(address, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, direction, gradient, constants)[0]
+def point_hvp(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, direction, gradient, constants)[0]
 
 
 @kernel
-def point_hvp_guarded(address, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, point, direction, gradient, constants)
+def point_hvp_guarded(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
+    return _call_point(address, np.empty(work), point, direction, gradient, constants)
 
 
 POINT_KERNELS = {

@@ -34,6 +34,7 @@ for ``status``, bytes for ``recheck``) with the shapes the front end made.
 from __future__ import annotations
 
 import ast
+import heapq
 import struct
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -118,21 +119,95 @@ def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
     return counts
 
 
+PART_STATEMENTS = 256
+"""The straight-line statements of a kernel longer than twice this are split into
+functions of this many statements each (``noinline``), called in order.
+
+LLVM's instruction selection and scheduling work on one basic block at a time and
+grow faster than linearly in its length: one block of a 4,000-node gradient took
+12 s to select, against 0.3 s at 1,000 nodes. Functions of a bounded length keep
+the compile linear in the program. A value that one part makes and another reads
+crosses in the work buffer (a store where it is made, a load where it is read):
+the loads and stores the register allocator would have made anyway, since a long
+program's values outnumber the registers."""
+
+
+def _straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
+    """How many of ``body``'s first statements are plain assignments that touch no
+    mutable name: the statements that may move into parts."""
+    for position, statement in enumerate(body):
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # a docstring
+        if not isinstance(statement, ast.Assign) or any(
+            isinstance(node, ast.Name) and node.id in mutable for node in ast.walk(statement)
+        ):
+            return position
+    return len(body)
+
+
+def spill_plan(body: list[ast.stmt], prefix: int, size: int) -> dict[str, int]:
+    """The work-buffer slot of each name that one part of ``body[:prefix]`` (parts of
+    ``size`` statements) makes and a later part, or the statements after the prefix,
+    reads. A slot is reused once its name was read for the last time, so the buffer
+    holds what lives at once, not every value."""
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for position, statement in enumerate(body):
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                last[node.id] = position
+        if position < prefix and isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    made.setdefault(target.id, position)
+
+    def part(position: int) -> int:  # the statements after the prefix are a part of their own
+        return position // size if position < prefix else -1
+
+    crossing = sorted(
+        (position, name)
+        for name, position in made.items()
+        if part(last.get(name, position)) != part(position)
+    )
+    plan: dict[str, int] = {}
+    slots = 0
+    free: list[int] = []
+    ending: list[tuple[int, int]] = []  # (last read, slot), as a heap
+    for position, name in crossing:
+        while ending and ending[0][0] < position:
+            free.append(heapq.heappop(ending)[1])
+        if free:
+            slot = free.pop()
+        else:
+            slot, slots = slots, slots + 1
+        plan[name] = slot
+        heapq.heappush(ending, (last[name], slot))
+    return plan
+
+
 class _Function:
     """Lowers one function definition of the subset to the text of an LLVM function."""
 
-    def __init__(self, module: _Module, definition: ast.FunctionDef) -> None:
+    def __init__(
+        self, module: _Module, definition: ast.FunctionDef, in_slots: set[str] | None = None
+    ) -> None:
         self.module = module
         self.definition = definition
         self.lines: list[str] = []
         self.slots: list[str] = []  # allocas, placed in the entry block
         self.values: dict[str, _Value] = {}  # SSA names
         self.mutable: dict[str, _Value] = {}  # name -> its stack slot and element type
+        self.spilled: dict[str, int] = {}  # name -> its slot in the work buffer
+        self.split: list[ast.stmt] | None = None  # the statements whose prefix runs as parts
+        self.prefix = 0
+        self.loop_variable: str | None = None
         self.count = 0
         self.terminated = False
         self.returns: list[str] = []  # the return type(s)
-        counts = _assigned_names(definition.body)
-        self.in_slots = {name for name, count in counts.items() if count > 1}
+        if in_slots is None:
+            counts = _assigned_names(definition.body)
+            in_slots = {name for name, count in counts.items() if count > 1}
+        self.in_slots = in_slots
 
     # -- text ----------------------------------------------------------------------
     def temporary(self) -> str:
@@ -165,6 +240,13 @@ class _Function:
 
     # -- names -----------------------------------------------------------------------
     def bind(self, name: str, value: _Value) -> None:
+        slot = self.spilled.get(name)
+        if slot is not None:  # read by a later part: through the work buffer
+            if value.type != DOUBLE:
+                raise NotImplementedError(f"{self.definition.name}: {name} crosses parts")
+            self.emit(f"store double {value.text}, ptr {self.work_address(slot)}")
+            self.values[name] = value  # this part reads it where it is
+            return
         if name in self.in_slots:
             slot = self.mutable.get(name)
             if slot is None:
@@ -180,9 +262,18 @@ class _Function:
                 raise NotImplementedError(f"{self.definition.name}: {name} is assigned twice")
             self.values[name] = value
 
+    def work_address(self, slot: int) -> str:
+        return self.instruction(f"getelementptr inbounds double, ptr %work, i64 {slot}", "ptr").text
+
     def read(self, name: str) -> _Value:
         value = self.values.get(name)
         if value is not None:
+            return value
+        slot = self.spilled.get(name)
+        if slot is not None:  # made by an earlier part: loaded once per part
+            value = self.values[name] = self.instruction(
+                f"load double, ptr {self.work_address(slot)}", DOUBLE
+            )
             return value
         slot = self.mutable.get(name)
         if slot is not None:
@@ -336,9 +427,40 @@ class _Function:
         return address.text, array.element
 
     # -- statements --------------------------------------------------------------------
-    def statements(self, body: Iterable[ast.stmt]) -> None:
+    def statements(self, body: list[ast.stmt]) -> None:
+        if body is self.split:  # the straight-line prefix runs as parts
+            for part in range(0, self.prefix, PART_STATEMENTS):
+                self.emit(f"call void @{self.symbol}.part{part}({self.part_arguments()})")
+            body = body[self.prefix :]
         for statement in body:
             self.statement(statement)
+
+    def part_arguments(self) -> str:
+        """The arguments of a part: the kernel's own parameters and the loop's variable."""
+        arguments = [parameter.replace("noalias ", "") for parameter in self.parameters]
+        if self.loop_variable is not None:
+            arguments.append(f"i64 {self.read(self.loop_variable).text}")
+        return ", ".join(arguments)
+
+    def lower_parts(self, body: list[ast.stmt]) -> None:
+        """The functions of the parts of ``body[:self.prefix]`` (each its own _Function)."""
+        for start in range(0, self.prefix, PART_STATEMENTS):
+            part = _Function(self.module, self.definition, set())
+            part.arrays, part.spilled = self.arrays, self.spilled
+            for parameter in self.parameters:
+                name = parameter.rsplit("%", 1)[1]
+                if parameter.startswith("i64") and name in self.values:
+                    part.values[name] = self.values[name]
+            listed = list(self.parameters)
+            if self.loop_variable is not None:
+                part.values[self.loop_variable] = _Value("%loop", INT)
+                listed.append("i64 %loop")
+            part.statements(body[start : min(self.prefix, start + PART_STATEMENTS)])
+            part.emit("ret void")
+            header = (
+                f"define internal void @{self.symbol}.part{start}({', '.join(listed)}) noinline {{"
+            )
+            self.module.parts.append("\n".join([header, "entry:", *part.lines, "}"]))
 
     def statement(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
@@ -467,6 +589,20 @@ class _Function:
                 listed.append(f"ptr {'noalias ' if parameter.noalias else ''}%{parameter.name}")
                 if parameter.kind == "rows":
                     listed.append(f"i64 %{parameter.name}.stride")
+        self.symbol = symbol
+        if parameters is not None:  # a kernel: a long one runs in parts
+            listed.append("ptr noalias %work")
+            self.parameters = list(listed)
+            loops = [node for node in definition.body if isinstance(node, ast.For)]
+            body = loops[0].body if loops else definition.body
+            if loops and isinstance(loops[0].target, ast.Name):
+                self.loop_variable = loops[0].target.id
+            prefix = _straight_prefix(body, self.in_slots - {self.loop_variable or ""})
+            if prefix > 2 * PART_STATEMENTS:
+                self.split, self.prefix = body, prefix
+                self.spilled = spill_plan(body, prefix, PART_STATEMENTS)
+                self.lower_parts(body)
+            self.work_size = max(self.spilled.values(), default=-1) + 1
         self.statements(definition.body)
         if not self.terminated:
             self.emit("unreachable")  # every path of the subset's functions returns
@@ -488,6 +624,7 @@ class _Module:
         self.constants = constants
         self.helpers: dict[str, tuple[int, str]] = {}  # lowered so far: arity, return type
         self.declarations: dict[str, str] = {}
+        self.parts: list[str] = []  # the parts of long kernels
 
     def declare(self, symbol: str, arity: int, intrinsic: bool) -> None:
         if symbol not in self.declarations:
@@ -509,7 +646,8 @@ def module_ir(source: str, name: str) -> str:
 
     Its helpers become internal functions; ``batch`` and ``point`` become
     external functions ``<name>_batch`` and ``<name>_point`` of the
-    parameters ``BATCH`` and ``POINT`` (2-D
+    parameters ``BATCH`` and ``POINT`` and then a work buffer of
+    ``<name>_batch_work`` (``<name>_point_work``) doubles (2-D
     arrays as a pointer and a row stride in elements, 1-D arrays as a
     pointer), with a tuple's later items returned through pointers
     (``point``'s failed guard).
@@ -527,6 +665,8 @@ def module_ir(source: str, name: str) -> str:
         linkage = "internal" if parameters is None else ""
         symbol = definition.name if parameters is None else f"{name}_{definition.name}"
         functions.append(function.lower(parameters, linkage, outs, symbol))
+        if parameters is not None:  # how many doubles its caller's work buffer holds
+            functions.append(f"@{symbol}_work = constant i64 {function.work_size}")
         if parameters is None:  # callable by the functions after it (the text defines in order)
             module.helpers[definition.name] = (len(definition.args.args), function.returned)
-    return "\n\n".join([*module.declarations.values(), *functions]) + "\n"
+    return "\n\n".join([*module.declarations.values(), *functions, *module.parts]) + "\n"

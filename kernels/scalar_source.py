@@ -477,14 +477,42 @@ def helper_sources() -> Iterator[str]:
         yield inspect.getsource(function).rstrip()
 
 
-def module_source(program: Program, mode: str) -> str:
+def _batch_kernels(program: Program, mode: str) -> list[str]:
+    """The text of ``batch`` (see ``module_source``)."""
+    k, m = program.inputs.size, program.outputs.size
+    width = derivative_width(program, mode)
+    batch = _Emitter(program, " " * 8, plain=True)
+    _statements(
+        batch,
+        mode,
+        [f"points[p, {t}]" for t in range(k)],
+        [f"values[p, {r}]" for r in range(m)],
+        [f"derivatives[p, {d}]" for d in range(width)],
+    )
+    batch.guards(["if failed >= 0:", "    status[p] = failed"])
+    batch.recheck()
+    signature = "points, directions, values, derivatives, status, recheck, constants"
+    return [  # threads run it on ranges of points (``native_calls.run_parallel``)
+        f"@kernel\ndef batch({signature}, start, stop):\n"
+        f'    """Points ``start:stop`` in mode {mode}: returns how many to recheck."""\n'
+        "    flagged = 0\n"
+        "    for p in range(start, stop):\n" + "\n".join(batch.lines) + "\n    return flagged",
+    ]
+
+
+KERNELS = ("batch", "point")
+"""The kernels a module may hold: ``batch`` (points ``start:stop``) and the one-point
+``point``; a caller asks for either or both."""
+
+
+def module_source(program: Program, mode: str, kernels: tuple[str, ...] = KERNELS) -> str:
     """The text of the generated module that evaluates ``program`` in ``mode``.
 
-    It defines ``batch(points, directions, values, derivatives, status,
-    recheck, constants, start, stop)`` over points ``start:stop`` and
-    ``parallel(..., recheck, constants, threads)`` over all points on
-    ``threads`` workers; for a scalar output in a ``POINT_MODES`` mode also
-    ``point`` with ``POINT_PARAMETERS[mode]``, which returns the value, or
+    With ``"batch"`` in ``kernels`` it defines ``batch(points, directions,
+    values, derivatives, status, recheck, constants, start, stop)`` over
+    points ``start:stop``; with ``"point"``, for a scalar
+    output in a ``POINT_MODES`` mode, ``point`` with
+    ``POINT_PARAMETERS[mode]``, which returns the value, or
     ``(value, failed guard)`` when the program has guards. ``constants`` holds every node's
     traced value (the constants' among them). The text holds nothing but
     the program's structure: no names, no values, so it can be trusted
@@ -508,37 +536,8 @@ def module_source(program: Program, mode: str) -> str:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     k, m, g = program.inputs.size, program.outputs.size, program.guards.shape[0]
     width = derivative_width(program, mode)
-    batch = _Emitter(program, " " * 8, plain=True)
-    _statements(
-        batch,
-        mode,
-        [f"points[p, {t}]" for t in range(k)],
-        [f"values[p, {r}]" for r in range(m)],
-        [f"derivatives[p, {d}]" for d in range(width)],
-    )
-    batch.guards(["if failed >= 0:", "    status[p] = failed"])
-    batch.recheck()
-    signature = "points, directions, values, derivatives, status, recheck, constants"
-    kernels = [
-        f"@kernel\ndef batch({signature}, start, stop):\n"
-        f'    """Points ``start:stop`` in mode {mode}: returns how many to recheck."""\n'
-        "    flagged = 0\n"
-        "    for p in range(start, stop):\n" + "\n".join(batch.lines) + "\n    return flagged",
-        # Contiguous ranges per worker; every point is independent, so the
-        # results do not depend on the split.
-        f"@kernel(parallel=True)\ndef parallel({signature}, threads):\n"
-        '    """All points on ``threads`` workers, a contiguous range each."""\n'
-        "    total = points.shape[0]\n"
-        "    workers = max(1, min(threads, total))\n"
-        "    chunk = (total + workers - 1) // workers\n"
-        "    flagged = 0\n"
-        "    for worker in prange(workers):\n"
-        "        start = worker * chunk\n"
-        "        stop = min(total, start + chunk)\n"
-        f"        flagged += batch({signature}, start, stop)\n"
-        "    return flagged",
-    ]
-    if m == 1 and mode in POINT_MODES:
+    kernels_text = _batch_kernels(program, mode) if "batch" in kernels else []
+    if m == 1 and mode in POINT_MODES and "point" in kernels:
         point = _Emitter(program, " " * 4)
         _statements(
             point,
@@ -550,7 +549,7 @@ def module_source(program: Program, mode: str) -> str:
         )
         point.guards([])
         returned = f"v{int(program.outputs[0])}" + (", failed" if g else "")
-        kernels.append(
+        kernels_text.append(
             f"@kernel\ndef point({POINT_PARAMETERS[mode]}):\n"
             f'    """One point in mode {mode} (the latency path)."""\n'
             + "\n".join(point.lines)
@@ -566,13 +565,11 @@ def module_source(program: Program, mode: str) -> str:
         "    " + ", ".join(sorted(MATH_NAMES)) + ",",
         ")",
         "",
-        "from numba import prange  # noqa: F401",
-        "",
         "from fastad.kernels.jit import kernel",
         "",
         "UNREACHED = -0.0",
     ]
-    return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels]) + "\n"
+    return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels_text]) + "\n"
 
 
 MATH_NAMES = sorted({*optable.MATH_NAMES, "copysign", "isfinite"})

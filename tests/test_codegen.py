@@ -17,7 +17,8 @@ from op_table import OP_CASES
 import fastad as fa
 from fastad import demo
 from fastad.compiled import module_cache, native_code, tiers
-from fastad.kernels import native_calls
+from fastad.kernels import native_calls, scalar_ir
+from fastad.kernels import scalar_source as generator
 from fastad.util import memory
 from fastad.util.progress import progress
 
@@ -89,6 +90,10 @@ def both_tiers(function, example, **options):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_programs_equal_the_interpreter_in_every_mode(seed):
+    check_every_mode(seed)
+
+
+def check_every_mode(seed):
     rng = np.random.default_rng(100 + seed)
     function = random_program(seed)
     example = rng.uniform(0.5, 1.5, 4)
@@ -117,6 +122,10 @@ def test_random_programs_equal_the_interpreter_in_every_mode(seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_scalar_programs_equal_the_interpreter(seed):
+    check_scalar_modes(seed)
+
+
+def check_scalar_modes(seed):
     rng = np.random.default_rng(200 + seed)
     function = random_program(seed + 10, n_outputs=1)
     interpreted, generated = both_tiers(
@@ -143,6 +152,20 @@ def test_random_scalar_programs_equal_the_interpreter(seed):
         assert_same_bits(value, expected_value)
         assert_same_bits(gradient, expected_gradient)
         assert_same_bits(generated(point), interpreted(point))
+
+
+def test_long_kernels_run_in_parts_with_the_same_bits(monkeypatch, tmp_path):
+    # Parts of 7 statements: every kernel of these programs is long enough to be split,
+    # and values cross from part to part through the work buffer.
+    monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 7)
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "parts of 7 statements")
+    program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
+    text = scalar_ir.module_ir(generator.module_source(program, "grad"), "fastad_test")
+    assert text.count("define internal void @fastad_test_batch.part") > 2
+    assert "@fastad_test_batch_work = constant i64 0" not in text
+    check_every_mode(1)
+    check_scalar_modes(0)
 
 
 @pytest.mark.parametrize(

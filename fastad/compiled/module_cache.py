@@ -285,38 +285,39 @@ class GeneratedCode:
         self._title = title  # for progress reports only: never part of the code
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
-        self._sources: dict[str, tuple[str, str]] = {}
-        self._natives: dict[str, native_code.Native] = {}
+        self._sources: dict[tuple[str, str], tuple[str, str]] = {}
+        self._natives: dict[tuple[str, str], native_code.Native] = {}
         self._lock = threading.Lock()
-        self._prepared: set[tuple[str, bool]] = set()  # (mode, parallel) ready to call
+        self._prepared: set[tuple[str, str, bool]] = set()  # (mode, kernel, parallel) ready
 
     @property
     def program(self) -> Program:
         """The program the kernels evaluate."""
         return self._program
 
-    def _source(self, mode: str) -> tuple[str, str]:
-        """``(text, module name)`` of ``mode``'s kernels, generated once; the name is a
-        hash of the text and of everything else the machine code depends on."""
-        found = self._sources.get(mode)
+    def _source(self, mode: str, kernel: str = "batch") -> tuple[str, str]:
+        """``(text, module name)`` of ``mode``'s ``kernel`` (``"batch"`` or ``"point"``),
+        generated once; the name is a hash of the text and of everything else the
+        machine code depends on."""
+        found = self._sources.get((mode, kernel))
         if found is None:
-            with progress(f"generating code for {self._title} ({mode})"):
-                text = generator.module_source(self._program, mode)
+            with progress(f"generating code for {self._title} ({mode}, {kernel})"):
+                text = generator.module_source(self._program, mode, (kernel,))
             digest = hashlib.sha256(f"{native_code.version_key()}\0{text}".encode())
-            found = self._sources[mode] = (text, f"fastad_{digest.hexdigest()[:32]}")
+            found = self._sources[mode, kernel] = (text, f"fastad_{digest.hexdigest()[:32]}")
         return found
 
     def is_cached(self, mode: str) -> bool:
-        """Whether ``mode``'s object code is in the cache: a load, not a compile."""
+        """Whether ``mode``'s batch code is in the cache: a load, not a compile."""
         return native_code.is_cached(self._source(mode)[1])
 
-    def _native(self, mode: str, report: bool) -> native_code.Native:
-        found = self._natives.get(mode)
+    def _native(self, mode: str, kernel: str, report: bool) -> native_code.Native:
+        found = self._natives.get((mode, kernel))
         if found is None:
             with self._lock:
-                found = self._natives.get(mode)
+                found = self._natives.get((mode, kernel))
                 if found is None:
-                    text, name = self._source(mode)
+                    text, name = self._source(mode, kernel)
                     size = rows(self._program, mode)
                     message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
                     with (
@@ -325,11 +326,14 @@ class GeneratedCode:
                         else _quiet(),
                         _COMPILING,  # a fork waits: LLVM's locks are not the child's
                     ):
-                        found = self._natives[mode] = native_code.native(text, name)
+                        found = native_code.native(text, name, kernel)
+                        self._natives[mode, kernel] = found
         return found
 
-    def prepare(self, mode: str, parallel: bool, report: bool = True) -> None:
-        """Compile (or load from the cache) ``mode``'s code and the kernels that call it.
+    def prepare(
+        self, mode: str, parallel: bool, report: bool = True, kernel: str = "batch"
+    ) -> None:
+        """Compile (or load from the cache) ``mode``'s ``kernel`` and the kernels that call it.
 
         The calling kernels are fastad's own (cached once per machine); they
         are compiled for the argument types of the real calls, without being
@@ -340,9 +344,9 @@ class GeneratedCode:
         :class:`~fastad.compiled.native_code.GenerationError` when the code
         cannot be built.
         """
-        if (mode, parallel) in self._prepared or (mode, True) in self._prepared:
+        if {(mode, kernel, parallel), (mode, kernel, True)} & self._prepared:
             return
-        address = self._native(mode, report)
+        found = self._native(mode, kernel, report)
         program = self._program
         k, m = program.inputs.size, program.outputs.size
         width = max(1, generator.derivative_width(program, mode))
@@ -355,15 +359,15 @@ class GeneratedCode:
             np.zeros(0, np.bool_),
             self.constants,
         )
-        kernels: list[tuple[Any, tuple[Any, ...]]] = [
-            (native_calls.run_batch, (address.batch, *arrays, 0, 0))
-        ]
-        if parallel:
-            kernels.append((native_calls.run_parallel, (address.batch, *arrays, 1)))
-        if address.point:
+        kernels: list[tuple[Any, tuple[Any, ...]]] = []
+        if kernel == "batch":
+            kernels.append((native_calls.run_batch, (*found, *arrays, 0, 0)))
+            if parallel:
+                kernels.append((native_calls.run_parallel, (*found, *arrays, 1)))
+        else:
             point = native_calls.POINT_KERNELS[mode, bool(program.guards.shape[0])]
             vectors = [np.zeros(k) for _ in generator.POINT_PARAMETERS[mode].split(", ")[:-1]]
-            kernels.append((point, (address.point, *vectors, self.constants)))
+            kernels.append((point, (*found, *vectors, self.constants)))
         if any(uncompiled(kernel) for kernel, _ in kernels):
             compile_kernels(
                 kernels,
@@ -371,7 +375,7 @@ class GeneratedCode:
                 expected_compile_seconds(0),
                 report,
             )
-        self._prepared.add((mode, parallel))
+        self._prepared.add((mode, kernel, parallel))
 
     @property
     def budget_rows(self) -> int:
@@ -405,12 +409,12 @@ class GeneratedCode:
         rules must give them again (see ``fastad.kernels.scalar_source``).
         """
         self.prepare(mode, parallel)
-        address = self._natives[mode].batch
+        batch = self._natives[mode, "batch"]
         arrays = (points, directions, values, derivatives, status, recheck, self.constants)
         if parallel:
             with threaded_region():
-                return int(native_calls.run_parallel(address, *arrays, threads))
-        return int(native_calls.run_batch(address, *arrays, 0, points.shape[0]))
+                return int(native_calls.run_parallel(*batch, *arrays, threads))
+        return int(native_calls.run_batch(*batch, *arrays, 0, points.shape[0]))
 
     def point(self, mode: str) -> Callable[..., Any]:
         """The one-point kernel of a scalar-output program in ``mode``.
@@ -420,6 +424,6 @@ class GeneratedCode:
         ``kernel(point, direction, gradient, constants)``, with :attr:`constants`;
         it returns the value, or ``(value, failed guard)`` for a program with guards.
         """
-        self.prepare(mode, parallel=False)
+        self.prepare(mode, parallel=False, kernel="point")
         kernel = native_calls.POINT_KERNELS[mode, bool(self._program.guards.shape[0])]
-        return functools.partial(kernel, self._natives[mode].point)
+        return functools.partial(kernel, *self._natives[mode, "point"])
