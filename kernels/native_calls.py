@@ -39,7 +39,7 @@ def _pointers(context: Any, builder: Any, array_types: Any, arrays: Any) -> list
         array = context.make_array(array_type)(context, builder, value)
         pieces.append(array.data)
         if array_type.ndim == 2:
-            stride = cgutils.unpack_tuple(builder, array.strides)[0]  # in bytes
+            stride = cgutils.unpack_tuple(builder, array.strides)[0]  # type: ignore[no-untyped-call]
             pieces.append(builder.sdiv(stride, ir.Constant(_I64, 8)))
     return pieces
 
@@ -86,12 +86,14 @@ def _call_point(
     gradient: Any,
     constants: Any,
 ) -> Any:
-    signature = types.Tuple((types.float64, types.int64))(
+    signature = types.Tuple((types.float64, types.int64))(  # type: ignore[no-untyped-call]
         address, work, point, direction, gradient, constants
     )
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        failed = cgutils.alloca_once_value(builder, ir.Constant(_I64, NO_FAILED_GUARD))
+        failed = cgutils.alloca_once_value(  # type: ignore[no-untyped-call]
+            builder, ir.Constant(_I64, NO_FAILED_GUARD)
+        )
         pieces = _pointers(context, builder, (*sig.args[2:], sig.args[1]), (*args[2:], args[1]))
         value = _call(builder, args[0], ir.DoubleType(), [*pieces, failed])
         return context.make_tuple(builder, sig.return_type, [value, builder.load(failed)])
@@ -106,7 +108,7 @@ def run_batch(  # type: ignore[no-untyped-def]
     """Points ``start:stop`` of the generated batch function at ``address``, whose work
     buffer holds ``work`` doubles: how many points it flagged for the exact rules."""
     arrays = (points, directions, values, derivatives, status, recheck, constants)
-    return _call_batch(address, np.empty(work), *arrays, start, stop)
+    return _call_batch(address, np.empty(work), *arrays, start, stop)  # type: ignore[call-arg]
 
 
 @kernel(parallel=True)  # the one threaded call of generated code
@@ -124,7 +126,7 @@ def run_parallel(  # type: ignore[no-untyped-def]
         start = worker * chunk
         stop = min(total, start + chunk)
         arrays = (points, directions, values, derivatives, status, recheck, constants)
-        flagged += _call_batch(address, np.empty(work), *arrays, start, stop)
+        flagged += _call_batch(address, np.empty(work), *arrays, start, stop)  # type: ignore[call-arg]
     return flagged
 
 
@@ -132,35 +134,35 @@ def run_parallel(  # type: ignore[no-untyped-def]
 # result: the value alone for a program without guards, else (value, failed guard).
 @kernel
 def point_values(address, work, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, point, constants)[0]
+    return _call_point(address, np.empty(work), point, point, point, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_values_guarded(address, work, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, point, constants)
+    return _call_point(address, np.empty(work), point, point, point, constants)  # type: ignore[call-arg]
 
 
 @kernel
 def point_grad(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, gradient, constants)[0]
+    return _call_point(address, np.empty(work), point, point, gradient, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_grad_guarded(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, gradient, constants)
+    return _call_point(address, np.empty(work), point, point, gradient, constants)  # type: ignore[call-arg]
 
 
 @kernel
 def point_hvp(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, direction, gradient, constants)[0]
+    return _call_point(address, np.empty(work), point, direction, gradient, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_hvp_guarded(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, direction, gradient, constants)
+    return _call_point(address, np.empty(work), point, direction, gradient, constants)  # type: ignore[call-arg]
 
 
-POINT_KERNELS = {
+POINT_KERNELS: dict[tuple[str, bool], Any] = {
     ("values", False): point_values,
     ("values", True): point_values_guarded,
     ("grad", False): point_grad,

@@ -240,11 +240,11 @@ class _Function:
 
     # -- names -----------------------------------------------------------------------
     def bind(self, name: str, value: _Value) -> None:
-        slot = self.spilled.get(name)
-        if slot is not None:  # read by a later part: through the work buffer
+        spilled = self.spilled.get(name)
+        if spilled is not None:  # read by a later part: through the work buffer
             if value.type != DOUBLE:
                 raise NotImplementedError(f"{self.definition.name}: {name} crosses parts")
-            self.emit(f"store double {value.text}, ptr {self.work_address(slot)}")
+            self.emit(f"store double {value.text}, ptr {self.work_address(spilled)}")
             self.values[name] = value  # this part reads it where it is
             return
         if name in self.in_slots:
@@ -269,12 +269,12 @@ class _Function:
         value = self.values.get(name)
         if value is not None:
             return value
-        slot = self.spilled.get(name)
-        if slot is not None:  # made by an earlier part: loaded once per part
-            value = self.values[name] = self.instruction(
-                f"load double, ptr {self.work_address(slot)}", DOUBLE
+        spilled = self.spilled.get(name)
+        if spilled is not None:  # made by an earlier part: loaded once per part
+            loaded = self.values[name] = self.instruction(
+                f"load double, ptr {self.work_address(spilled)}", DOUBLE
             )
-            return value
+            return loaded
         slot = self.mutable.get(name)
         if slot is not None:
             return self.instruction(f"load {slot.type}, ptr {slot.text}", slot.type)
@@ -308,8 +308,8 @@ class _Function:
         elif isinstance(node, ast.BoolOp):
             verb = "and" if isinstance(node.op, ast.And) else "or"
             result = self.truth(self.expression(node.values[0]))
-            for other in node.values[1:]:  # pure operands: both sides evaluated
-                right = self.truth(self.expression(other))
+            for operand_node in node.values[1:]:  # pure operands: both sides evaluated
+                right = self.truth(self.expression(operand_node))
                 result = self.instruction(f"{verb} i1 {result.text}, {right.text}", BOOL)
             return result
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
@@ -319,14 +319,7 @@ class _Function:
         elif isinstance(node, ast.IfExp):
             test = self.truth(self.expression(node.test))
             chosen, other = self.expression(node.body), self.expression(node.orelse)
-            if chosen.type != other.type:
-                raise NotImplementedError(
-                    f"{self.definition.name}: the sides of {ast.unparse(node)} differ in type"
-                )
-            return self.instruction(
-                f"select i1 {test.text}, {chosen.type} {chosen.text}, {other.type} {other.text}",
-                chosen.type,
-            )
+            return self.select(node, test, chosen, other)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             return self.call(node.func.id, [self.expression(a) for a in node.args])
         elif isinstance(node, ast.Subscript):
@@ -334,6 +327,16 @@ class _Function:
             return self.instruction(f"load {element}, ptr {pointer}", element)
         raise NotImplementedError(
             f"{self.definition.name}: cannot lower {ast.unparse(node)!r} to LLVM IR"
+        )
+
+    def select(self, node: ast.IfExp, test: _Value, chosen: _Value, other: _Value) -> _Value:
+        if chosen.type != other.type:
+            raise NotImplementedError(
+                f"{self.definition.name}: the sides of {ast.unparse(node)} differ in type"
+            )
+        return self.instruction(
+            f"select i1 {test.text}, {chosen.type} {chosen.text}, {other.type} {other.text}",
+            chosen.type,
         )
 
     def truth(self, value: _Value) -> _Value:

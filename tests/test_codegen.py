@@ -154,6 +154,24 @@ def check_scalar_modes(seed):
         assert_same_bits(generated(point), interpreted(point))
 
 
+def test_code_that_fails_to_build_leaves_the_interpreter_with_the_reason(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "a key of its own")
+    monkeypatch.setattr(scalar_ir, "module_ir", lambda source, name: "define i64 @broken( {")
+    interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
+    points = np.random.default_rng(4).uniform(-1, 1, (20, 6))
+    with pytest.warns(RuntimeWarning, match="could not be built"):
+        value, gradient = generated.value_and_grad(points)
+    assert_same_bits(value, interpreted.value_and_grad(points)[0])
+    assert_same_bits(gradient, interpreted.value_and_grad(points)[1])
+    tier = generated.tier("grad")
+    assert tier.name == "interpret" and "GenerationError" in tier.reason
+    assert "LLVM IR parsing error" in tier.reason
+    with pytest.warns(RuntimeWarning, match="could not be built"):  # the one-point path too
+        assert_same_bits(generated.hvp(points[0], points[1]), interpreted.hvp(points[0], points[1]))
+    assert not list(tmp_path.rglob("*.o"))  # nothing cached
+
+
 def test_long_kernels_run_in_parts_with_the_same_bits(monkeypatch, tmp_path):
     # Parts of 7 statements: every kernel of these programs is long enough to be split,
     # and values cross from part to part through the work buffer.

@@ -425,5 +425,7 @@ class GeneratedCode:
         it returns the value, or ``(value, failed guard)`` for a program with guards.
         """
         self.prepare(mode, parallel=False, kernel="point")
-        kernel = native_calls.POINT_KERNELS[mode, bool(self._program.guards.shape[0])]
+        kernel: Callable[..., Any] = native_calls.POINT_KERNELS[
+            mode, bool(self._program.guards.shape[0])
+        ]
         return functools.partial(kernel, *self._natives[mode, "point"])

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastad.compiled import module_cache
+from fastad.compiled.native_code import GenerationError
 from fastad.compiled.parallel import threaded_region, threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.graph import descendants
@@ -194,17 +195,21 @@ class Replay:
             return self._interpret(points, mode, directions, threads)
         values, derivatives, status = self._outputs(n_points, mode)
         recheck = np.zeros(n_points, np.bool_)
-        flagged = self._generated.run(
-            MODE_NAMES[mode],
-            points,
-            values if directions is None else directions,  # not read without directions
-            values,
-            derivatives,
-            status,
-            recheck,
-            threads,
-            _threaded(threads, n_points),
-        )
+        try:
+            flagged = self._generated.run(
+                MODE_NAMES[mode],
+                points,
+                values if directions is None else directions,  # not read without directions
+                values,
+                derivatives,
+                status,
+                recheck,
+                threads,
+                _threaded(threads, n_points),
+            )
+        except GenerationError as error:  # the interpreter stays, and f.tier says why
+            self._tiers.fail(MODE_NAMES[mode], error)
+            return self._interpret(points, mode, directions, threads)
         if flagged:
             rows = np.flatnonzero(recheck)
             again = self._interpret(
@@ -275,6 +280,16 @@ class Replay:
                 self.program, work, points, directions, values, derivatives, status, mode
             )
 
+    def _point_kernel(self, mode: int) -> bool:
+        """Build ``mode``'s generated one-point kernel; False (the interpreter stays, and
+        ``tier`` says why) when it cannot be built."""
+        try:
+            self._point_kernels[mode] = self._generated.point(MODE_NAMES[mode])
+        except GenerationError as error:
+            self._tiers.fail(MODE_NAMES[mode], error)
+            return False
+        return True
+
     def point(self, point: FloatArray, mode: int, gradient: FloatArray) -> tuple[float, int]:
         """One point of a scalar-output program, VALUES or GRAD: ``(value, failed guard)``.
 
@@ -289,9 +304,8 @@ class Replay:
             else:
                 result = generated(point, constants)
             return result if self.g else (result, NO_FAILED_GUARD)
-        if self._tiers.ready(MODE_NAMES[mode], self._n):
-            kernel = self._generated.point(MODE_NAMES[mode])
-            self._point_kernels[mode] = kernel
+        if self._tiers.ready(MODE_NAMES[mode], self._n) and self._point_kernel(mode):
+            kernel = self._point_kernels[mode]
             if not self.g:
                 self.fast_points[mode] = kernel
             return self.point(point, mode, gradient)
@@ -316,8 +330,7 @@ class Replay:
         if generated is not None:
             result = generated(point, direction, product, self.constants)
             return result if self.g else (result, NO_FAILED_GUARD)
-        if self._tiers.ready(MODE_NAMES[HVP], self._n):
-            self._point_kernels[HVP] = self._generated.point(MODE_NAMES[HVP])
+        if self._tiers.ready(MODE_NAMES[HVP], self._n) and self._point_kernel(HVP):
             return self.point_hvp(point, direction, product)
         try:
             work = self._local.hvp_work

@@ -157,6 +157,13 @@ class Tiers:
         self._start_build(mode, f"compiled in the background after {done:,} node-points of work")
         return False
 
+    def fail(self, mode: str, error: BaseException) -> None:
+        """Generated code for ``mode`` could not be built: the interpreter runs it for good,
+        and ``tier`` says why (a warning says it once)."""
+        reason = f"generated code could not be built ({type(error).__name__}: {error})"
+        self._states[mode] = (_INTERPRET, f'backend="{self.backend}": {reason}; interpreted')
+        warnings.warn(f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=3)
+
     def _start_build(self, mode: str, how: str) -> None:
         thread = threading.Thread(
             target=self._build, args=(mode, how), name="fastad-codegen", daemon=True
@@ -175,6 +182,4 @@ class Tiers:
         if failed is None:
             self._states[mode] = (_READY, f'backend="auto": generated code, {size:,} rows, {how}')
             return
-        reason = f"generated code failed to compile ({type(failed).__name__}: {failed})"
-        self._states[mode] = (_INTERPRET, f'backend="auto": {reason}; interpreted')
-        warnings.warn(f"fastad: {reason}; the interpreter runs it", RuntimeWarning, stacklevel=1)
+        self.fail(mode, failed)
