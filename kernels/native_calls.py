@@ -130,36 +130,43 @@ def run_parallel(  # type: ignore[no-untyped-def]
     return flagged
 
 
+@kernel
+def _buffer(work, constants):  # type: ignore[no-untyped-def]
+    """A work buffer of ``work`` doubles; a short program's (0) allocates nothing: its
+    code never touches the buffer, so ``constants`` stands in."""
+    return np.empty(work) if work > 0 else constants
+
+
 # The one-point calls (the latency path), one kernel per parameter list and per kind of
 # result: the value alone for a program without guards, else (value, failed guard).
 @kernel
 def point_values(address, work, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, point, constants)[0]  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, point, point, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_values_guarded(address, work, point, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, point, constants)  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, point, point, constants)  # type: ignore[call-arg]
 
 
 @kernel
 def point_grad(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, gradient, constants)[0]  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, point, gradient, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_grad_guarded(address, work, point, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, point, gradient, constants)  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, point, gradient, constants)  # type: ignore[call-arg]
 
 
 @kernel
 def point_hvp(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, direction, gradient, constants)[0]  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, direction, gradient, constants)[0]  # type: ignore[call-arg]
 
 
 @kernel
 def point_hvp_guarded(address, work, point, direction, gradient, constants):  # type: ignore[no-untyped-def]
-    return _call_point(address, np.empty(work), point, direction, gradient, constants)  # type: ignore[call-arg]
+    return _call_point(address, _buffer(work, constants), point, direction, gradient, constants)  # type: ignore[call-arg]
 
 
 POINT_KERNELS: dict[tuple[str, bool], Any] = {

@@ -36,7 +36,8 @@ from __future__ import annotations
 import ast
 import heapq
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import NamedTuple
 
 from . import scalar_source
@@ -132,6 +133,18 @@ the loads and stores the register allocator would have made anyway, since a long
 program's values outnumber the registers."""
 
 
+BLOCK_DOUBLES = 32_768
+"""The work buffer of a blocked batch holds at most this many doubles (256 KiB, within
+the second-level cache): its block of points is this divided by the slots per point,
+between 1 and ``MAX_BLOCK_POINTS``."""
+MAX_BLOCK_POINTS = 64
+
+
+def block_points(slots: int) -> int:
+    """How many points a batch kernel with ``slots`` work slots per point runs per block."""
+    return max(1, min(MAX_BLOCK_POINTS, BLOCK_DOUBLES // max(1, slots)))
+
+
 def _straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
     """How many of ``body``'s first statements are plain assignments that touch no
     mutable name: the statements that may move into parts."""
@@ -198,6 +211,9 @@ class _Function:
         self.values: dict[str, _Value] = {}  # SSA names
         self.mutable: dict[str, _Value] = {}  # name -> its stack slot and element type
         self.spilled: dict[str, int] = {}  # name -> its slot in the work buffer
+        self.work_size = 0  # slots per point
+        self.work_row = "%work"  # where the current point's slots start
+        self.block = 1  # points per block: the distance between a point's slots
         self.split: list[ast.stmt] | None = None  # the statements whose prefix runs as parts
         self.prefix = 0
         self.loop_variable: str | None = None
@@ -263,7 +279,19 @@ class _Function:
             self.values[name] = value
 
     def work_address(self, slot: int) -> str:
-        return self.instruction(f"getelementptr inbounds double, ptr %work, i64 {slot}", "ptr").text
+        """The address of this point's ``slot`` in the work buffer."""
+        return self.instruction(
+            f"getelementptr inbounds double, ptr {self.work_row}, i64 {slot * self.block}", "ptr"
+        ).text
+
+    def point_row(self, point: _Value, first: _Value) -> None:
+        """Where point ``point``'s slots start in the work buffer of a block of points
+        that starts at point ``first``: slot-major, so the block's points of one slot
+        are neighbours (vector loads and stores when LLVM vectorises a part's loop)."""
+        offset = self.arithmetic(ast.Sub(), point, first)
+        self.work_row = self.instruction(
+            f"getelementptr inbounds double, ptr %work, i64 {offset.text}", "ptr"
+        ).text
 
     def read(self, name: str) -> _Value:
         value = self.values.get(name)
@@ -329,7 +357,7 @@ class _Function:
             f"{self.definition.name}: cannot lower {ast.unparse(node)!r} to LLVM IR"
         )
 
-    def select(self, node: ast.IfExp, test: _Value, chosen: _Value, other: _Value) -> _Value:
+    def select(self, node: ast.AST, test: _Value, chosen: _Value, other: _Value) -> _Value:
         if chosen.type != other.type:
             raise NotImplementedError(
                 f"{self.definition.name}: the sides of {ast.unparse(node)} differ in type"
@@ -432,38 +460,79 @@ class _Function:
     # -- statements --------------------------------------------------------------------
     def statements(self, body: list[ast.stmt]) -> None:
         if body is self.split:  # the straight-line prefix runs as parts
-            for part in range(0, self.prefix, PART_STATEMENTS):
-                self.emit(f"call void @{self.symbol}.part{part}({self.part_arguments()})")
+            if self.loop_variable is None:
+                self.call_parts([])
             body = body[self.prefix :]
         for statement in body:
             self.statement(statement)
 
-    def part_arguments(self) -> str:
-        """The arguments of a part: the kernel's own parameters and the loop's variable."""
+    def call_parts(self, block: list[_Value]) -> None:
+        """Call every part, with the kernel's own parameters and ``block`` (the first
+        point and the end of a block of points, in a loop)."""
         arguments = [parameter.replace("noalias ", "") for parameter in self.parameters]
-        if self.loop_variable is not None:
-            arguments.append(f"i64 {self.read(self.loop_variable).text}")
-        return ", ".join(arguments)
+        arguments += [f"i64 {value.text}" for value in block]
+        listed = ", ".join(arguments)
+        for part in range(0, self.prefix, PART_STATEMENTS):
+            self.emit(f"call void @{self.symbol}.part{part}({listed})")
+
+    def each_point(self, variable: str, first: _Value, statements: list[ast.stmt]) -> None:
+        """A part's ``statements`` for the point in ``variable`` of a block from ``first``."""
+        point = self.read(variable)
+        self.point_row(point, first)
+        kept = dict(self.values)  # each point makes its values anew
+        self.values[variable] = point  # read once per point
+        self.statements(statements)
+        self.values = kept
+
+    def counted(
+        self, name: str, first: _Value, stop: _Value, step: int, body: Callable[[], None]
+    ) -> None:
+        """``for name in range(first, stop, step)``: ``name`` in a stack slot (``in_slots``)."""
+        self.bind(name, first)
+        test, inside, end = self.label("test"), self.label("body"), self.label("done")
+        self.branch(test)
+        self.start_block(test)
+        more = self.compare(ast.Lt(), self.read(name), stop)
+        self.emit(f"br i1 {more.text}, label %{inside}, label %{end}")
+        self.terminated = True
+        self.start_block(inside)
+        body()
+        self.bind(name, self.arithmetic(ast.Add(), self.read(name), _Value(str(step), INT)))
+        self.branch(test)
+        self.start_block(end)
 
     def lower_parts(self, body: list[ast.stmt]) -> None:
-        """The functions of the parts of ``body[:self.prefix]`` (each its own _Function)."""
+        """The functions of the parts of ``body[:self.prefix]`` (each its own _Function).
+
+        In a loop over points a part takes a block of points (its first and its
+        end) and runs its statements for each, so its code stays in the
+        instruction cache for the whole block instead of being fetched again for
+        every point; each point has its own row of the work buffer.
+        """
         for start in range(0, self.prefix, PART_STATEMENTS):
-            part = _Function(self.module, self.definition, set())
-            part.arrays, part.spilled = self.arrays, self.spilled
+            statements = body[start : min(self.prefix, start + PART_STATEMENTS)]
+            variable = self.loop_variable
+            part = _Function(self.module, self.definition, {variable} if variable else set())
+            part.arrays, part.spilled, part.work_size = self.arrays, self.spilled, self.work_size
+            part.block = self.block
             for parameter in self.parameters:
                 name = parameter.rsplit("%", 1)[1]
                 if parameter.startswith("i64") and name in self.values:
                     part.values[name] = self.values[name]
             listed = list(self.parameters)
-            if self.loop_variable is not None:
-                part.values[self.loop_variable] = _Value("%loop", INT)
-                listed.append("i64 %loop")
-            part.statements(body[start : min(self.prefix, start + PART_STATEMENTS)])
+            if variable is None:
+                part.statements(statements)
+            else:
+                listed += ["i64 %block.first", "i64 %block.end"]
+                first, end = _Value("%block.first", INT), _Value("%block.end", INT)
+
+                each = partial(part.each_point, variable, first, statements)
+                part.counted(variable, first, end, 1, each)
             part.emit("ret void")
             header = (
                 f"define internal void @{self.symbol}.part{start}({', '.join(listed)}) noinline {{"
             )
-            self.module.parts.append("\n".join([header, "entry:", *part.lines, "}"]))
+            self.module.parts.append("\n".join([header, "entry:", *part.slots, *part.lines, "}"]))
 
     def statement(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
@@ -549,19 +618,28 @@ class _Function:
             )
         name = node.target.id
         start, stop = (self.expression(argument) for argument in call.args)
-        self.bind(name, start)
-        test, body, end = self.label("test"), self.label("body"), self.label("done")
-        self.branch(test)
-        self.start_block(test)
-        more = self.compare(ast.Lt(), self.read(name), stop)
-        self.emit(f"br i1 {more.text}, label %{body}, label %{end}")
-        self.terminated = True
-        self.start_block(body)
-        # The row pointers of the 2-D arrays are made once per point.
-        self.statements(node.body)
-        self.bind(name, self.arithmetic(ast.Add(), self.read(name), _Value("1", INT)))
-        self.branch(test)
-        self.start_block(end)
+        if node.body is not self.split:
+            self.counted(name, start, stop, 1, lambda: self.statements(node.body))
+            return
+        # In blocks of points: every part runs the block, then the rest of the body
+        # runs for each point of the block.
+        size = self.block
+        self.in_slots.add("block.first")
+
+        def block() -> None:
+            first = self.read("block.first")
+            after = self.arithmetic(ast.Add(), first, _Value(str(size), INT))
+            inside = self.compare(ast.Lt(), after, stop)
+            end = self.select(node, inside, after, stop)
+            self.call_parts([first, end])
+
+            def one_point() -> None:
+                self.point_row(self.read(name), first)
+                self.statements(node.body)
+
+            self.counted(name, first, end, 1, one_point)
+
+        self.counted("block.first", start, stop, size, block)
 
     # -- the whole function -----------------------------------------------------------
     def lower(
@@ -604,8 +682,11 @@ class _Function:
             if prefix > 2 * PART_STATEMENTS:
                 self.split, self.prefix = body, prefix
                 self.spilled = spill_plan(body, prefix, PART_STATEMENTS)
+                self.work_size = max(self.spilled.values(), default=-1) + 1
+                if self.loop_variable is not None:
+                    self.block = block_points(self.work_size)
                 self.lower_parts(body)
-            self.work_size = max(self.spilled.values(), default=-1) + 1
+            self.buffer_size = self.work_size * self.block
         self.statements(definition.body)
         if not self.terminated:
             self.emit("unreachable")  # every path of the subset's functions returns
@@ -669,7 +750,7 @@ def module_ir(source: str, name: str) -> str:
         symbol = definition.name if parameters is None else f"{name}_{definition.name}"
         functions.append(function.lower(parameters, linkage, outs, symbol))
         if parameters is not None:  # how many doubles its caller's work buffer holds
-            functions.append(f"@{symbol}_work = constant i64 {function.work_size}")
+            functions.append(f"@{symbol}_work = constant i64 {function.buffer_size}")
         if parameters is None:  # callable by the functions after it (the text defines in order)
             module.helpers[definition.name] = (len(definition.args.args), function.returned)
     return "\n\n".join([*module.declarations.values(), *functions, *module.parts]) + "\n"

@@ -202,9 +202,10 @@ class CompiledFunction:
             # for a program without guards, once generated code runs it, one
             # kernel call and nothing else.
             gradient = np.empty(calls.k)
-            kernel = calls.fast_points.get(GRAD)
-            if kernel is not None:
-                return kernel(points, gradient, calls.constants), gradient
+            fast = calls.fast_points.get(GRAD)
+            if fast is not None:
+                kernel, address, work = fast
+                return kernel(address, work, points, gradient, calls.constants), gradient
             return calls.point(points, GRAD, gradient), gradient
         return calls.value_and_grad(points, threads, errors, check)
 

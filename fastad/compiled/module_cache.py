@@ -21,7 +21,6 @@ into place, so a reader never sees half a file.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import importlib.metadata
 import os
@@ -416,16 +415,19 @@ class GeneratedCode:
                 return int(native_calls.run_parallel(*batch, *arrays, threads))
         return int(native_calls.run_batch(*batch, *arrays, 0, points.shape[0]))
 
-    def point(self, mode: str) -> Callable[..., Any]:
-        """The one-point kernel of a scalar-output program in ``mode``.
+    def point(self, mode: str) -> tuple[Callable[..., Any], int, int]:
+        """The one-point call of a scalar-output program in ``mode``: ``(kernel, address,
+        work)``.
 
-        Called with ``generator.POINT_PARAMETERS[mode]``: ``kernel(point,
-        constants)``, ``kernel(point, gradient, constants)`` or
-        ``kernel(point, direction, gradient, constants)``, with :attr:`constants`;
-        it returns the value, or ``(value, failed guard)`` for a program with guards.
+        Called as ``kernel(address, work, *arguments)`` with
+        ``generator.POINT_PARAMETERS[mode]``: ``(point, constants)``, ``(point,
+        gradient, constants)`` or ``(point, direction, gradient, constants)``, with
+        :attr:`constants`; it returns the value, or ``(value, failed guard)`` for a
+        program with guards. (Three items rather than a ``functools.partial``, which
+        cost 0.2 us a call on the latency path.)
         """
         self.prepare(mode, parallel=False, kernel="point")
         kernel: Callable[..., Any] = native_calls.POINT_KERNELS[
             mode, bool(self._program.guards.shape[0])
         ]
-        return functools.partial(kernel, *self._natives[mode, "point"])
+        return (kernel, *self._natives[mode, "point"])

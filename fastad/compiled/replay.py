@@ -165,10 +165,11 @@ class Replay:
         self._tiers = Tiers(backend, self._generated)
         self._point_kernels: dict[int, Any] = {}  # generated one-point kernels, compiled
         self.fast_points: dict[int, Any] = {}
-        """The generated one-point kernels a caller may call directly: only for a
+        """The generated one-point calls a caller may make directly: only for a
         program without guards, filled as modes come to run generated code.
-        ``kernel(point, gradient, constants)`` (GRAD) or ``kernel(point,
-        constants)`` returns the value, with :attr:`constants`."""
+        ``(kernel, address, work)``: ``kernel(address, work, point, gradient,
+        constants)`` (GRAD) or ``kernel(address, work, point, constants)`` returns
+        the value, with :attr:`constants`."""
         self.constants = self._generated.constants
 
     def tier(self, mode: int) -> Tier:
@@ -298,11 +299,11 @@ class Replay:
         """
         generated = self._point_kernels.get(mode)
         if generated is not None:
-            constants = self.constants
+            kernel, address, work = generated
             if mode == GRAD:
-                result = generated(point, gradient, constants)
+                result = kernel(address, work, point, gradient, self.constants)
             else:
-                result = generated(point, constants)
+                result = kernel(address, work, point, self.constants)
             return result if self.g else (result, NO_FAILED_GUARD)
         if self._tiers.ready(MODE_NAMES[mode], self._n) and self._point_kernel(mode):
             kernel = self._point_kernels[mode]
@@ -328,7 +329,8 @@ class Replay:
         """
         generated = self._point_kernels.get(HVP)
         if generated is not None:
-            result = generated(point, direction, product, self.constants)
+            kernel, address, work = generated
+            result = kernel(address, work, point, direction, product, self.constants)
             return result if self.g else (result, NO_FAILED_GUARD)
         if self._tiers.ready(MODE_NAMES[HVP], self._n) and self._point_kernel(HVP):
             return self.point_hvp(point, direction, product)
