@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import ast
 import heapq
+import re
 import struct
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from . import scalar_source
 
@@ -86,6 +87,125 @@ class _Value(NamedTuple):
     type: str
 
 
+_VARYING = re.compile(r"(?<![\w.])[a-z]+\d+(?:_\d+)*(?![\w.(])|(?<![\w.+-])\d+(?![\w.(])")
+"""What varies between the statements of one shape: the generated names (``v12``,
+``p3_0``, ``g7_2``; a function name such as ``expm1`` is followed by its parenthesis)
+and integer literals (array indices, guard numbers) not after a sign; float literals
+(a rule's constants, exponents included) are part of the shape."""
+
+
+class _Bound(ast.stmt):
+    """A simple statement as a shared template of its shape, and the names and
+    integers that fill its placeholders (``__0``, ``__1``, ...)."""
+
+    template: ast.stmt
+    names: list[str]
+    stores: list[str]  # the names it assigns
+    loads: list[str]  # the names it reads
+
+
+class _Shapes:
+    """Statements parsed once per shape: a long kernel is tens of thousands of
+    statements of a few hundred shapes, and ``ast.parse`` of the whole text took
+    most of the time from text to IR."""
+
+    def __init__(self) -> None:
+        # shape -> (template, what it stores, what it loads: placeholder indices or names)
+        self.known: dict[str, tuple[ast.stmt, list[int | str], list[int | str]]] = {}
+
+    def bound(self, line: str) -> _Bound:
+        names: list[str] = []
+
+        def placeholder(match: re.Match[str]) -> str:
+            names.append(match.group(0))
+            return f"__{len(names) - 1}"
+
+        shape = _VARYING.sub(placeholder, line)
+        found = self.known.get(shape)
+        if found is None:
+            (template,) = ast.parse(shape).body
+            stores: list[int | str] = []
+            loads: list[int | str] = []
+            for node in ast.walk(template):
+                if isinstance(node, ast.Name):
+                    which: int | str = int(node.id[2:]) if node.id.startswith("__") else node.id
+                    (stores if isinstance(node.ctx, ast.Store) else loads).append(which)
+            found = self.known[shape] = (template, stores, loads)
+        template, stores, loads = found
+        bound = _Bound()
+        bound.template, bound.names = template, names
+        bound.stores = [names[i] if isinstance(i, int) else i for i in stores]
+        bound.loads = [names[i] if isinstance(i, int) else i for i in loads]
+        return bound
+
+
+def _parse_kernel(text: str, shapes: _Shapes) -> ast.FunctionDef:
+    """One kernel's text, as ``ast.parse`` would give it, its simple statements bound to
+    shared templates: runs of them are cut out, the rest (the ``def``, loops, ``if``
+    headers, returns, the docstring) parsed whole with a marker per run."""
+    runs: list[list[_Bound]] = []
+    kept: list[str] = []
+    current: list[_Bound] | None = None
+    indent = ""
+    for line in text.split("\n"):
+        stripped = line.lstrip()
+        simple = (
+            stripped
+            and not stripped.endswith(":")
+            and not stripped.startswith(("@", "def ", "return", '"""', "'"))
+            and "+=" not in stripped
+        )
+        here = line[: len(line) - len(stripped)]
+        if simple and current is not None and here == indent:
+            current.append(shapes.bound(stripped))
+            continue
+        if simple:
+            current, indent = [shapes.bound(stripped)], here
+            runs.append(current)
+            kept.append(f"{here}__run({len(runs) - 1})")
+            continue
+        current = None
+        kept.append(line)
+    tree = ast.parse("\n".join(kept))
+    (definition,) = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+    def splice(body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for statement in body:
+            value = statement.value if isinstance(statement, ast.Expr) else None
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "__run"
+                and isinstance(value.args[0], ast.Constant)
+            ):
+                out.extend(runs[int(cast(int, value.args[0].value))])
+                continue
+            for field in ("body", "orelse"):
+                if isinstance(getattr(statement, field, None), list):
+                    setattr(statement, field, splice(getattr(statement, field)))
+            out.append(statement)
+        return out
+
+    definition.body = splice(definition.body)
+    return definition
+
+
+_KERNEL_DEFINITION = re.compile(r"^def (?:batch|point)\(", re.MULTILINE)
+
+
+def _stores_and_loads(statement: ast.stmt) -> tuple[list[str], list[str]]:
+    """The names a statement assigns and reads."""
+    if isinstance(statement, _Bound):
+        return statement.stores, statement.loads
+    stores: list[str] = []
+    loads: list[str] = []
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name):
+            (stores if isinstance(node.ctx, ast.Store) else loads).append(node.id)
+    return stores, loads
+
+
 def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
     """How often each name is assigned in ``body``, a name assigned under an ``if`` (or
     with ``+=``, or a loop's variable) counted twice: those live in stack slots, the
@@ -95,6 +215,10 @@ def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
     def visit(statements: Iterable[ast.stmt], nested: bool) -> None:
         for statement in statements:
             targets: list[ast.expr] = []
+            if isinstance(statement, _Bound):
+                for stored in statement.stores:
+                    counts[stored] = counts.get(stored, 0) + (2 if nested else 1)
+                continue
             if isinstance(statement, ast.Assign):
                 targets = statement.targets
             elif isinstance(statement, ast.AugAssign):
@@ -151,9 +275,11 @@ def _straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
     for position, statement in enumerate(body):
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             continue  # a docstring
-        if not isinstance(statement, ast.Assign) or any(
-            isinstance(node, ast.Name) and node.id in mutable for node in ast.walk(statement)
-        ):
+        assignment = isinstance(statement, ast.Assign) or (
+            isinstance(statement, _Bound) and isinstance(statement.template, ast.Assign)
+        )
+        stores, loads = _stores_and_loads(statement)
+        if not assignment or any(name in mutable for name in (*stores, *loads)):
             return position
     return len(body)
 
@@ -166,13 +292,12 @@ def spill_plan(body: list[ast.stmt], prefix: int, size: int) -> dict[str, int]:
     made: dict[str, int] = {}
     last: dict[str, int] = {}
     for position, statement in enumerate(body):
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                last[node.id] = position
-        if position < prefix and isinstance(statement, ast.Assign):
-            for target in statement.targets:
-                if isinstance(target, ast.Name):
-                    made.setdefault(target.id, position)
+        stores, loads = _stores_and_loads(statement)
+        for name in loads:
+            last[name] = position
+        if position < prefix:
+            for name in stores:
+                made.setdefault(name, position)
 
     def part(position: int) -> int:  # the statements after the prefix are a part of their own
         return position // size if position < prefix else -1
@@ -210,6 +335,7 @@ class _Function:
         self.slots: list[str] = []  # allocas, placed in the entry block
         self.values: dict[str, _Value] = {}  # SSA names
         self.mutable: dict[str, _Value] = {}  # name -> its stack slot and element type
+        self.names: list[str] = []  # what the placeholders of the statement lowered stand for
         self.spilled: dict[str, int] = {}  # name -> its slot in the work buffer
         self.work_size = 0  # slots per point
         self.work_row = "%work"  # where the current point's slots start
@@ -322,7 +448,8 @@ class _Function:
             if isinstance(value, float):
                 return _Value(_double(value), DOUBLE)
         elif isinstance(node, ast.Name):
-            return self.read(node.id)
+            name = self.resolve(node.id)
+            return _Value(name, INT) if name.isdigit() else self.read(name)
         elif isinstance(node, ast.BinOp):
             return self.arithmetic(node.op, self.expression(node.left), self.expression(node.right))
         elif isinstance(node, ast.UnaryOp):
@@ -534,14 +661,25 @@ class _Function:
             )
             self.module.parts.append("\n".join([header, "entry:", *part.slots, *part.lines, "}"]))
 
+    def resolve(self, name: str) -> str:
+        """A template's placeholder (``__3``) as the name or integer it stands for."""
+        if name.startswith("__") and name[2:].isdigit():
+            return self.names[int(name[2:])]
+        return name
+
     def statement(self, node: ast.stmt) -> None:
+        if isinstance(node, _Bound):
+            self.names = node.names
+            self.statement(node.template)
+            return
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             return  # a docstring
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             self.assign(node.targets[0], node.value)
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            total = self.arithmetic(node.op, self.read(node.target.id), self.expression(node.value))
-            self.bind(node.target.id, total)
+            target = self.resolve(node.target.id)
+            total = self.arithmetic(node.op, self.read(target), self.expression(node.value))
+            self.bind(target, total)
         elif isinstance(node, ast.If):
             self.branching(node)
         elif isinstance(node, ast.Return) and node.value is not None:
@@ -561,9 +699,9 @@ class _Function:
             for name, result in zip(target.elts, results, strict=True):
                 if not isinstance(name, ast.Name):
                     raise NotImplementedError(f"{self.definition.name}: {ast.unparse(name)}")
-                self.bind(name.id, result)
+                self.bind(self.resolve(name.id), result)
         elif isinstance(target, ast.Name):
-            self.bind(target.id, self.expression(value))
+            self.bind(self.resolve(target.id), self.expression(value))
         elif isinstance(target, ast.Subscript):
             result = self.expression(value)
             pointer, element = self.element(target)
@@ -736,9 +874,16 @@ def module_ir(source: str, name: str) -> str:
     pointer), with a tuple's later items returned through pointers
     (``point``'s failed guard).
     """
-    tree = ast.parse(source)
+    # The module's text is its header, its helpers and its kernels, three blank lines
+    # apart: the helpers are parsed whole, the kernels statement shape by statement shape.
+    shapes = _Shapes()
+    definitions = []
+    for chunk in source.split("\n\n\n"):
+        if _KERNEL_DEFINITION.search(chunk):
+            definitions.append(_parse_kernel(chunk, shapes))
+        else:
+            definitions += [n for n in ast.parse(chunk).body if isinstance(n, ast.FunctionDef)]
     constants = {"UNREACHED": -0.0, "inf": _INF, "nan": float("nan")}
-    definitions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
     module = _Module(constants)
     functions = []
     for definition in definitions:

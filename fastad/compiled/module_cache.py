@@ -52,16 +52,17 @@ if TYPE_CHECKING:
 Program = generator.Program
 MODES = generator.MODES
 
-# Numba's compile time of generated code, measured on the CI-sized machine
-# (2 cores; `python bench/codegen_curve.py`, the README's table): about
-# COMPILE_SECONDS_PER_ROW per row of code (a row: one node in one pass) plus
-# a fixed cost, from 1.2 s at 50 rows to 21 s at 3,200. `auto` generates
-# code up to BUDGET_ROWS rows (about ten seconds in a background thread,
-# once per machine thanks to the cache), where generated code still ran
-# 1.6x the interpreter's speed; at 3,200 rows the gain had fallen to 1.2x.
-COMPILE_SECONDS_FIXED = 1.0
-COMPILE_SECONDS_PER_ROW = 0.0063
-BUDGET_ROWS = 1_600
+# The compile time of generated code, measured on the CI-sized machine (2 cores;
+# `python bench/codegen_curve.py`, the table in docs/compiled.md): linear in the
+# code, about COMPILE_SECONDS_PER_ROW per row (a row: one node in one pass) plus a
+# fixed cost, from 0.3 s at 50 rows to 3.5 s at 20,000 (a gradient of 10^4 nodes).
+# `auto` generates code up to BUDGET_ROWS rows (about 20 s in a background thread,
+# once per machine thanks to the cache); at 20,000 rows generated code still ran
+# 1.5x the interpreter's speed on a program of sin and tanh, 2.4x on the RK4
+# pendulum's arithmetic.
+COMPILE_SECONDS_FIXED = 0.3
+COMPILE_SECONDS_PER_ROW = 0.00015
+BUDGET_ROWS = 200_000
 
 
 def configured_threads() -> int:
