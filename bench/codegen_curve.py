@@ -18,7 +18,7 @@ import sys
 import tempfile
 import textwrap
 
-SIZES = (25, 50, 100, 200, 400, 800)
+SIZES = (25, 100, 400, 1600, 3200, 10000, 30000)
 
 CHILD = textwrap.dedent(
     """
