@@ -1,5 +1,6 @@
 """Generated code (backend="codegen") equals the interpreter bit for bit, and its cache."""
 
+import ast
 import logging
 import os
 import pickle
@@ -152,6 +153,31 @@ def check_scalar_modes(seed):
         assert_same_bits(value, expected_value)
         assert_same_bits(gradient, expected_gradient)
         assert_same_bits(generated(point), interpreted(point))
+
+
+@pytest.mark.parametrize("mode", generator.MODES)
+def test_statements_parsed_by_shape_lower_as_the_parsed_text(monkeypatch, mode):
+    # The kernels' statements are parsed once per shape and bound to their names; the
+    # IR must be what parsing the whole text gives (random programs use every op,
+    # guards, constants and helpers), parts included.
+    function = random_program(3, n_outputs=1 if mode in generator.SECOND_MODES else 3)
+    outputs = 1 if mode in generator.SECOND_MODES else 3
+    compiled = fa.compile(
+        (lambda *xs: function(*xs)[0]) if outputs == 1 else function,
+        example=np.linspace(0.6, 1.4, 4),
+        num_inputs=4,
+        backend="interpret",
+    )
+    source = generator.module_source(compiled._calls.replay._generated.program, mode)
+    monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 9)
+    by_shape = scalar_ir.module_ir(source, "fastad_test")
+
+    def parse_whole(text, shapes):
+        (definition,) = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+        return definition
+
+    monkeypatch.setattr(scalar_ir, "_parse_kernel", parse_whole)
+    assert by_shape == scalar_ir.module_ir(source, "fastad_test")
 
 
 def test_code_that_fails_to_build_leaves_the_interpreter_with_the_reason(monkeypatch, tmp_path):
