@@ -499,44 +499,45 @@ class _Function:
             raise NotImplementedError(f"{self.definition.name}: {value.text} is not a bool")
         return value
 
-    _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
-    _INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
+    # Per operator: the float instruction and the integer one, and the result type.
+    _ARITHMETIC: dict[type[ast.AST], tuple[str, str]] = {
+        ast.Add: ("fadd", "add"),
+        ast.Sub: ("fsub", "sub"),
+        ast.Mult: ("fmul", "mul"),
+        ast.Div: ("fdiv", ""),
+    }
+    _COMPARISONS: dict[type[ast.AST], tuple[str, str]] = {
+        ast.Lt: ("fcmp olt", "icmp slt"),
+        ast.LtE: ("fcmp ole", "icmp sle"),
+        ast.Gt: ("fcmp ogt", "icmp sgt"),
+        ast.GtE: ("fcmp oge", "icmp sge"),
+        ast.Eq: ("fcmp oeq", "icmp eq"),
+        ast.NotEq: ("fcmp une", "icmp ne"),  # Python's != on floats: true at a nan
+    }
 
     def arithmetic(self, op: ast.operator, left: _Value, right: _Value) -> _Value:
-        if left.type == right.type == DOUBLE and type(op) in self._FLOAT_OPS:
-            verb = self._FLOAT_OPS[type(op)]
-            return self.instruction(f"{verb} double {left.text}, {right.text}", DOUBLE)
-        if left.type == right.type == INT and type(op) in self._INT_OPS:
-            verb = self._INT_OPS[type(op)]
-            return self.instruction(f"{verb} i64 {left.text}, {right.text}", INT)
-        raise NotImplementedError(
-            f"{self.definition.name}: {type(op).__name__} of {left.type} and {right.type}"
-        )
-
-    _FLOAT_COMPARISONS = {
-        ast.Lt: "olt",
-        ast.LtE: "ole",
-        ast.Gt: "ogt",
-        ast.GtE: "oge",
-        ast.Eq: "oeq",
-        ast.NotEq: "une",
-    }
-    _INT_COMPARISONS = {
-        ast.Lt: "slt",
-        ast.LtE: "sle",
-        ast.Gt: "sgt",
-        ast.GtE: "sge",
-        ast.Eq: "eq",
-        ast.NotEq: "ne",
-    }
+        return self.binary(self._ARITHMETIC, op, left, right, None)
 
     def compare(self, op: ast.cmpop, left: _Value, right: _Value) -> _Value:
-        if left.type == right.type == DOUBLE and type(op) in self._FLOAT_COMPARISONS:
-            predicate = self._FLOAT_COMPARISONS[type(op)]
-            return self.instruction(f"fcmp {predicate} double {left.text}, {right.text}", BOOL)
-        if left.type == right.type == INT and type(op) in self._INT_COMPARISONS:
-            predicate = self._INT_COMPARISONS[type(op)]
-            return self.instruction(f"icmp {predicate} i64 {left.text}, {right.text}", BOOL)
+        return self.binary(self._COMPARISONS, op, left, right, BOOL)
+
+    def binary(
+        self,
+        table: dict[type[ast.AST], tuple[str, str]],
+        op: ast.AST,
+        left: _Value,
+        right: _Value,
+        result: str | None,
+    ) -> _Value:
+        """``left op right`` of two floats or two integers, by ``table``'s instructions;
+        the operands' type, or ``result``."""
+        verbs = table.get(type(op))
+        if verbs is not None and left.type == right.type and left.type in (DOUBLE, INT):
+            verb = verbs[0] if left.type == DOUBLE else verbs[1]
+            if verb:
+                return self.instruction(
+                    f"{verb} {left.type} {left.text}, {right.text}", result or left.type
+                )
         raise NotImplementedError(
             f"{self.definition.name}: {type(op).__name__} of {left.type} and {right.type}"
         )
