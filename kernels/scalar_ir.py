@@ -259,9 +259,10 @@ program's values outnumber the registers."""
 
 
 BLOCK_DOUBLES = 32_768
-"""The work buffer of a blocked batch holds at most this many doubles (256 KiB, within
-the second-level cache): its block of points is this divided by the slots per point,
-between 1 and ``MAX_BLOCK_POINTS``."""
+"""The work buffer of a blocked batch holds about this many doubles (256 KiB, within the
+second-level cache): its block of points is this divided by the slots per point,
+between 1 and ``MAX_BLOCK_POINTS`` (a program of more slots than this runs one point
+per block, its buffer as large as its slots)."""
 MAX_BLOCK_POINTS = 64
 
 
@@ -828,8 +829,8 @@ class _Function:
                 self.lower_parts(body)
             self.buffer_size = self.work_size * self.block
         self.statements(definition.body)
-        if not self.terminated:
-            self.emit("unreachable")  # every path of the subset's functions returns
+        if not self.terminated:  # a function must return on every path, as Numba requires
+            raise NotImplementedError(f"{definition.name}: a path ends without a return")
         returned = self.returned = self.returns[0] if self.returns else "void"
         if len(self.returns) > outs:
             raise NotImplementedError(f"{definition.name}: returns {len(self.returns)} values")
@@ -861,8 +862,8 @@ class _Module:
 
 KERNELS = {"batch": (BATCH, 1), "point": (POINT, 2)}
 """The generated kernels lowered to IR: their parameters and how many values they
-return (``point`` always has the pointer for the failed guard). The threaded kernel is not
-lowered (fastad's Numba kernels run ``batch`` on each worker's range)."""
+return (``point`` always has the pointer for the failed guard). Threads run ``batch``
+on ranges of points (``native_calls.run_parallel``)."""
 
 
 def module_ir(source: str, name: str) -> str:
@@ -899,8 +900,6 @@ def _module_ir(source: str, name: str) -> str:
     module = _Module(constants)
     functions = []
     for definition in definitions:
-        if definition.name == "parallel":
-            continue
         parameters, outs = KERNELS.get(definition.name, (None, 1))
         function = _Function(module, definition)
         linkage = "internal" if parameters is None else ""

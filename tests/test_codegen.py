@@ -683,6 +683,88 @@ def test_a_fork_waits_for_background_builds(tmp_path):
     assert "child 0" in result.stdout
 
 
+FORK_DURING_A_BUILD = textwrap.dedent(
+    """
+    import os, threading, time
+    import numpy as np, fastad as fa
+
+    def loop(x, y, z):
+        for _ in range(60):
+            x = fa.tanh(x * y + z) / (1.5 + y * y)
+        return x
+
+    f = fa.compile(loop, example=[0.3, 0.4, 0.5], backend="codegen")
+    points = np.random.default_rng(0).uniform(-1, 1, (20, 3))
+    f.value_and_grad(points)
+    builder = threading.Thread(target=f.hessian, args=(points,))
+    builder.start()  # builds another mode of the same function
+    time.sleep(0.2)
+    pid = os.fork()
+    if pid == 0:  # the child builds a third mode
+        f.hvp(points, points)
+        os._exit(0)
+    builder.join()
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_fork_during_a_build_of_the_same_function_does_not_hang(tmp_path):
+    # Regression: the child inherited the function's own build lock held by the
+    # building thread, and its first build of another mode waited for good.
+    for attempt in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", FORK_DURING_A_BUILD],
+            env={**os.environ, "FASTAD_CACHE_DIR": str(tmp_path / str(attempt))},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "child 0" in result.stdout
+
+
+def test_auto_builds_the_one_point_kernel_in_the_background(monkeypatch, tmp_path):
+    monkeypatch.setattr(tiers, "HOT_NODE_POINTS", 1_000)
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "built in the background")
+    built = []
+    compile_object = native_code.compile_object
+
+    def spy(source, name):
+        built.append(threading.current_thread().name)
+        return compile_object(source, name)
+
+    monkeypatch.setattr(native_code, "compile_object", spy)
+    f = fa.compile(demo.example_2, example=EXAMPLE_2)
+    points = np.random.default_rng(5).uniform(-1, 1, (200, 6))
+    f.value_and_grad(points)
+    wait_for_codegen(f, "grad")
+    value, gradient = f.value_and_grad(points[3])  # the latency path: nothing to build
+    assert built == ["fastad-codegen", "fastad-codegen"]  # batch, then one point
+    reference = fa.compile(demo.example_2, example=EXAMPLE_2, backend="interpret")
+    assert_same_bits(gradient, reference.value_and_grad(points[3])[1])
+
+
+def test_every_failure_to_build_is_a_generation_error(monkeypatch, tmp_path):
+    def broken(source, name):
+        raise ValueError("a kernel line that is not one statement")
+
+    monkeypatch.setattr(scalar_ir, "module_ir", broken)
+    with pytest.raises(native_code.GenerationError, match="ValueError: a kernel line"):
+        native_code.compile_object("def batch(): pass\n", "fastad_x")
+
+    class Unreadable:
+        def is_file(self):
+            raise PermissionError("permission denied")
+
+    monkeypatch.setattr(native_code, "_path", lambda name: Unreadable())
+    assert native_code.is_cached("fastad_x") is False  # a miss, not an error
+
+
 def test_read_only_and_strided_points_use_the_compiled_kernels():
     # Regression: such arrays reached the kernels as they were, and Numba
     # compiled every kernel again for their types, in the foreground.

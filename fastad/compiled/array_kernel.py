@@ -382,6 +382,9 @@ class BlockCode:
         )
         return plan
 
+    def prepare_latency(self, mode: str) -> None:
+        """Nothing: a function of arrays has no separate one-point kernel."""
+
     def prepare(self, mode: str, parallel: bool = False, report: bool = True) -> None:
         """Compile (or load from the cache) ``mode``'s kernel for float64 arguments.
 

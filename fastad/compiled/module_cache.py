@@ -1,21 +1,22 @@
-"""The code-generation tier of compiled functions: generated kernels, cached as files.
+"""The code-generation tier of compiled functions, and the module cache of generated text.
 
-:mod:`fastad.kernels.scalar_source` writes the source of a module that evaluates
-one traced program as straight-line code; this module keeps those modules
-on disk, loads them and calls them. Files, because Numba caches machine code
-only for functions whose source is a file (functions made with ``exec``
-cannot use ``cache=True``), so a process that meets a known program again
-loads its kernels instead of compiling them.
+:class:`GeneratedCode` is the second tier of compiled functions of scalars:
+:mod:`fastad.kernels.scalar_source` writes the text of a program's kernels,
+:mod:`fastad.compiled.native_code` lowers it to LLVM IR, compiles it and
+caches the object code, and :mod:`fastad.kernels.native_calls` calls it.
 
-The cache lives in ``cache_directory()/generated`` (``$FASTAD_CACHE_DIR``
-or the per-user cache folder, never inside ``site-packages``; Numba's
-files for these modules go beside fastad's own, under ``numba/``). A
-module's file name is a hash of its text and of the fastad, Numba and
-Python versions and fastad's Numba options. Before a module is used its
-file is read back and compared with the text generated now, character for
-character: a corrupt, truncated or foreign file is rewritten, never
-trusted. Writes go to a temporary file in the same folder and are renamed
-into place, so a reader never sees half a file.
+The rest of this module keeps generated *Numba* modules on disk for the
+generated kernels of functions of arrays (:mod:`fastad.compiled.array_kernel`):
+Numba caches machine code only for functions whose source is a file
+(functions made with ``exec`` cannot use ``cache=True``). Those files live in
+``cache_directory()/generated`` (``$FASTAD_CACHE_DIR`` or the per-user cache
+folder, never inside ``site-packages``; Numba's files for these modules go
+beside fastad's own, under ``numba/``). A module's file name is a hash of its
+text and of the fastad, Numba and Python versions and fastad's Numba options.
+Before a module is used its file is read back and compared with the text
+generated now, character for character: a corrupt, truncated or foreign file
+is rewritten, never trusted. Writes go to a temporary file in the same folder
+and are renamed into place, so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -288,7 +289,6 @@ class GeneratedCode:
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
         self._natives: dict[tuple[str, str], native_code.Native] = {}
-        self._lock = threading.Lock()
         self._prepared: set[tuple[str, str, bool]] = set()  # (mode, kernel, parallel) ready
 
     @property
@@ -314,22 +314,29 @@ class GeneratedCode:
 
     def _native(self, mode: str, kernel: str, report: bool) -> native_code.Native:
         found = self._natives.get((mode, kernel))
-        if found is None:
-            with self._lock:
+        if found is not None:
+            return found
+        text, name = self._source(mode, kernel)  # before any lock: a duplicate is harmless
+        size = rows(self._program, mode)
+        message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
+        # One build at a time, under the lock a fork waits for (LLVM's locks would not be
+        # the child's); the progress report's thread ends outside it.
+        with (
+            progress(message, expected=expected_compile_seconds(size))
+            if report and not native_code.is_cached(name)
+            else _quiet()
+        ):
+            with _COMPILING:
                 found = self._natives.get((mode, kernel))
                 if found is None:
-                    text, name = self._source(mode, kernel)
-                    size = rows(self._program, mode)
-                    message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-                    with (
-                        progress(message, expected=expected_compile_seconds(size))
-                        if report and not native_code.is_cached(name)
-                        else _quiet(),
-                        _COMPILING,  # a fork waits: LLVM's locks are not the child's
-                    ):
-                        found = native_code.native(text, name, kernel)
-                        self._natives[mode, kernel] = found
+                    found = self._natives[mode, kernel] = native_code.native(text, name, kernel)
         return found
+
+    def prepare_latency(self, mode: str) -> None:
+        """Compile (or load) ``mode``'s one-point kernel, where it has one: the background
+        build does this too, so a one-point call never waits for a compile."""
+        if self._program.outputs.size == 1 and mode in generator.POINT_MODES:
+            self.prepare(mode, parallel=False, report=False, kernel="point")
 
     def prepare(
         self, mode: str, parallel: bool, report: bool = True, kernel: str = "batch"

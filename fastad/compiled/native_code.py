@@ -9,7 +9,7 @@ The cache lives in ``cache_directory()/native``: one file per module,
 named by a hash of the kernels' text, the IR lowering (every kernel file's
 contents), llvmlite's and LLVM's versions and the host CPU's name and
 features, so an entry made by another version or on another CPU is never
-even looked up. A file starts with that key and a SHA-256 of the object
+even looked up. A file starts with that name and a SHA-256 of the object
 bytes; a file whose key or digest does not match (corrupt, truncated,
 foreign) is a miss: the code is compiled again and the file rewritten.
 Writes go to a temporary file renamed into place.
@@ -85,10 +85,13 @@ def _target_machine(level: int = 2) -> llvm.TargetMachine:
 
 @functools.cache
 def version_key() -> str:
-    """Everything besides the kernels' text that the machine code depends on."""
+    """Everything besides the kernels' text that the machine code depends on: the
+    lowering (every kernel file), how it is compiled (this file), LLVM, the CPU."""
     triple, cpu, features = _host()
+    compiler = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
     return (
-        f"kernels {kernels_source_stamp()}; llvmlite {llvmlite.__version__}; "
+        f"kernels {kernels_source_stamp()}; compiled by {compiler}; "
+        f"llvmlite {llvmlite.__version__}; "
         f"llvm {'.'.join(map(str, llvm.llvm_version_info))}; {triple}; {cpu}; {features}; "
         f"O2 up to {LARGE_IR_LINES} lines"
     )
@@ -97,22 +100,23 @@ def version_key() -> str:
 def compile_object(source: str, name: str) -> bytes:
     """The object code of the generated module ``source``, its functions named ``name_*``.
 
-    Raises :class:`GenerationError` when the text does not lower to IR or the
-    IR does not verify.
+    Raises :class:`GenerationError` when anything fails on the way: the text
+    does not lower to IR, the IR does not parse or verify, LLVM cannot
+    optimise or emit it.
     """
     try:
         text = scalar_ir.module_ir(source, name)
         module = llvm.parse_assembly(text)
         module.verify()
-    except (NotImplementedError, RuntimeError, SyntaxError) as error:
+        if text.count("\n") > LARGE_IR_LINES:
+            return bytes(_target_machine(1).emit_object(module))
+        machine = _target_machine(2)
+        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+        builder = llvm.create_pass_builder(machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return bytes(machine.emit_object(module))
+    except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
         raise GenerationError(f"{type(error).__name__}: {error}") from error
-    if text.count("\n") > LARGE_IR_LINES:
-        return bytes(_target_machine(1).emit_object(module))
-    machine = _target_machine(2)
-    tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-    builder = llvm.create_pass_builder(machine, tuning)
-    builder.getModulePassManager().run(module, builder)
-    return bytes(machine.emit_object(module))
 
 
 # -- the cache ---------------------------------------------------------------------------
@@ -145,7 +149,10 @@ def read_cached(name: str) -> bytes | None:
 def is_cached(name: str) -> bool:
     """Whether module ``name``'s object code is in the cache (checked again when loaded)."""
     path = _path(name)
-    return path is not None and path.is_file()
+    try:
+        return path is not None and path.is_file()
+    except OSError:  # an unreadable cache folder: nothing is cached
+        return False
 
 
 def write_cached(name: str, code: bytes) -> None:
@@ -183,16 +190,21 @@ def load(name: str, kernel: str, code: bytes) -> Native:
         found = _LOADED.get(name)
         if found is not None:
             return found
-        if _ENGINE is None:
-            _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-        _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(code))
-        _ENGINE.finalize_object()
+        try:
+            if _ENGINE is None:
+                _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+            _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(code))
+            _ENGINE.finalize_object()
+        except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
+            raise GenerationError(
+                f"{name} did not load ({type(error).__name__}: {error})"
+            ) from error
         symbol = f"{name}_{kernel}"
         address = _ENGINE.get_function_address(symbol)
-        if not address:
+        work_size = _ENGINE.get_global_value_address(f"{symbol}_work")
+        if not address or not work_size:
             raise GenerationError(f"the object code of {name} has no {kernel} function")
-        work = ctypes.c_int64.from_address(_ENGINE.get_global_value_address(f"{symbol}_work"))
-        found = _LOADED[name] = Native(address, work.value)
+        found = _LOADED[name] = Native(address, ctypes.c_int64.from_address(work_size).value)
         return found
 
 

@@ -35,7 +35,7 @@ HOT_NODE_POINTS = 50_000_000
 """``backend="auto"``: the interpreted work (nodes times points, summed over
 calls of one kind) after which generated code is compiled in the background:
 about a quarter of a second of interpreter time, so a function used once
-never waits for Numba and one used in earnest soon runs generated code."""
+never waits for a compile and one used in earnest soon runs generated code."""
 
 
 HOT_CALLS = 64
@@ -62,6 +62,7 @@ class Code(Protocol):
     def expected_seconds(self, rows: int) -> float: ...
     def is_cached(self, mode: str) -> bool: ...
     def prepare(self, mode: str, parallel: bool, report: bool = True) -> None: ...
+    def prepare_latency(self, mode: str) -> None: ...  # what one-point calls use, if any
 
 
 class Tier(NamedTuple):
@@ -177,6 +178,7 @@ class Tiers:
         try:
             # Quiet: nobody waits for it.
             self._code.prepare(mode, parallel=_threads_available(), report=False)
+            self._code.prepare_latency(mode)
         except BaseException as error:  # noqa: BLE001  (reported; the interpreter stays)
             failed = error
         if failed is None:
