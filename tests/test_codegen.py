@@ -27,6 +27,20 @@ EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
 SPECIAL = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e308, -1e-310)
 
 
+def run_script(script, environment, timeout):
+    """``script`` in a new Python process; its result, once it exited with status 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
 def assert_same_bits(actual, expected):
     """Equal bit for bit (signed zeros included), every nan counted as one value.
 
@@ -301,15 +315,7 @@ def test_background_compile_beside_parallel_calls_under_workqueue(tmp_path):
         "NUMBA_THREADING_LAYER": "workqueue",
         "NUMBA_NUM_THREADS": "2",
     }
-    result = subprocess.run(
-        [sys.executable, "-c", WORKQUEUE_RUN],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_script(WORKQUEUE_RUN, environment, timeout=600)
     assert "survived" in result.stdout
 
 
@@ -715,16 +721,8 @@ def test_a_fork_during_a_build_of_the_same_function_does_not_hang(tmp_path):
     # Regression: the child inherited the function's own build lock held by the
     # building thread, and its first build of another mode waited for good.
     for attempt in range(3):
-        result = subprocess.run(
-            [sys.executable, "-c", FORK_DURING_A_BUILD],
-            env={**os.environ, "FASTAD_CACHE_DIR": str(tmp_path / str(attempt))},
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert "child 0" in result.stdout
+        environment = {**os.environ, "FASTAD_CACHE_DIR": str(tmp_path / str(attempt))}
+        assert "child 0" in run_script(FORK_DURING_A_BUILD, environment, timeout=240).stdout
 
 
 def test_auto_builds_the_one_point_kernel_in_the_background(monkeypatch, tmp_path):
