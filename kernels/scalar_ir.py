@@ -643,8 +643,7 @@ class _Function:
             statements = body[start : min(self.prefix, start + PART_STATEMENTS)]
             variable = self.loop_variable
             part = _Function(self.module, self.definition, {variable} if variable else set())
-            part.arrays, part.spilled, part.work_size = self.arrays, self.spilled, self.work_size
-            part.block = self.block
+            part.arrays, part.spilled, part.block = self.arrays, self.spilled, self.block
             for parameter in self.parameters:
                 name = parameter.rsplit("%", 1)[1]
                 if parameter.startswith("i64") and name in self.values:

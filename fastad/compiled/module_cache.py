@@ -304,8 +304,7 @@ class GeneratedCode:
         if found is None:
             with progress(f"generating code for {self._title} ({mode}, {kernel})"):
                 text = generator.module_source(self._program, mode, (kernel,))
-            digest = hashlib.sha256(f"{native_code.version_key()}\0{text}".encode())
-            found = self._sources[mode, kernel] = (text, f"fastad_{digest.hexdigest()[:32]}")
+            found = self._sources[mode, kernel] = (text, native_code.module_name(text))
         return found
 
     def is_cached(self, mode: str) -> bool:
@@ -352,23 +351,23 @@ class GeneratedCode:
         :class:`~fastad.compiled.native_code.GenerationError` when the code
         cannot be built.
         """
-        if {(mode, kernel, parallel), (mode, kernel, True)} & self._prepared:
+        if (mode, kernel, parallel) in self._prepared or (mode, kernel, True) in self._prepared:
             return
         found = self._native(mode, kernel, report)
         program = self._program
         k, m = program.inputs.size, program.outputs.size
-        width = max(1, generator.derivative_width(program, mode))
-        arrays = (
-            np.empty((0, k)),
-            np.empty((0, max(k, m))),
-            np.empty((0, m)),
-            np.empty((0, width)),
-            np.empty(0, np.int64),
-            np.zeros(0, np.bool_),
-            self.constants,
-        )
         kernels: list[tuple[Any, tuple[Any, ...]]] = []
         if kernel == "batch":
+            width = max(1, generator.derivative_width(program, mode))
+            arrays = (
+                np.empty((0, k)),
+                np.empty((0, max(k, m))),
+                np.empty((0, m)),
+                np.empty((0, width)),
+                np.empty(0, np.int64),
+                np.zeros(0, np.bool_),
+                self.constants,
+            )
             kernels.append((native_calls.run_batch, (*found, *arrays, 0, 0)))
             if parallel:
                 kernels.append((native_calls.run_parallel, (*found, *arrays, 1)))
@@ -376,7 +375,7 @@ class GeneratedCode:
             point = native_calls.POINT_KERNELS[mode, bool(program.guards.shape[0])]
             vectors = [np.zeros(k) for _ in generator.POINT_PARAMETERS[mode].split(", ")[:-1]]
             kernels.append((point, (*found, *vectors, self.constants)))
-        if any(uncompiled(kernel) for kernel, _ in kernels):
+        if any(uncompiled(dispatcher) for dispatcher, _ in kernels):
             compile_kernels(
                 kernels,
                 lambda names: f"compiling fastad's calls of generated code ({names})",

@@ -97,6 +97,13 @@ def version_key() -> str:
     )
 
 
+def module_name(source: str) -> str:
+    """The name of the module whose kernels' text is ``source``: a hash of the text and
+    of :func:`version_key`, so code made by another version or CPU is another module."""
+    digest = hashlib.sha256(f"{version_key()}\0{source}".encode())
+    return f"fastad_{digest.hexdigest()[:32]}"
+
+
 def compile_object(source: str, name: str) -> bytes:
     """The object code of the generated module ``source``, its functions named ``name_*``.
 
