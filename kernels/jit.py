@@ -391,6 +391,30 @@ if _NUMBA_CACHE_API:
                 )
                 return None
 
+        def holds_entry_for(self, target_context: Any) -> bool:
+            """Whether the index lists a compiled entry for this machine (a stale index
+            lists none). Read only: nothing loads."""
+            try:
+                index = self._cache_file._load_index()
+                magic = target_context.codegen().magic_tuple()
+            except Exception:  # noqa: BLE001  (an unreadable index holds nothing usable)
+                return False
+            return any(isinstance(key, tuple) and magic in key for key in index)
+
+
+def is_warm(dispatcher: Any) -> bool:
+    """Whether calling ``dispatcher`` costs no compile: it has a compiled signature in this
+    process, or fastad's cache holds an entry for this machine. True where nothing
+    compiles at all (``NUMBA_DISABLE_JIT``: no dispatcher)."""
+    if not hasattr(dispatcher, "signatures"):
+        return True
+    if dispatcher.signatures:
+        return True
+    cache = getattr(dispatcher, "_cache", None)
+    if not _NUMBA_CACHE_API or not isinstance(cache, KernelCache):
+        return False
+    return bool(cache.holds_entry_for(dispatcher.targetctx))
+
 
 def _attach_cache(dispatcher: Any) -> None:
     """Give ``dispatcher`` fastad's cache, or leave it uncached with the one warning."""

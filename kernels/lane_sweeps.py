@@ -10,7 +10,6 @@ second-order modes, with the rules of ``lane_rules.py``,
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from .arrays import FloatArray, IdArray, IndexArray
 from .jit import kernel
@@ -453,37 +452,3 @@ def sweep_point_hvp(
     for t in range(k):
         product[t] = tadj[io[t]] + 0.0
     return value, failed
-
-
-@kernel(parallel=True)
-def sweep_points_parallel(
-    program: IndexArray,
-    template: FloatArray,
-    points: FloatArray,
-    directions: FloatArray,
-    values: FloatArray,
-    derivatives: FloatArray,
-    status: IdArray,
-    mode: int,
-    lanes: int,
-    threads: int,
-) -> None:
-    """All points, blocks of ``lanes`` points spread over ``threads`` workers.
-
-    Each worker has its own work space and writes only its own points' rows
-    of the outputs, so nothing races. Inside ``prange`` nothing may raise
-    (Numba loses an exception raised in a parallel loop), which is why problems
-    come back through ``status``.
-    """
-    total = points.shape[0]
-    blocks = (total + lanes - 1) // lanes
-    workers = max(1, min(threads, blocks))
-    planes = work_planes(mode)
-    for worker in prange(workers):
-        work = new_work(template, lanes, planes)
-        for block in range(worker, blocks, workers):
-            start = block * lanes
-            count = min(lanes, total - start)
-            sweep_block(
-                program, work, points, directions, values, derivatives, status, mode, start, count
-            )

@@ -21,6 +21,16 @@ def load_example(name):
     return module
 
 
+@pytest.fixture(scope="session", autouse=True)
+def interpreter_compiled():
+    """The lanes interpreter compiled (or loaded) before any test: ``backend="auto"``
+    starts on generated code only while it is cold, and the tests of the tiers must not
+    depend on which test ran first."""
+    import fastad as fa
+
+    fa.compile(lambda x: 2.0 * x, backend="interpret").value_and_grad(np.ones((2, 1)))
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)

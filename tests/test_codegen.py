@@ -17,8 +17,8 @@ from op_table import OP_CASES
 
 import fastad as fa
 from fastad import demo
-from fastad.compiled import module_cache, native_code, tiers
-from fastad.kernels import native_calls, scalar_ir
+from fastad.compiled import module_cache, native_code, replay, tiers
+from fastad.kernels import lane_sweeps, native_calls, scalar_ir
 from fastad.kernels import scalar_source as generator
 from fastad.util import memory
 from fastad.util.progress import progress
@@ -456,6 +456,60 @@ def test_auto_interprets_first_then_compiles_in_the_background(monkeypatch, tmp_
     wait_for_codegen(again, "grad")
     assert "loaded from the cache" in again.tier("grad").reason
     assert again.tier("values").name == "interpret"  # another kind of call
+
+
+def test_auto_starts_on_generated_code_while_the_interpreter_is_cold(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTAD_CACHE_DIR", str(tmp_path))  # nothing cached yet
+
+    def unique(x, y):  # a program no other test compiles
+        return fa.sin(x * y) - 0.987654321 * y
+
+    points = np.random.default_rng(5).normal(size=(5000, 2))
+    reference = fa.compile(unique, example=[0.5, 2.0], backend="interpret")
+    expected = reference.value_and_grad(points, threads=2)
+    expected_one = reference.value_and_grad(points[7])
+    monkeypatch.setattr(replay, "_interpreter_warm", lambda: False)
+
+    def interpreter(*args):
+        raise AssertionError("the interpreter ran")
+
+    monkeypatch.setattr(lane_sweeps, "sweep_points", interpreter)
+    monkeypatch.setattr(lane_sweeps, "sweep_point", interpreter)
+    f = fa.compile(unique, example=[0.5, 2.0])
+    tier = f.tier("grad")
+    assert tier.name == "codegen"
+    assert "interpreter kernels are not compiled on this machine yet" in tier.reason
+    for threads in (1, 2):
+        for mine, theirs in zip(f.value_and_grad(points, threads=threads), expected, strict=True):
+            assert_same_bits(mine, theirs)
+    for mine, theirs in zip(f.value_and_grad(points[7]), expected_one, strict=True):
+        assert_same_bits(mine, theirs)
+    monkeypatch.setattr(module_cache, "BUDGET_ROWS", 3)  # the budget still comes first
+    large = fa.compile(unique, example=[0.5, 2.0])
+    assert large.tier("grad").name == "interpret"
+    assert "above the budget of 3 rows" in large.tier("grad").reason
+
+
+def test_the_threaded_interpreter_gives_the_serial_bits_and_raises_a_workers_error(
+    monkeypatch,
+):
+    f = fa.compile(demo.example_2, example=EXAMPLE_2, backend="interpret")
+    points = np.asarray(EXAMPLE_2) + np.random.default_rng(6).normal(size=(9001, 6))
+    serial = f.value_and_grad(points, threads=1)
+    for threads in (2, 3, 8):
+        for mine, theirs in zip(f.value_and_grad(points, threads=threads), serial, strict=True):
+            assert_same_bits(mine, theirs)
+    sweep = lane_sweeps.sweep_points
+    caller = threading.get_ident()
+
+    def failing_in_a_worker(*args):
+        if threading.get_ident() != caller:
+            raise MemoryError("a worker's work space")
+        return sweep(*args)
+
+    monkeypatch.setattr(lane_sweeps, "sweep_points", failing_in_a_worker)
+    with pytest.raises(MemoryError, match="a worker's work space"):
+        f.value_and_grad(points, threads=2)
 
 
 def test_auto_interprets_above_the_budget(monkeypatch):

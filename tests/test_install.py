@@ -33,14 +33,14 @@ if len(sys.argv) > 1:
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import fastad as fa
-    from fastad.kernels import fused, jit, lane_sweeps, tape_sweeps
+    from fastad.kernels import fused, jit, lane_sweeps, native_calls, tape_sweeps
     with fa.Tape():
         x = fa.var(2.0)
         y = fa.sin(x) * x
         y.backward()
 dispatchers = {
     f"{module.__name__}.{name}": value
-    for module in (tape_sweeps, lane_sweeps, fused)
+    for module in (tape_sweeps, lane_sweeps, fused, native_calls)
     for name, value in vars(module).items()
     if hasattr(value, "stats") and hasattr(value, "py_func")
 }
@@ -118,7 +118,7 @@ def test_kernels_cache_in_fastad_cache_dir_and_never_next_to_the_source(tmp_path
     # Every kernel caches there, the parallel one included.
     assert first["cache_paths"], "the probe found no kernels"
     assert set(first["cache_paths"].values()) == {str(folder)}, first["cache_paths"]
-    assert "fastad.kernels.lane_sweeps.sweep_points_parallel" in first["cache_paths"]
+    assert "fastad.kernels.native_calls.run_parallel" in first["cache_paths"]
     written = numba_files(folder)
     assert any("backward_sweep" in name and name.endswith(".nbi") for name in written), written
     assert any(name.endswith(".nbc") for name in written), written
@@ -131,6 +131,37 @@ def test_kernels_cache_in_fastad_cache_dir_and_never_next_to_the_source(tmp_path
 
     after = {**numba_files(KERNELS_FOLDER), **numba_files(FASTAD_FOLDER)}
     assert after == before, "Numba cache files appeared or changed next to fastad's source"
+
+
+WARM_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from fastad.kernels.jit import is_warm
+import twice_module
+before = is_warm(twice_module.twice)
+twice_module.twice(2.0)
+print(json.dumps([before, is_warm(twice_module.twice),
+                  sum(twice_module.twice.stats.cache_hits.values())]))
+"""
+
+
+def test_is_warm_tells_a_kernel_that_would_compile_from_one_that_loads(tmp_path):
+    (tmp_path / "twice_module.py").write_text(
+        "from fastad.kernels.jit import kernel\n\n@kernel\ndef twice(x):\n    return 2.0 * x\n"
+    )
+    env = clean_env(FASTAD_CACHE_DIR=tmp_path / "cache")
+    runs = []
+    for _ in range(2):
+        result = run_python(["-c", WARM_PROBE, str(tmp_path)], tmp_path, env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert runs[0] == [False, True, 0]  # compiled by its first call
+    assert runs[1] == [True, True, 1]  # in the cache: loaded, not compiled
+    (tmp_path / "twice_module.py").write_text(
+        "from fastad.kernels.jit import kernel\n\n@kernel\ndef twice(x):\n    return 3.0 * x\n"
+    )
+    changed = run_python(["-c", WARM_PROBE, str(tmp_path)], tmp_path, env)
+    assert json.loads(changed.stdout.strip().splitlines()[-1]) == [False, True, 0]  # stale
 
 
 def test_unwritable_cache_dir_falls_back_to_a_private_temp_folder(tmp_path):

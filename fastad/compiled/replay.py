@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,14 @@ import numpy as np
 
 from fastad.compiled import module_cache
 from fastad.compiled.native_code import GenerationError
-from fastad.compiled.parallel import threaded_region, threads_allowed
+from fastad.compiled.parallel import threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
 from fastad.core.graph import descendants
 from fastad.core.storage import ARITY
 from fastad.eager.handle import storage_of
 from fastad.kernels import lane_sweeps
 from fastad.kernels import scalar_source as generator
+from fastad.kernels.jit import is_warm
 from fastad.util.progress import progress
 
 if TYPE_CHECKING:
@@ -77,6 +79,12 @@ def _first_use(kernel: Any) -> AbstractContextManager[None]:
         "compiling fastad's interpreter kernels (once per machine and version: later "
         "processes load them from the cache)"
     )
+
+
+def _interpreter_warm() -> bool:
+    """Whether the interpreter's batch kernel runs without compiling (in this process or
+    fastad's cache); ``auto`` starts on generated code while it does not."""
+    return is_warm(lane_sweeps.sweep_points)
 
 
 def _threaded(threads: int, n_points: int) -> bool:
@@ -162,7 +170,7 @@ class Replay:
             title,
         )
         self._n = n
-        self._tiers = Tiers(backend, self._generated)
+        self._tiers = Tiers(backend, self._generated, _interpreter_warm)
         self._point_kernels: dict[int, Any] = {}  # generated one-point kernels, compiled
         self.fast_points: dict[int, Any] = {}
         """The generated one-point calls a caller may make directly: only for a
@@ -235,51 +243,47 @@ class Replay:
         values, derivatives, status = self._outputs(n_points, mode)
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
-        parallel = _threaded(threads, n_points)
-        kernel = lane_sweeps.sweep_points_parallel if parallel else lane_sweeps.sweep_points
-        with _first_use(kernel):
-            self._sweep(points, directions, values, derivatives, status, mode, threads, parallel)
+        arrays: tuple[Any, ...] = (points, directions, values, derivatives, status)
+        with _first_use(lane_sweeps.sweep_points):
+            if not _threaded(threads, n_points):
+                self._sweep(mode, *arrays)
+                return values, derivatives, status
+            # A contiguous range of points per Python thread (the kernel releases the
+            # GIL), each in its own work space and writing only its own rows: nothing
+            # races, and the one kernel compiled serves both paths.
+            bounds = np.linspace(0, n_points, threads + 1).astype(np.int64)
+            ranges: list[tuple[Any, ...]] = [
+                tuple(array if array is _NO_STATUS else array[start:stop] for array in arrays)
+                for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
+            with ThreadPoolExecutor(threads - 1, "fastad-interpreter") as pool:
+                others = [pool.submit(self._sweep, mode, *part) for part in ranges[1:]]
+                self._sweep(mode, *ranges[0])
+                for other in others:
+                    other.result()  # a worker's exception is raised here
         return values, derivatives, status
 
     def _sweep(
         self,
+        mode: int,
         points: FloatArray,
         directions: FloatArray,
         values: FloatArray,
         derivatives: FloatArray,
         status: IdArray,
-        mode: int,
-        threads: int,
-        parallel: bool,
     ) -> None:
-        if parallel:
-            with threaded_region():
-                lane_sweeps.sweep_points_parallel(
-                    self.program,
-                    self.template,
-                    points,
-                    directions,
-                    values,
-                    derivatives,
-                    status,
-                    mode,
-                    self._lanes[lane_sweeps.work_planes(mode)],
-                    threads,
-                )
-        else:
-            # One work space per thread and size: calls never share buffers.
-            spaces = getattr(self._local, "work", None)
-            if spaces is None:
-                spaces = self._local.work = {}
-            count = lane_sweeps.work_planes(mode)
-            work = spaces.get(count)
-            if work is None:
-                work = spaces[count] = lane_sweeps.new_work(
-                    self.template, self._lanes[count], count
-                )
-            lane_sweeps.sweep_points(
-                self.program, work, points, directions, values, derivatives, status, mode
-            )
+        """Points in order on this thread, in its work space (one per thread and size:
+        calls never share buffers)."""
+        spaces = getattr(self._local, "work", None)
+        if spaces is None:
+            spaces = self._local.work = {}
+        count = lane_sweeps.work_planes(mode)
+        work = spaces.get(count)
+        if work is None:
+            work = spaces[count] = lane_sweeps.new_work(self.template, self._lanes[count], count)
+        lane_sweeps.sweep_points(
+            self.program, work, points, directions, values, derivatives, status, mode
+        )
 
     def _point_kernel(self, mode: int) -> bool:
         """Build ``mode``'s generated one-point kernel; False (the interpreter stays, and
