@@ -484,6 +484,10 @@ def test_auto_starts_on_generated_code_while_the_interpreter_is_cold(monkeypatch
             assert_same_bits(mine, theirs)
     for mine, theirs in zip(f.value_and_grad(points[7]), expected_one, strict=True):
         assert_same_bits(mine, theirs)
+    again = fa.compile(unique, example=[0.5, 2.0])  # in the cache now: loaded at once,
+    assert "loaded from the cache" in again.tier("grad").reason  # not interpreted meanwhile
+    for mine, theirs in zip(again.value_and_grad(points), expected, strict=True):
+        assert_same_bits(mine, theirs)
     monkeypatch.setattr(module_cache, "BUDGET_ROWS", 3)  # the budget still comes first
     large = fa.compile(unique, example=[0.5, 2.0])
     assert large.tier("grad").name == "interpret"

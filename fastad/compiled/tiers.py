@@ -140,17 +140,19 @@ class Tiers:
                 f"compile, above the budget of {self._code.budget_rows:,} rows; "
                 'backend="codegen" compiles them anyway'
             )
-        if self._code.is_cached(mode):  # a load, not a compile: in the background now
+        cached = self._code.is_cached(mode)
+        if not self._interpreter_warm():  # seconds of generated code, not the interpreter's
+            seconds = self._code.expected_seconds(size)
+            how = "loaded from the cache" if cached else f"about {seconds:.1f} s to compile"
+            return _READY, (
+                f'backend="auto": generated code, {size:,} rows ({how}), at the first call: '
+                "fastad's interpreter kernels are not compiled on this machine yet (about "
+                f"{INTERPRETER_COLD_SECONDS} s)"
+            )
+        if cached:  # a load, not a compile: in the background now
             return _BUILDING, (
                 'backend="auto": generated code is loading from the cache in a background '
                 "thread; interpreted meanwhile"
-            )
-        if not self._interpreter_warm():  # seconds of generated code, not the interpreter's
-            seconds = self._code.expected_seconds(size)
-            return _READY, (
-                f'backend="auto": generated code, {size:,} rows (about {seconds:.1f} s to '
-                "compile), compiled at the first call: fastad's interpreter kernels are not "
-                f"compiled on this machine yet (about {INTERPRETER_COLD_SECONDS} s)"
             )
         return _COUNTING, self._counting_reason(mode, size)
 

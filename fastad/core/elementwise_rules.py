@@ -58,12 +58,15 @@ def flat(x: RuleValue, shape: Shape) -> FloatArray:
 
     A view, not a copy, when ``x`` already is a C-contiguous float64 array
     of ``shape`` (the common case: operands of one shape); ``reshape``
-    copies any other layout.
+    copies any other layout. A copy is read-only.
     """
     if type(x) is np.ndarray and x.shape == shape and x.dtype == _FLOAT64:
         return x.reshape(-1)
     full = np.empty(shape)
     full[...] = x  # NumPy broadcasts (and converts) as it copies
+    # Read-only, as the tape's values are: the kernels then see one array type for
+    # their inputs, and compile once for it, not once per mix of the two.
+    full.flags.writeable = False
     return full.reshape(-1)
 
 
