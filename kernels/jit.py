@@ -405,7 +405,11 @@ if _NUMBA_CACHE_API:
 def is_warm(dispatcher: Any) -> bool:
     """Whether calling ``dispatcher`` costs no compile: it has a compiled signature in this
     process, or fastad's cache holds an entry for this machine. True where nothing
-    compiles at all (``NUMBA_DISABLE_JIT``: no dispatcher)."""
+    compiles at all (``NUMBA_DISABLE_JIT``: no dispatcher).
+
+    A hint for choosing what to run first, not a promise: any signature counts (fastad's
+    callers pass one set of argument types), and an entry whose data file is gone or
+    damaged still counts (that call compiles, with the cache's warning)."""
     if not hasattr(dispatcher, "signatures"):
         return True
     if dispatcher.signatures:

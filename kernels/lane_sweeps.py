@@ -1,6 +1,7 @@
 """Compiled functions' interpreter: a traced program replayed at many points in lanes.
 
-The batch kernels (``sweep_points``, ``sweep_points_parallel``) and the
+The batch kernel (``sweep_points``; threaded batches run it on Python
+threads, a range of points each: ``fastad.compiled.replay``) and the
 one-point latency paths (``sweep_point``, ``sweep_point_hvp``) of
 ``fastad.compiled``: values, VJP, gradient, JVP, Jacobians, and the
 second-order modes, with the rules of ``lane_rules.py``,

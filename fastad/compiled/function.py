@@ -129,12 +129,15 @@ def compile(  # noqa: A001
         interpreter (one opcode dispatch per node serves a row of points; no
         compile step). ``"codegen"``: generated straight-line kernels, one
         module per kind of call (value, gradient, VJP, JVP, Jacobian),
-        compiled by Numba when first used (seconds, reported on stderr) and
-        cached on disk, so later processes load them in a fraction of a
-        second. ``"auto"`` (default): the interpreter first; once a kind of
-        call has done ``fastad.compiled.tiers.HOT_NODE_POINTS`` of work its generated
-        code compiles in a background thread and takes over (at once when an
-        earlier process cached it), never for code of more than
+        lowered to LLVM IR and compiled when first used (0.2 s for a small
+        program, seconds for a large one, reported on stderr) and cached on
+        disk, so later processes load them in milliseconds. ``"auto"``
+        (default): the interpreter first; once a kind of call has done
+        ``fastad.compiled.tiers.HOT_NODE_POINTS`` of work its generated code
+        compiles in a background thread and takes over (at once when an
+        earlier process cached it, and from the first call while fastad's
+        interpreter kernels are not compiled on this machine: they take
+        about 25 s, once), never for code of more than
         ``fastad.compiled.module_cache.BUDGET_ROWS`` rows (nodes times passes).
         ``f.tier("grad")`` tells which tier runs and why. A function of
         arrays has the same three (see :class:`BlockFunction`): its

@@ -9,7 +9,8 @@ nan's sign and payload aside); the tier only changes the time.
 
 ``backend`` chooses (``fastad.compiled.tiers``): ``"interpret"``, ``"codegen"``, or
 ``"auto"``, the interpreter first and generated code once a kind of call is
-hot.
+hot (generated code at once while the interpreter's own kernels are not
+compiled on this machine).
 
 Everything here trusts its arguments: :class:`fastad.CompiledFunction`
 validates points, directions and shapes first.
@@ -256,9 +257,16 @@ class Replay:
                 tuple(array if array is _NO_STATUS else array[start:stop] for array in arrays)
                 for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
             ]
+            here = ranges[:1]
             with ThreadPoolExecutor(threads - 1, "fastad-interpreter") as pool:
-                others = [pool.submit(self._sweep, mode, *part) for part in ranges[1:]]
-                self._sweep(mode, *ranges[0])
+                others = []
+                for part in ranges[1:]:
+                    try:
+                        others.append(pool.submit(self._sweep, mode, *part))
+                    except RuntimeError:  # Python is shutting down: no new threads
+                        here.append(part)
+                for part in here:
+                    self._sweep(mode, *part)
                 for other in others:
                     other.result()  # a worker's exception is raised here
         return values, derivatives, status

@@ -145,8 +145,8 @@ class Tiers:
             seconds = self._code.expected_seconds(size)
             how = "loaded from the cache" if cached else f"about {seconds:.1f} s to compile"
             return _READY, (
-                f'backend="auto": generated code, {size:,} rows ({how}), at the first call: '
-                "fastad's interpreter kernels are not compiled on this machine yet (about "
+                f'backend="auto": generated code, {size:,} rows ({how}), from the first call: '
+                "fastad's interpreter kernels were not compiled on this machine then (about "
                 f"{INTERPRETER_COLD_SECONDS} s)"
             )
         if cached:  # a load, not a compile: in the background now
