@@ -658,10 +658,11 @@ class _Function:
                 each = partial(part.each_point, variable, first, statements)
                 part.counted(variable, first, end, 1, each)
             part.emit("ret void")
-            header = (
-                f"define internal void @{self.symbol}.part{start}({', '.join(listed)}) noinline {{"
-            )
+            symbol = f"@{self.symbol}.part{start}"
+            header = f"define internal void {symbol}({', '.join(listed)}) noinline {{"
             self.module.parts.append("\n".join([header, "entry:", *part.slots, *part.lines, "}"]))
+            types = ", ".join(parameter.rsplit(" %", 1)[0] for parameter in listed)
+            self.module.part_declarations.append(f"declare void {symbol}({types})")
 
     def resolve(self, name: str) -> str:
         """A template's placeholder (``__3``) as the name or integer it stands for."""
@@ -849,6 +850,7 @@ class _Module:
         self.helpers: dict[str, tuple[int, str]] = {}  # lowered so far: arity, return type
         self.declarations: dict[str, str] = {}
         self.parts: list[str] = []  # the parts of long kernels
+        self.part_declarations: list[str] = []  # each part's, for another module's calls
 
     def declare(self, symbol: str, arity: int, intrinsic: bool) -> None:
         if symbol not in self.declarations:
@@ -866,7 +868,13 @@ on ranges of points (``native_calls.run_parallel``)."""
 
 
 def module_ir(source: str, name: str) -> str:
-    """The LLVM IR of the generated module ``source`` (``scalar_source.module_source``).
+    """:func:`module_irs` as one module."""
+    return module_irs(source, name, 1)[0]
+
+
+def module_irs(source: str, name: str, modules: int) -> list[str]:
+    """The LLVM IR of the generated module ``source`` (``scalar_source.module_source``),
+    as modules that LLVM can compile at once, ``modules`` threads sharing the work.
 
     Its helpers become internal functions; ``batch`` and ``point`` become
     external functions ``<name>_batch`` and ``<name>_point`` of the
@@ -875,17 +883,22 @@ def module_ir(source: str, name: str) -> str:
     arrays as a pointer and a row stride in elements, 1-D arrays as a
     pointer), with a tuple's later items returned through pointers
     (``point``'s failed guard).
+
+    The first module holds the kernels; the parts of a long kernel (see
+    ``PART_STATEMENTS``) are shared out in order among ``modules`` others, as
+    external functions the first declares (each module has its own copy of
+    the helpers). A module without parts is always one module.
     """
     collecting = gc.isenabled()
     gc.disable()  # hundreds of thousands of small objects, no cycles: the collector's
     try:  # passes over them took a third of the time for 10^5 nodes
-        return _module_ir(source, name)
+        return _module_irs(source, name, modules)
     finally:
         if collecting:
             gc.enable()
 
 
-def _module_ir(source: str, name: str) -> str:
+def _module_irs(source: str, name: str, modules: int) -> list[str]:
     # The module's text is its header, its helpers and its kernels, three blank lines
     # apart: the helpers are parsed whole, the kernels statement shape by statement shape.
     shapes = _Shapes()
@@ -897,7 +910,7 @@ def _module_ir(source: str, name: str) -> str:
             definitions += [n for n in ast.parse(chunk).body if isinstance(n, ast.FunctionDef)]
     constants = {"UNREACHED": -0.0, "inf": _INF, "nan": float("nan")}
     module = _Module(constants)
-    functions = []
+    functions, helpers = [], []
     for definition in definitions:
         parameters, outs = KERNELS.get(definition.name, (None, 1))
         function = _Function(module, definition)
@@ -908,4 +921,17 @@ def _module_ir(source: str, name: str) -> str:
             functions.append(f"@{symbol}_work = constant i64 {function.buffer_size}")
         if parameters is None:  # callable by the functions after it (the text defines in order)
             module.helpers[definition.name] = (len(definition.args.args), function.returned)
-    return "\n\n".join([*module.declarations.values(), *functions, *module.parts]) + "\n"
+            helpers.append(functions[-1])
+    declarations = list(module.declarations.values())
+    groups = min(modules, len(module.parts))
+    if modules < 2 or groups < 1:
+        return ["\n\n".join([*declarations, *functions, *module.parts]) + "\n"]
+    shared = [part.replace("define internal void", "define void", 1) for part in module.parts]
+    cuts = [len(shared) * group // groups for group in range(groups + 1)]
+    return [
+        "\n\n".join([*declarations, *functions, *module.part_declarations]) + "\n",
+        *(
+            "\n\n".join([*declarations, *helpers, *shared[cuts[i] : cuts[i + 1]]]) + "\n"
+            for i in range(groups)
+        ),
+    ]

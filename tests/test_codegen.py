@@ -4,6 +4,7 @@ import ast
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -197,7 +198,7 @@ def test_statements_parsed_by_shape_lower_as_the_parsed_text(monkeypatch, mode):
 def test_code_that_fails_to_build_leaves_the_interpreter_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
     monkeypatch.setattr(native_code, "version_key", lambda: "a key of its own")
-    monkeypatch.setattr(scalar_ir, "module_ir", lambda source, name: "define i64 @broken( {")
+    monkeypatch.setattr(scalar_ir, "module_irs", lambda source, name, modules: ["define i64 @x( {"])
     interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
     points = np.random.default_rng(4).uniform(-1, 1, (20, 6))
     with pytest.warns(RuntimeWarning, match="could not be built"):
@@ -222,6 +223,12 @@ def test_long_kernels_run_in_parts_with_the_same_bits(monkeypatch, tmp_path):
     text = scalar_ir.module_ir(generator.module_source(program, "grad"), "fastad_test")
     assert text.count("define internal void @fastad_test_batch.part") > 2
     assert "@fastad_test_batch_work = constant i64 0" not in text
+    # Compiled as several modules (the parts shared among them, the first calling
+    # across), loaded into one engine: the same bits in every mode.
+    modules = scalar_ir.module_irs(generator.module_source(program, "grad"), "fastad_test", 3)
+    part = re.compile(r"^define void @fastad_test_(batch|point)\.part\d+\(", re.MULTILINE)
+    assert len(modules) == 4 and not part.search(modules[0])
+    assert all(part.search(module) for module in modules[1:])
     check_every_mode(1)
     check_scalar_modes(0)
 
@@ -820,11 +827,20 @@ def test_auto_builds_the_one_point_kernel_in_the_background(monkeypatch, tmp_pat
     assert_same_bits(gradient, reference.value_and_grad(points[3])[1])
 
 
+def test_object_files_travel_packed_and_a_damaged_pack_is_refused():
+    objects = [b"first object", b"", b"third"]
+    packed = native_code._pack(objects)
+    assert native_code._unpack(packed) == objects
+    for damaged in (packed[:-1], packed[:5], b""):
+        with pytest.raises(ValueError, match="container of object files"):
+            native_code._unpack(damaged)
+
+
 def test_every_failure_to_build_is_a_generation_error(monkeypatch, tmp_path):
-    def broken(source, name):
+    def broken(source, name, modules):
         raise ValueError("a kernel line that is not one statement")
 
-    monkeypatch.setattr(scalar_ir, "module_ir", broken)
+    monkeypatch.setattr(scalar_ir, "module_irs", broken)
     with pytest.raises(native_code.GenerationError, match="ValueError: a kernel line"):
         native_code.compile_object("def batch(): pass\n", "fastad_x")
 

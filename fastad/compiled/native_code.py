@@ -25,19 +25,22 @@ import ctypes
 import functools
 import hashlib
 import os
+import struct
 import threading
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from fastad.kernels import scalar_ir
 from fastad.kernels.jit import cache_directory, kernels_source_stamp
 
-_MAGIC = b"fastad native code 1\n"
+_MAGIC = b"fastad native code 2\n"  # a container of object files (``_pack``)
 LARGE_IR_LINES = 2_000
 """Code of up to this many lines of IR gets LLVM's ``-O2`` (the scalar passes, the
 inliner, instruction selection with the full scheduler); longer code skips the IR
@@ -104,26 +107,97 @@ def module_name(source: str) -> str:
     return f"fastad_{digest.hexdigest()[:32]}"
 
 
+def compiling_threads() -> int:
+    """How many modules of one program LLVM compiles at once: the CPUs this process may
+    use (LLVM runs outside the GIL, each module in its own context)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def compile_object(source: str, name: str) -> bytes:
-    """The object code of the generated module ``source``, its functions named ``name_*``.
+    """The object code of the generated module ``source``, its functions named ``name_*``:
+    a container of object files (a long kernel's parts are compiled as several modules,
+    on :func:`compiling_threads` threads: ``scalar_ir.module_irs``).
 
     Raises :class:`GenerationError` when anything fails on the way: the text
     does not lower to IR, the IR does not parse or verify, LLVM cannot
     optimise or emit it.
     """
     try:
-        text = scalar_ir.module_ir(source, name)
-        module = llvm.parse_assembly(text)
-        module.verify()
-        if text.count("\n") > LARGE_IR_LINES:
-            return bytes(_target_machine(1).emit_object(module))
-        machine = _target_machine(2)
-        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-        builder = llvm.create_pass_builder(machine, tuning)
-        builder.getModulePassManager().run(module, builder)
-        return bytes(machine.emit_object(module))
+        threads = compiling_threads()
+        # Twice as many modules of parts as threads: a thread parses its next module
+        # (under llvmlite's lock) while another emits (outside it), and they end together.
+        texts = scalar_ir.module_irs(source, name, 2 * threads)
+        if len(texts) == 1:
+            return _pack([_compile_module(texts[0])])
+        with ThreadPoolExecutor(threads, "fastad-llvm") as pool:
+            return _pack(list(pool.map(_compile_module, texts)))
     except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
         raise GenerationError(f"{type(error).__name__}: {error}") from error
+
+
+def _compile_module(text: str) -> bytes:
+    """One module's object file, in an LLVM context of its own (contexts are not shared
+    between threads)."""
+    module = llvm.parse_assembly(text, context=llvm.create_context())
+    module.verify()
+    if text.count("\n") > LARGE_IR_LINES:
+        return _emit_object(_target_machine(1), module)
+    machine = _target_machine(2)
+    tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return bytes(machine.emit_object(module))
+
+
+def _emit_object(machine: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
+    """``machine.emit_object(module)``, outside llvmlite's process-wide lock.
+
+    llvmlite serialises every call into LLVM under one lock; emitting a module
+    that has its own context and target machine shares nothing with other
+    threads, and is where a long program's time goes, so the modules of one
+    program are emitted at once. (Through llvmlite's own entry point, as
+    ``TargetMachine._emit_to_memory`` makes the call, with the lock's wrapper
+    skipped; where a llvmlite version has no such wrapper, the locked call.)
+    """
+    emit = ffi.lib.LLVMPY_TargetMachineEmitToMemory
+    emit = getattr(emit, "_cfn", emit)
+    with ffi.OutputString() as problem:
+        buffer = emit(machine, module, 1, problem)
+        if not buffer:
+            raise RuntimeError(str(problem))
+    try:
+        start = ffi.lib.LLVMPY_GetBufferStart(buffer)
+        return ctypes.string_at(start, ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _pack(objects: list[bytes]) -> bytes:
+    """Object files as one ``bytes``: each after its length (8 bytes, little-endian)."""
+    return b"".join(_LENGTH.pack(len(data)) + data for data in objects)
+
+
+def _unpack(code: bytes) -> list[bytes]:
+    """The object files :func:`_pack` put in ``code``; ValueError when it is not such."""
+    objects, position = [], 0
+    while position < len(code):
+        if position + _LENGTH.size > len(code):
+            raise ValueError("a truncated container of object files")
+        (length,) = _LENGTH.unpack_from(code, position)
+        position += _LENGTH.size
+        if position + length > len(code):
+            raise ValueError("a truncated container of object files")
+        objects.append(code[position : position + length])
+        position += length
+    if not objects:
+        raise ValueError("an empty container of object files")
+    return objects
 
 
 # -- the cache ---------------------------------------------------------------------------
@@ -200,7 +274,8 @@ def load(name: str, kernel: str, code: bytes) -> Native:
         try:
             if _ENGINE is None:
                 _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-            _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(code))
+            for data in _unpack(code):
+                _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(data))
             _ENGINE.finalize_object()
         except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
             raise GenerationError(
