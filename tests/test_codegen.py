@@ -827,6 +827,29 @@ def test_auto_builds_the_one_point_kernel_in_the_background(monkeypatch, tmp_pat
     assert_same_bits(gradient, reference.value_and_grad(points[3])[1])
 
 
+def test_the_optimisation_level_follows_the_whole_program_not_each_module(monkeypatch):
+    # The modules of a long program's parts are each short; compiled at -O2 one by one,
+    # they took five times as long as the program at -O1 (1.5 s against 0.3 s at 400 nodes).
+    monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 7)
+    program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
+    source = generator.module_source(program, "grad")
+    levels = []
+    compile_module = native_code._compile_module
+
+    def recording(text, large):
+        levels.append(large)
+        return compile_module(text, large)
+
+    monkeypatch.setattr(native_code, "_compile_module", recording)
+    total = sum(text.count("\n") for text in scalar_ir.module_irs(source, "fastad_x", 2))
+    for limit, large in ((total + 1, False), (total - 1, True)):
+        levels.clear()
+        monkeypatch.setattr(native_code, "LARGE_IR_LINES", limit)
+        monkeypatch.setattr(native_code, "compiling_threads", lambda: 1)
+        native_code._unpack(native_code.compile_object(source, "fastad_x"))
+        assert len(levels) > 2 and set(levels) == {large}
+
+
 def test_object_files_travel_packed_and_a_damaged_pack_is_refused():
     objects = [b"first object", b"", b"third"]
     packed = native_code._pack(objects)

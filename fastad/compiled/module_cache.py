@@ -56,14 +56,15 @@ MODES = generator.MODES
 # The compile time of generated code, measured on the CI-sized machine (2 cores;
 # `python bench/codegen_curve.py`, the table in docs/compiled.md): linear in the
 # code, about COMPILE_SECONDS_PER_ROW per row (a row: one node in one pass) plus a
-# fixed cost: 0.2 s at 50 rows, 2.3 s at 20,000 (a gradient of 10^4 nodes), 6.8 s
-# at 60,000. `auto` generates code up to BUDGET_ROWS rows (about 5 s in a
+# fixed cost: 0.4 s at 50 rows, 1.6 s at 20,000 (a gradient of 10^4 nodes), 4.7 s
+# at 60,000 (a long program's modules compile on both cores). `auto` generates code
+# up to BUDGET_ROWS rows (about 3 s in a
 # background thread, once per machine thanks to the cache): at 20,000 rows
 # generated code ran 1.15x the interpreter's speed on a program of sin and tanh
 # and 2.4x on the RK4 pendulum's arithmetic (16,800 rows), but at 60,000 rows the
 # sin-and-tanh program ran 0.96x: past the budget the interpreter is as fast.
 COMPILE_SECONDS_FIXED = 0.2
-COMPILE_SECONDS_PER_ROW = 0.00011
+COMPILE_SECONDS_PER_ROW = 0.000075
 BUDGET_ROWS = 40_000
 
 

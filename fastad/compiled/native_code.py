@@ -1,9 +1,11 @@
 """Machine code for generated programs: LLVM IR compiled with llvmlite, cached as objects.
 
 :mod:`fastad.kernels.scalar_ir` lowers a program's generated kernels to
-LLVM IR; this module optimises it, emits an object file, keeps that file
-in the cache and loads it into one process-wide MCJIT engine, whose
-functions :mod:`fastad.kernels.native_calls` then calls by address.
+LLVM IR (a long program as several modules); this module optimises it,
+emits the object files (the modules of one program on several threads at
+once), keeps them in the cache as one file and loads them into one
+process-wide MCJIT engine, whose functions
+:mod:`fastad.kernels.native_calls` then calls by address.
 
 The cache lives in ``cache_directory()/native``: one file per module,
 named by a hash of the kernels' text, the IR lowering (every kernel file's
@@ -30,6 +32,7 @@ import threading
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -130,20 +133,21 @@ def compile_object(source: str, name: str) -> bytes:
         # Twice as many modules of parts as threads: a thread parses its next module
         # (under llvmlite's lock) while another emits (outside it), and they end together.
         texts = scalar_ir.module_irs(source, name, 2 * threads)
+        large = sum(text.count("\n") for text in texts) > LARGE_IR_LINES  # the program's size
         if len(texts) == 1:
-            return _pack([_compile_module(texts[0])])
+            return _pack([_compile_module(texts[0], large)])
         with ThreadPoolExecutor(threads, "fastad-llvm") as pool:
-            return _pack(list(pool.map(_compile_module, texts)))
+            return _pack(list(pool.map(partial(_compile_module, large=large), texts)))
     except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
         raise GenerationError(f"{type(error).__name__}: {error}") from error
 
 
-def _compile_module(text: str) -> bytes:
+def _compile_module(text: str, large: bool) -> bytes:
     """One module's object file, in an LLVM context of its own (contexts are not shared
-    between threads)."""
+    between threads); ``large``: no IR passes, ``-O1`` selection (``LARGE_IR_LINES``)."""
     module = llvm.parse_assembly(text, context=llvm.create_context())
     module.verify()
-    if text.count("\n") > LARGE_IR_LINES:
+    if large:
         return _emit_object(_target_machine(1), module)
     machine = _target_machine(2)
     tuning = llvm.create_pipeline_tuning_options(speed_level=2)
