@@ -869,10 +869,17 @@ on ranges of points (``native_calls.run_parallel``)."""
 
 def module_ir(source: str, name: str) -> str:
     """:func:`module_irs` as one module."""
-    return module_irs(source, name, 1)[0]
+    return module_irs(source, name, 1).texts[0]
 
 
-def module_irs(source: str, name: str, modules: int) -> list[str]:
+class Modules(NamedTuple):
+    """A program's IR as modules (:func:`module_irs`)."""
+
+    texts: list[str]
+    lines: int  # of the program as one module: its size, however it was shared out
+
+
+def module_irs(source: str, name: str, modules: int) -> Modules:
     """The LLVM IR of the generated module ``source`` (``scalar_source.module_source``),
     as modules that LLVM can compile at once, ``modules`` threads sharing the work.
 
@@ -898,7 +905,7 @@ def module_irs(source: str, name: str, modules: int) -> list[str]:
             gc.enable()
 
 
-def _module_irs(source: str, name: str, modules: int) -> list[str]:
+def _module_irs(source: str, name: str, modules: int) -> Modules:
     # The module's text is its header, its helpers and its kernels, three blank lines
     # apart: the helpers are parsed whole, the kernels statement shape by statement shape.
     shapes = _Shapes()
@@ -923,15 +930,18 @@ def _module_irs(source: str, name: str, modules: int) -> list[str]:
             module.helpers[definition.name] = (len(definition.args.args), function.returned)
             helpers.append(functions[-1])
     declarations = list(module.declarations.values())
+    whole = "\n\n".join([*declarations, *functions, *module.parts]) + "\n"
+    lines = whole.count("\n")
     groups = min(modules, len(module.parts))
     if modules < 2 or groups < 1:
-        return ["\n\n".join([*declarations, *functions, *module.parts]) + "\n"]
+        return Modules([whole], lines)
     shared = [part.replace("define internal void", "define void", 1) for part in module.parts]
     cuts = [len(shared) * group // groups for group in range(groups + 1)]
-    return [
+    texts = [
         "\n\n".join([*declarations, *functions, *module.part_declarations]) + "\n",
         *(
             "\n\n".join([*declarations, *helpers, *shared[cuts[i] : cuts[i + 1]]]) + "\n"
             for i in range(groups)
         ),
     ]
+    return Modules(texts, lines)

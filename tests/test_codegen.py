@@ -198,7 +198,9 @@ def test_statements_parsed_by_shape_lower_as_the_parsed_text(monkeypatch, mode):
 def test_code_that_fails_to_build_leaves_the_interpreter_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
     monkeypatch.setattr(native_code, "version_key", lambda: "a key of its own")
-    monkeypatch.setattr(scalar_ir, "module_irs", lambda source, name, modules: ["define i64 @x( {"])
+    monkeypatch.setattr(
+        scalar_ir, "module_irs", lambda source, name, modules: scalar_ir.Modules(["define {"], 1)
+    )
     interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
     points = np.random.default_rng(4).uniform(-1, 1, (20, 6))
     with pytest.warns(RuntimeWarning, match="could not be built"):
@@ -225,7 +227,7 @@ def test_long_kernels_run_in_parts_with_the_same_bits(monkeypatch, tmp_path):
     assert "@fastad_test_batch_work = constant i64 0" not in text
     # Compiled as several modules (the parts shared among them, the first calling
     # across), loaded into one engine: the same bits in every mode.
-    modules = scalar_ir.module_irs(generator.module_source(program, "grad"), "fastad_test", 3)
+    modules = scalar_ir.module_irs(generator.module_source(program, "grad"), "fastad_test", 3).texts
     part = re.compile(r"^define void @fastad_test_(batch|point)\.part\d+\(", re.MULTILINE)
     assert len(modules) == 4 and not part.search(modules[0])
     assert all(part.search(module) for module in modules[1:])
@@ -841,13 +843,32 @@ def test_the_optimisation_level_follows_the_whole_program_not_each_module(monkey
         return compile_module(text, large)
 
     monkeypatch.setattr(native_code, "_compile_module", recording)
-    total = sum(text.count("\n") for text in scalar_ir.module_irs(source, "fastad_x", 2))
+    total = scalar_ir.module_irs(source, "fastad_x", 2).lines  # the program's, as one module
+    assert total == scalar_ir.module_ir(source, "fastad_x").count("\n")
     for limit, large in ((total + 1, False), (total - 1, True)):
         levels.clear()
         monkeypatch.setattr(native_code, "LARGE_IR_LINES", limit)
         monkeypatch.setattr(native_code, "compiling_threads", lambda: 1)
         native_code._unpack(native_code.compile_object(source, "fastad_x"))
         assert len(levels) > 2 and set(levels) == {large}
+
+
+def test_modules_compile_on_the_calling_thread_while_python_shuts_down(monkeypatch):
+    # After the main thread ends, a thread pool takes no new work: the program's
+    # modules compile one after another on the caller, not fail.
+    monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 7)
+    program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
+    source = generator.module_source(program, "grad")
+
+    class ShutDown(native_code.ThreadPoolExecutor):
+        def map(self, *args, **kwargs):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(native_code, "ThreadPoolExecutor", ShutDown)
+    monkeypatch.setattr(native_code, "compiling_threads", lambda: 2)
+    texts = scalar_ir.module_irs(source, "fastad_x", 4).texts
+    objects = native_code._unpack(native_code.compile_object(source, "fastad_x"))
+    assert len(texts) > 2 and len(objects) == len(texts)
 
 
 def test_object_files_travel_packed_and_a_damaged_pack_is_refused():
@@ -860,7 +881,7 @@ def test_object_files_travel_packed_and_a_damaged_pack_is_refused():
 
 
 def test_every_failure_to_build_is_a_generation_error(monkeypatch, tmp_path):
-    def broken(source, name, modules):
+    def broken(source, name, modules):  # noqa: ARG001
         raise ValueError("a kernel line that is not one statement")
 
     monkeypatch.setattr(scalar_ir, "module_irs", broken)

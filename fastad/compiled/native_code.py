@@ -132,28 +132,40 @@ def compile_object(source: str, name: str) -> bytes:
         threads = compiling_threads()
         # Twice as many modules of parts as threads: a thread parses its next module
         # (under llvmlite's lock) while another emits (outside it), and they end together.
-        texts = scalar_ir.module_irs(source, name, 2 * threads)
-        large = sum(text.count("\n") for text in texts) > LARGE_IR_LINES  # the program's size
+        texts, lines = scalar_ir.module_irs(source, name, 2 * threads)
+        compile_one = partial(_compile_module, large=lines > LARGE_IR_LINES)
         if len(texts) == 1:
-            return _pack([_compile_module(texts[0], large)])
+            return _pack([compile_one(texts[0])])
         with ThreadPoolExecutor(threads, "fastad-llvm") as pool:
-            return _pack(list(pool.map(partial(_compile_module, large=large), texts)))
+            try:
+                compiled = pool.map(compile_one, texts)
+            except RuntimeError:  # Python is shutting down: no new threads, so on this one
+                compiled = map(compile_one, texts)
+            return _pack(list(compiled))
     except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
         raise GenerationError(f"{type(error).__name__}: {error}") from error
 
 
 def _compile_module(text: str, large: bool) -> bytes:
     """One module's object file, in an LLVM context of its own (contexts are not shared
-    between threads); ``large``: no IR passes, ``-O1`` selection (``LARGE_IR_LINES``)."""
-    module = llvm.parse_assembly(text, context=llvm.create_context())
-    module.verify()
-    if large:
-        return _emit_object(_target_machine(1), module)
-    machine = _target_machine(2)
-    tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-    builder = llvm.create_pass_builder(machine, tuning)
-    builder.getModulePassManager().run(module, builder)
-    return bytes(machine.emit_object(module))
+    between threads); ``large``: no IR passes, ``-O1`` selection (``LARGE_IR_LINES``).
+
+    The module and its context are closed here, module first: left to the garbage
+    collector (a traceback in a cycle keeps them), the context could go first and take
+    the module with it, and the module's own disposal would then crash.
+    """
+    with (
+        llvm.create_context() as context,
+        llvm.parse_assembly(text, context=context) as module,
+    ):
+        module.verify()
+        if large:
+            return _emit_object(_target_machine(1), module)
+        machine = _target_machine(2)
+        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+        builder = llvm.create_pass_builder(machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return _emit_object(machine, module)
 
 
 def _emit_object(machine: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
@@ -278,8 +290,9 @@ def load(name: str, kernel: str, code: bytes) -> Native:
         try:
             if _ENGINE is None:
                 _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-            for data in _unpack(code):
-                _ENGINE.add_object_file(llvm.ObjectFileRef.from_data(data))
+            objects = [llvm.ObjectFileRef.from_data(data) for data in _unpack(code)]
+            for found_object in objects:  # all read first: a bad one adds none
+                _ENGINE.add_object_file(found_object)
             _ENGINE.finalize_object()
         except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
             raise GenerationError(
