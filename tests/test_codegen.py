@@ -22,6 +22,7 @@ from fastad.compiled import module_cache, native_code, replay, tiers
 from fastad.kernels import lane_sweeps, native_calls, scalar_ir
 from fastad.kernels import scalar_source as generator
 from fastad.util import memory
+from fastad.util import threads as thread_work
 from fastad.util.progress import progress
 
 EXAMPLE_2 = np.array([0.5, 1.2, -0.3, 0.8, 0.1, 1.0])
@@ -860,11 +861,11 @@ def test_modules_compile_on_the_calling_thread_while_python_shuts_down(monkeypat
     program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
     source = generator.module_source(program, "grad")
 
-    class ShutDown(native_code.ThreadPoolExecutor):
-        def map(self, *args, **kwargs):
+    class ShutDown(thread_work.ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
-    monkeypatch.setattr(native_code, "ThreadPoolExecutor", ShutDown)
+    monkeypatch.setattr(thread_work, "ThreadPoolExecutor", ShutDown)
     monkeypatch.setattr(native_code, "compiling_threads", lambda: 2)
     texts = scalar_ir.module_irs(source, "fastad_x", 4).texts
     objects = native_code._unpack(native_code.compile_object(source, "fastad_x"))

@@ -31,7 +31,6 @@ import struct
 import threading
 import uuid
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -42,6 +41,7 @@ from llvmlite.binding import ffi
 
 from fastad.kernels import scalar_ir
 from fastad.kernels.jit import cache_directory, kernels_source_stamp
+from fastad.util.threads import on_threads
 
 _MAGIC = b"fastad native code 2\n"  # a container of object files (``_pack``)
 LARGE_IR_LINES = 2_000
@@ -134,14 +134,16 @@ def compile_object(source: str, name: str) -> bytes:
         # (under llvmlite's lock) while another emits (outside it), and they end together.
         texts, lines = scalar_ir.module_irs(source, name, 2 * threads)
         compile_one = partial(_compile_module, large=lines > LARGE_IR_LINES)
-        if len(texts) == 1:
-            return _pack([compile_one(texts[0])])
-        with ThreadPoolExecutor(threads, "fastad-llvm") as pool:
-            try:
-                compiled = pool.map(compile_one, texts)
-            except RuntimeError:  # Python is shutting down: no new threads, so on this one
-                compiled = map(compile_one, texts)
-            return _pack(list(compiled))
+        objects = [b""] * len(texts)
+
+        def compile_share(share: range) -> None:
+            for index in share:
+                objects[index] = compile_one(texts[index])
+
+        # A thread per CPU, the modules dealt out among them in turn.
+        shares = [range(start, len(texts), threads) for start in range(min(threads, len(texts)))]
+        on_threads(compile_share, shares, "fastad-llvm")
+        return _pack(objects)
     except Exception as error:  # noqa: BLE001  (named in the error; the interpreter stays)
         raise GenerationError(f"{type(error).__name__}: {error}") from error
 

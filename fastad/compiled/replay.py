@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from fastad.kernels import lane_sweeps
 from fastad.kernels import scalar_source as generator
 from fastad.kernels.jit import is_warm
 from fastad.util.progress import progress
+from fastad.util.threads import on_threads
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -257,18 +257,7 @@ class Replay:
                 tuple(array if array is _NO_STATUS else array[start:stop] for array in arrays)
                 for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
             ]
-            here = ranges[:1]
-            with ThreadPoolExecutor(threads - 1, "fastad-interpreter") as pool:
-                others = []
-                for part in ranges[1:]:
-                    try:
-                        others.append(pool.submit(self._sweep, mode, *part))
-                    except RuntimeError:  # Python is shutting down: no new threads
-                        here.append(part)
-                for part in here:
-                    self._sweep(mode, *part)
-                for other in others:
-                    other.result()  # a worker's exception is raised here
+            on_threads(lambda part: self._sweep(mode, *part), ranges, "fastad-interpreter")
         return values, derivatives, status
 
     def _sweep(
