@@ -43,6 +43,16 @@ CASES = [
     ),
     ("einsum implicit", lambda a, b: np.einsum("ij,ij", a, b), [(2, 3), (2, 3)]),
     ("einsum sum", lambda a: np.einsum("abc->b", a), [(2, 3, 2)]),
+    ("einsum ellipsis", lambda a, b: np.einsum("...ij,jk->...ki", a, b), [(2, 3, 4), (4, 2)]),
+    ("einsum ellipsis implicit", lambda a, b: np.einsum("...j,j", a, b), [(2, 3, 4), (4,)]),
+    ("einsum diagonal", lambda a: np.einsum("ii->i", a), [(3, 3)]),
+    ("einsum trace", lambda a: np.einsum("ii", a), [(3, 3)]),
+    ("einsum batched diagonal", lambda a, b: np.einsum("bii,bj->bij", a, b), [(2, 3, 3), (2, 4)]),
+    (
+        "einsum four",
+        lambda a, b, c, d: np.einsum("ij,jk,kl,lm->im", a, b, c, d),
+        [(2, 5), (5, 3), (3, 4), (4, 2)],
+    ),
     ("einsum scalar", lambda a, b, c: np.einsum("i,i,j->j", a, b, c), [(3,), (3,), (2,)]),
     ("cumsum", lambda a: np.cumsum(a, axis=0), [(4, 3)]),
     ("cumsum flat", lambda a: np.cumsum(a), [(2, 3)]),
@@ -128,12 +138,12 @@ def test_bad_axes_and_options_are_named():
             np.expand_dims(X, (0, 0))
         with pytest.raises(TypeError, match="np.sort with order="):
             np.sort(X, order="x")
-        with pytest.raises(TypeError, match="'...'"):
-            np.einsum("...j,jk", X, X.T)
         with pytest.raises(ValueError, match="letter 'j' stands for 3 and 2 elements"):
             np.einsum("ij,jk", X, X)
-        with pytest.raises(TypeError, match="np.diagonal or np.trace"):
-            np.einsum("jj", X[:, :2])
+        with pytest.raises(ValueError, match="letter 'j' stands for 2 and 3 elements"):
+            np.einsum("jj", X)
+        with pytest.raises(ValueError, match="names more axes than its operand"):
+            np.einsum("...ijk", X)
         with pytest.raises(ValueError, match=r"'ij' for an operand of shape \(3,\)"):
             np.einsum("ij", X[0])
         with pytest.raises(TypeError, match="dtype=<class 'numpy.float32'>"):
@@ -143,7 +153,7 @@ def test_bad_axes_and_options_are_named():
 
 
 def test_sort_under_fa_compile_is_refused_by_name():
-    with pytest.raises(fa.TraceError, match=".value"):
+    with pytest.raises(fa.TraceError, match="np.sort of"):
         fa.compile(lambda x: np.sort(x).sum(), example=(np.arange(3.0),))
 
 

@@ -131,8 +131,75 @@ def test_shapes_are_named_in_errors():
             fa.linalg.inv(fa.var(2.0))
         with pytest.raises(TypeError, match="lower must be True or False"):
             fa.linalg.solve_triangular(A, np.ones(3), lower="yes")
-        with pytest.raises(TypeError, match="ord=None, axis=None"):
-            fa.linalg.norm(A, ord=1)
+        with pytest.raises(TypeError, match=r"ord='nuc' of a matrix \(singular values\)"):
+            fa.linalg.norm(A, ord="nuc")
+        with pytest.raises(ValueError, match="ord='fro' is a matrix norm"):
+            fa.linalg.norm(A, ord="fro", axis=0)
+        with pytest.raises(ValueError, match=r"axis=\(0, 0\) for shape \(3, 3\)"):
+            fa.linalg.norm(A, axis=(0, 0))
+        with pytest.raises(TypeError, match="integer power"):
+            fa.linalg.matrix_power(A, 1.5)
+        with pytest.raises(ValueError, match=r"square matrices, got shape \(3, 2\)"):
+            fa.linalg.matrix_power(fa.var(np.ones((3, 2))), 2)
+        with pytest.raises(ValueError, match="at least two"):
+            fa.linalg.multi_dot([A])
+
+
+NORMS = [
+    (None, None, False, (5,)),
+    (1, None, False, (5,)),
+    (np.inf, 0, True, (5,)),
+    (-np.inf, None, False, (5,)),
+    (0, 1, False, (3, 5)),
+    (3, -1, True, (3, 5)),
+    (0.5, 0, False, (3, 5)),
+    (None, 1, False, (2, 3, 4)),
+    ("fro", None, True, (3, 5)),
+    (1, None, False, (3, 5)),
+    (-1, (1, 0), False, (3, 5)),
+    (np.inf, (0, 2), True, (3, 2, 4)),
+    (-np.inf, None, False, (3, 5)),
+]
+
+
+@pytest.mark.parametrize("ord_, axis, keepdims, shape", NORMS)
+def test_norms_match_numpy_and_central_differences(ord_, axis, keepdims, shape, rng):
+    array = rng.normal(size=shape)
+
+    def reference(x):
+        return np.linalg.norm(x, ord_, axis, keepdims)
+
+    weights = rng.normal(size=np.shape(reference(array)))
+    with fa.Tape():
+        X = fa.var(array)
+        got = np.linalg.norm(X, ord_, axis, keepdims)
+        np.testing.assert_allclose(np.asarray(got.value), reference(array), rtol=1e-14)
+        loss = (got * weights).sum() if isinstance(got, fa.Block) else got * float(weights)
+        gradient = fa.grad(loss, X)
+    h = 1e-6
+    numeric = np.zeros(shape)
+    for index in np.ndindex(shape):
+        up, down = array.copy(), array.copy()
+        up[index] += h
+        down[index] -= h
+        rise = np.sum(reference(up) * weights) - np.sum(reference(down) * weights)
+        numeric[index] = rise / (2 * h)
+    np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("power", [0, 1, 2, 5, -3])
+def test_matrix_power_and_multi_dot_match_numpy(power, rng):
+    matrix = rng.normal(size=(3, 3)) + 3.0 * np.eye(3)
+    chain = [rng.normal(size=4), rng.normal(size=(4, 30)), rng.normal(size=(30, 2))]
+    with fa.Tape():
+        M = fa.var(matrix)
+        got = np.linalg.matrix_power(M, power)
+        value = got.value if isinstance(got, fa.Block) else got
+        np.testing.assert_allclose(value, np.linalg.matrix_power(matrix, power), rtol=1e-12)
+        nodes = [fa.var(c) for c in chain]
+        product = np.linalg.multi_dot(nodes)
+        np.testing.assert_allclose(product.value, np.linalg.multi_dot(chain), rtol=1e-12)
+        assert product.shape == (2,)
 
 
 def test_numpy_linalg_on_nodes_records_the_fastad_op(spd, rng):

@@ -1,10 +1,9 @@
-"""NumPy's axis, joining and contraction functions on blocks, composed of recorded ops.
+"""NumPy's axis, joining and diagonal functions on blocks, composed of recorded ops.
 
-``np.expand_dims``, ``np.moveaxis``, ``np.swapaxes``, ``np.flip``, ``np.outer``,
-``np.inner``, ``np.tensordot``, ``np.einsum``, ``np.trace``, ``np.diagonal``, ``np.diag``,
-``np.vstack``, ``np.hstack``, ``np.tile``, ``np.pad`` (constant mode) and
-``np.sort`` on block nodes record reshapes, transposes, indexing, products,
-sums and concatenations, so every derivative (first and second order) is
+``np.expand_dims``, ``np.moveaxis``, ``np.swapaxes``, ``np.flip``, ``np.trace``,
+``np.diagonal``, ``np.diag``, ``np.vstack``, ``np.hstack``, ``np.tile``, ``np.pad``
+(constant mode) and ``np.sort`` on block nodes record reshapes, transposes,
+indexing, products, sums and concatenations, so every derivative (first and second order) is
 theirs: nothing here has a rule of its own. ``np.cumsum`` records its own
 block op (``reduction_rules.Cumsum``). The operands may mix blocks and
 plain arrays (NumPy gives these functions to fastad when any operand is a
@@ -13,7 +12,6 @@ node); a scalar node is refused, naming the function.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,13 +19,14 @@ import numpy as np
 
 from fastad.eager import blocks
 from fastad.eager.block_params import normal_axis
+from fastad.eager.handle import values_of
 from fastad.eager.node import Block, Var, record_block_on
 from fastad.kernels import optable
 
 CUMSUM = optable.BLOCK_BY_NAME["cumsum"].code
 
 
-def _array(x: Any, function: str) -> Any:
+def operand(x: Any, function: str) -> Any:
     """``x`` as a block or a float64 array; a scalar node is refused."""
     if isinstance(x, Var):
         raise TypeError(
@@ -42,7 +41,7 @@ def _axes(value: Any) -> tuple[Any, ...]:
 
 
 def expand_dims(a: Any, axis: Any) -> Any:
-    x = _array(a, "expand_dims")
+    x = operand(a, "expand_dims")
     wanted = _axes(axis)
     rank = x.ndim + len(wanted)
     placed = sorted(normal_axis((1,) * rank, ax, x) for ax in wanted)
@@ -55,7 +54,7 @@ def expand_dims(a: Any, axis: Any) -> Any:
 
 
 def moveaxis(a: Any, source: Any, destination: Any) -> Any:
-    x = _array(a, "moveaxis")
+    x = operand(a, "moveaxis")
     sources = [normal_axis(x.shape, ax, x) for ax in _axes(source)]
     targets = [normal_axis(x.shape, ax, x) for ax in _axes(destination)]
     if len(sources) != len(targets):
@@ -69,7 +68,7 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Any:
 
 
 def swapaxes(a: Any, axis1: Any, axis2: Any) -> Any:
-    x = _array(a, "swapaxes")
+    x = operand(a, "swapaxes")
     order = list(range(x.ndim))
     i, j = normal_axis(x.shape, axis1, x), normal_axis(x.shape, axis2, x)
     order[i], order[j] = order[j], order[i]
@@ -77,55 +76,14 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Any:
 
 
 def flip(m: Any, axis: Any = None) -> Any:
-    x = _array(m, "flip")
+    x = operand(m, "flip")
     flipped = range(x.ndim) if axis is None else [normal_axis(x.shape, a, x) for a in _axes(axis)]
     key = tuple(slice(None, None, -1) if n in flipped else slice(None) for n in range(x.ndim))
     return x[key]
 
 
-def outer(a: Any, b: Any, out: Any = None) -> Any:
-    refuse_options("outer", out=out)
-    return _array(a, "outer").reshape((-1, 1)) * _array(b, "outer").reshape((1, -1))
-
-
-def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
-    x, y = _array(a, "tensordot"), _array(b, "tensordot")
-    if isinstance(axes, (int, np.integer)):
-        count = int(axes)
-        if not 0 <= count <= min(x.ndim, y.ndim):
-            raise ValueError(
-                f"np.tensordot: axes={count} for arrays of shapes {x.shape} and {y.shape}"
-            )
-        left, right = list(range(x.ndim - count, x.ndim)), list(range(count))
-    else:
-        first, second = axes
-        left = [normal_axis(x.shape, ax, x) for ax in _axes(first)]
-        right = [normal_axis(y.shape, ax, y) for ax in _axes(second)]
-    pairs = zip(left, right, strict=False)  # lengths compared first
-    if len(left) != len(right) or any(x.shape[i] != y.shape[j] for i, j in pairs):
-        raise ValueError(
-            f"np.tensordot: axes {left} of shape {x.shape} and {right} of shape {y.shape} "
-            "do not match"
-        )
-    free_x = [n for n in range(x.ndim) if n not in left]
-    free_y = [n for n in range(y.ndim) if n not in right]
-    inner = math.prod(x.shape[i] for i in left)
-    matrix_x = x.transpose(tuple(free_x + left)).reshape((-1, inner))
-    matrix_y = y.transpose(tuple(right + free_y)).reshape((inner, -1))
-    shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
-    product = matrix_x @ matrix_y  # (1, 1) for a full contraction: its one element
-    return product.reshape(shape) if shape else product.sum()
-
-
-def inner(a: Any, b: Any) -> Any:
-    x, y = _array(a, "inner"), _array(b, "inner")
-    if x.ndim == 0 or y.ndim == 0:
-        return x * y
-    return tensordot(x, y, ([-1], [-1]))
-
-
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
-    x = _array(a, "diagonal")
+    x = operand(a, "diagonal")
     if x.ndim != 2:
         raise TypeError(
             f"np.diagonal of fastad blocks takes matrices (2 axes), got shape {x.shape}: "
@@ -133,7 +91,8 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
         )
     first, second = normal_axis(x.shape, axis1, x), normal_axis(x.shape, axis2, x)
     if first == second:
-        raise ValueError(f"np.diagonal: axis1 and axis2 are both axis {first}")
+        raise ValueError(f"np.diagonal: axis1={axis1!r} and axis2={axis2!r} are both axis {first}")
+    offset = integer(offset, "np.diagonal's offset")
     if first == 1:
         x = x.T
     rows = np.arange(max(0, -offset), min(x.shape[0], x.shape[1] - offset))
@@ -148,7 +107,7 @@ def trace(
 
 
 def diag(v: Any, k: int = 0) -> Any:
-    x = _array(v, "diag")
+    x = operand(v, "diag")
     if x.ndim == 2:
         return diagonal(x, k)
     if x.ndim != 1:
@@ -167,13 +126,13 @@ def diag(v: Any, k: int = 0) -> Any:
 
 def vstack(tup: Sequence[Any], **options: Any) -> Any:
     refuse_options("vstack", **options)
-    parts = [_at_least_1d(_array(x, "vstack")) for x in tup]
+    parts = [_at_least_1d(operand(x, "vstack")) for x in tup]
     return blocks.concatenate([x.reshape((1, -1)) if x.ndim == 1 else x for x in parts], 0)
 
 
 def hstack(tup: Sequence[Any], **options: Any) -> Any:
     refuse_options("hstack", **options)
-    parts = [_at_least_1d(_array(x, "hstack")) for x in tup]
+    parts = [_at_least_1d(operand(x, "hstack")) for x in tup]
     return blocks.concatenate(parts, axis=0 if all(x.ndim == 1 for x in parts) else 1)
 
 
@@ -182,7 +141,7 @@ def _at_least_1d(x: Any) -> Any:
 
 
 def tile(A: Any, reps: Any) -> Any:
-    x = _array(A, "tile")
+    x = operand(A, "tile")
     counts = tuple(int(r) for r in _axes(reps))
     rank = max(x.ndim, len(counts))
     x = x.reshape((1,) * (rank - x.ndim) + tuple(x.shape))
@@ -198,7 +157,7 @@ def tile(A: Any, reps: Any) -> Any:
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> Any:
-    x = _array(array, "pad")
+    x = operand(array, "pad")
     value = options.pop("constant_values", 0.0)
     refuse_options("pad", **options)
     if mode != "constant" or np.ndim(value) != 0:
@@ -222,7 +181,7 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> A
 
 def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     """Running sums along ``axis`` (None: of the flattened array), one block op."""
-    x = _array(a, "cumsum")
+    x = operand(a, "cumsum")
     refuse_options("cumsum", out=out, dtype=other_dtype(dtype))
     if not isinstance(x, Block):
         return np.cumsum(x, axis)
@@ -234,16 +193,22 @@ def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
 def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options: Any) -> Any:
     """The sorted block by indexing with its values' order (the gradient goes back through the
     permutation); while ``fa.compile`` traces, its ``.value`` is refused, naming it."""
-    x = _array(a, "sort")
+    x = operand(a, "sort")
     refuse_options("sort", order=order, **options)
     if axis is None:
         x, axis = x.reshape((-1,)), 0
     axis = normal_axis(x.shape, axis, x)
-    value = x.value if isinstance(x, Block) else x
-    ranks = np.argsort(value, axis=axis, kind=kind or "stable")
+    ranks = np.argsort(values_of(x, "np.sort"), axis=axis, kind=kind or "stable")
     key = list(np.indices(x.shape, sparse=True))
     key[axis] = ranks
     return x[tuple(key)]
+
+
+def integer(value: Any, what: str) -> int:
+    """``value`` as a Python int (NumPy's integers and bools' kin refused by name)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
+    return int(value)
 
 
 def refuse_options(function: str, **options: Any) -> None:
@@ -272,9 +237,6 @@ HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
     np.moveaxis: moveaxis,
     np.swapaxes: swapaxes,
     np.flip: flip,
-    np.outer: outer,
-    np.inner: inner,
-    np.tensordot: tensordot,
     np.trace: trace,
     np.diagonal: diagonal,
     np.diag: diag,
@@ -286,102 +248,3 @@ HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
     np.cumsum: cumsum,
 }
 """NumPy function -> its composition on blocks (``numpy_protocol`` dispatches to them)."""
-
-
-def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
-    """``np.einsum`` of blocks and arrays, as sums, transposes and (batched) products: each
-    letter found in one operand only and not in the output is summed first, then the operands
-    are contracted pairwise from the left, a pair's shared letters that are needed later
-    (in the output or another operand) as the batch of one stacked product. Explicit and
-    implicit outputs; no ``...`` and no letter repeated within one operand (``np.diagonal``
-    and ``np.trace`` take those)."""
-    options.pop("optimize", None)  # the order is fixed: pairwise from the left
-    refuse_options("einsum", **options)
-    if not isinstance(subscripts, str):
-        raise TypeError("np.einsum of fastad blocks takes its subscripts as a string ('ij,jk->ik')")
-    spec = subscripts.replace(" ", "")
-    inputs_spec, arrow, output = spec.partition("->")
-    letters = inputs_spec.split(",")
-    if "." in spec:
-        raise TypeError(
-            f"np.einsum with '...' ({subscripts!r}) is not recorded on fastad nodes: name "
-            "every axis with a letter"
-        )
-    if len(letters) != len(operands) or not all(c.isalpha() for c in "".join(letters) + output):
-        raise ValueError(
-            f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(operands)} "
-            "operand(s); give one group of letters per operand"
-        )
-    if not arrow:  # implicit: the letters seen once, in alphabetical order
-        counts = {c: inputs_spec.count(c) for c in inputs_spec if c != ","}
-        output = "".join(sorted(c for c, n in counts.items() if n == 1))
-    unknown = sorted(set(output) - set(inputs_spec))
-    if unknown or len(set(output)) != len(output):
-        raise ValueError(
-            f"np.einsum: the output {output!r} of {subscripts!r} names letters that no operand "
-            f"has ({unknown}) or a letter twice"
-        )
-    terms = []
-    for group, operand in zip(letters, operands, strict=True):
-        x = _array(operand, "einsum")
-        if len(set(group)) != len(group):
-            raise TypeError(
-                f"np.einsum with a letter repeated in {group!r} (a diagonal) is not recorded on "
-                "fastad nodes: take it with np.diagonal or np.trace first"
-            )
-        if len(group) != x.ndim:
-            raise ValueError(
-                f"np.einsum of fastad blocks: {group!r} for an operand of shape {x.shape} "
-                "(one letter per axis)"
-            )
-        terms.append((x, group))
-    sizes: dict[str, int] = {}
-    for x, group in terms:
-        for letter, size in zip(group, x.shape, strict=True):
-            if sizes.setdefault(letter, size) != size:
-                raise ValueError(
-                    f"np.einsum: letter {letter!r} stands for {sizes[letter]} and {size} elements"
-                )
-    x, group = terms[0]
-    for position in range(1, len(terms) + 1):
-        later = output + "".join(g for _, g in terms[position:])
-        lone = [n for n, c in enumerate(group) if c not in later]
-        if lone:  # letters no later operand and not the output has: summed now
-            x = x.sum(axis=tuple(lone))
-            group = "".join(c for c in group if c in later)
-        if position == len(terms):
-            break
-        y, other = terms[position]
-        still = output + "".join(g for _, g in terms[position + 1 :])
-        y_lone = [n for n, c in enumerate(other) if c not in still and c not in group]
-        if y_lone:
-            y = y.sum(axis=tuple(y_lone))
-            other = "".join(c for n, c in enumerate(other) if n not in y_lone)
-        if not group or not other:  # a scalar beside an array: their product
-            x, group = x * y, group or other
-        else:
-            x, group = _contract(x, group, y, other, still, sizes)
-    return x.transpose(tuple(group.index(c) for c in output)) if group != output else x
-
-
-def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[str, int]) -> Any:
-    """``x`` and ``y`` (letters ``group`` and ``other``) as one stacked product: shared letters
-    needed ``later`` are its batch, the other shared ones are summed, the rest stay."""
-    batch = [c for c in group if c in other and c in later]
-    summed = [c for c in group if c in other and c not in later]
-    free_x = [c for c in group if c not in other]
-    free_y = [c for c in other if c not in group]
-
-    def size(letters: list[str]) -> int:
-        return math.prod(sizes[c] for c in letters)
-
-    left = x.transpose(tuple(group.index(c) for c in batch + free_x + summed))
-    right = y.transpose(tuple(other.index(c) for c in batch + summed + free_y))
-    left = left.reshape((size(batch), size(free_x), size(summed)))
-    right = right.reshape((size(batch), size(summed), size(free_y)))
-    shape = tuple(sizes[c] for c in batch + free_x + free_y)
-    product = left @ right  # (1, 1, 1) for a full contraction: its one element, a scalar
-    return (product.reshape(shape) if shape else product.sum()), "".join(batch + free_x + free_y)
-
-
-HANDLED[np.einsum] = einsum

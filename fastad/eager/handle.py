@@ -117,6 +117,18 @@ def refuse_escape(node: Node, how: str) -> NoReturn:
     )
 
 
+def values_of(x: object, how: str) -> Any:
+    """The numbers of ``x`` (a node's value, else ``x`` itself) for ``how``, a function whose
+    result depends on them as a constant (an order, a rounding); ``TraceError`` naming ``how``
+    while ``fa.compile`` traces, where they would be frozen into every replay."""
+    if not isinstance(x, Node):
+        return x
+    if x._tape._storage.guards is not None:
+        refuse_escape(x, how)
+    check_live(x)
+    return x.value  # type: ignore[attr-defined]
+
+
 def as_object(x: object) -> object:
     """``x`` for NumPy's object-array machinery: a node becomes a 0-d object array.
 

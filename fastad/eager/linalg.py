@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from fastad.eager.block_params import normal_axis
 from fastad.eager.functions import abs as fa_abs
 from fastad.eager.functions import sqrt
 from fastad.eager.handle import Node, tape_of
@@ -120,20 +121,166 @@ def eigh(A: Block | ArrayLike) -> EighResult:
     return EighResult(both[0], both[1:])
 
 
-def norm(x: Block | ArrayLike, ord: None = None, axis: None = None) -> Any:  # noqa: A002
-    """The 2-norm of a vector, or the Frobenius norm of a matrix (``np.linalg.norm`` with
-    ``ord`` and ``axis`` None): ``sqrt(sum(x * x))``. Other orders and axes are refused."""
-    if ord is not None or axis is not None:
-        raise TypeError(
-            f"fa.linalg.norm computes the 2-norm or Frobenius norm of the whole array "
-            f"(ord=None, axis=None); got ord={ord!r}, axis={axis!r}: write it from "
-            "fa.sqrt, fa.abs and .sum(axis=...)"
-        )
+def norm(
+    x: Block | ArrayLike,
+    ord: Any = None,  # noqa: A002  (np.linalg.norm's name)
+    axis: Any = None,
+    keepdims: bool = False,
+) -> Any:
+    """``np.linalg.norm``: vector norms (``ord`` None or 2, 1, inf, -inf, 0, any p) over one
+    axis, matrix norms (None or 'fro', 1, -1, inf, -inf) over two, as NumPy picks them from
+    ``axis`` and the rank. The 2-norm is ``sqrt(sum(x * x))``; the spectral and nuclear
+    norms (``ord`` 2, -2, 'nuc' of a matrix) need singular values and are refused."""
     if isinstance(x, Var):
         return fa_abs(x)
     if not isinstance(x, Node):
-        return float(np.linalg.norm(np.asarray(x, dtype=np.float64)))
-    return sqrt((x * x).sum())
+        return np.linalg.norm(np.asarray(x, dtype=np.float64), ord, axis, keepdims)
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise TypeError(f"np.linalg.norm: keepdims must be True or False, got {keepdims!r}")
+    if axis is None:
+        if ord is None:  # the 2-norm of the flattened array, whatever its rank
+            result: Any = sqrt((x * x).sum())
+            return np.reshape(result, (1,) * x.ndim) if keepdims else result
+        axis = tuple(range(x.ndim))
+    axes = tuple(normal_axis(x.shape, a, x) for a in (axis if isinstance(axis, tuple) else (axis,)))
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes[0], keepdims)
+    if len(axes) == 2 and axes[0] != axes[1]:
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError(f"np.linalg.norm: axis={axis!r} for shape {x.shape} (one axis or two)")
 
 
-__all__ = ["cholesky", "det", "eigh", "inv", "norm", "slogdet", "solve", "solve_triangular"]
+def _vector_norm(x: Any, ord: Any, axis: int, keepdims: bool) -> Any:  # noqa: A002
+    if ord is None or ord == 2:
+        return sqrt((x * x).sum(axis, keepdims=keepdims))
+    if isinstance(ord, str):
+        raise ValueError(f"np.linalg.norm: ord={ord!r} is a matrix norm; a vector takes a number")
+    magnitude = fa_abs(x)
+    if ord == np.inf:
+        return magnitude.max(axis, keepdims=keepdims)
+    if ord == -np.inf:
+        return magnitude.min(axis, keepdims=keepdims)
+    if ord == 0:
+        return (x != 0.0).sum(axis, keepdims=keepdims)
+    if ord == 1:
+        return magnitude.sum(axis, keepdims=keepdims)
+    return ((magnitude ** float(ord)).sum(axis, keepdims=keepdims)) ** (1.0 / float(ord))
+
+
+def _matrix_norm(x: Any, ord: Any, axes: tuple[int, ...], keepdims: bool) -> Any:  # noqa: A002
+    rows, columns = axes
+    if ord is None or ord == "fro":
+        return sqrt((x * x).sum(axes, keepdims=keepdims))
+    if ord not in (1, -1, np.inf, -np.inf):
+        raise TypeError(
+            f"np.linalg.norm with ord={ord!r} of a matrix (singular values) is not recorded on "
+            "fastad nodes: use ord 'fro', 1, -1, inf or -inf"
+        )
+    summed, kept = (rows, columns) if abs(ord) == 1 else (columns, rows)
+    sums = fa_abs(x).sum(summed, keepdims=True)
+    result = sums.max(kept, keepdims=True) if ord > 0 else sums.min(kept, keepdims=True)
+    if keepdims:
+        return result
+    shape = tuple(n for i, n in enumerate(x.shape) if i not in axes)
+    return result.reshape(shape) if shape else result.sum()
+
+
+def eigvalsh(A: Block | ArrayLike, UPLO: str = "L") -> Any:  # noqa: N803  (NumPy's name)
+    """The eigenvalues of ``(A + A^T) / 2``, ascending: :func:`eigh`'s first result."""
+    if UPLO != "L":
+        raise TypeError(
+            f"np.linalg.eigvalsh with UPLO={UPLO!r} is not recorded on fastad nodes: the "
+            "input is symmetrised (as jax.numpy's), so give UPLO='L'"
+        )
+    return eigh(A).eigenvalues
+
+
+def matrix_power(a: Block | ArrayLike, n: int) -> Any:
+    """``a`` to the integer power ``n`` by repeated squaring (``n < 0``: of ``inv(a)``)."""
+    if not isinstance(n, (int, np.integer)):
+        raise TypeError(f"np.linalg.matrix_power takes an integer power, got {n!r}")
+    x: Any = a if isinstance(a, Node) else np.asarray(a, dtype=np.float64)
+    shape = x.shape
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ValueError(f"np.linalg.matrix_power takes square matrices, got shape {shape}")
+    if n == 0:
+        return np.broadcast_to(np.eye(shape[-1]), shape).copy()
+    base, power, result = (inv(x) if n < 0 else x), abs(int(n)), None
+    while power:
+        if power & 1:
+            result = base if result is None else result @ base
+        power >>= 1
+        if power:
+            base = base @ base
+    return result
+
+
+def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+    """``A @ B @ C ...`` in the order of fewest multiplications (NumPy's choice); a vector
+    first or last is a row or a column, and is one again in the result."""
+    if out is not None:
+        raise TypeError("np.linalg.multi_dot(..., out=...) is not recorded: use the result")
+    items: list[Any] = [x if isinstance(x, Node) else np.asarray(x, np.float64) for x in arrays]
+    if len(items) < 2:
+        raise ValueError("np.linalg.multi_dot needs at least two arrays")
+    ranks = [len(x.shape) for x in items]
+    if any(r != 2 for r in ranks[1:-1]) or not {ranks[0], ranks[-1]} <= {1, 2}:
+        raise ValueError(
+            f"np.linalg.multi_dot takes matrices (the first and last may be vectors), got "
+            f"shapes {[x.shape for x in items]}"
+        )
+    first_vector, last_vector = len(items[0].shape) == 1, len(items[-1].shape) == 1
+    if first_vector:
+        items[0] = items[0].reshape((1, -1))
+    if last_vector:
+        items[-1] = items[-1].reshape((-1, 1))
+    for n in range(len(items) - 1):
+        if items[n].shape[1] != items[n + 1].shape[0]:
+            raise ValueError(
+                f"np.linalg.multi_dot: array {n} of shape {items[n].shape} and array {n + 1} "
+                f"of shape {items[n + 1].shape} do not chain"
+            )
+    dims = [items[0].shape[0]] + [x.shape[1] for x in items]
+    result = _chain(items, _chain_order(dims), 0, len(items) - 1)
+    if first_vector and last_vector:
+        return result.sum()
+    if first_vector or last_vector:
+        return result.reshape((-1,))
+    return result
+
+
+def _chain_order(dims: list[int]) -> list[list[int]]:
+    """The split of each sub-chain ``i..j`` that multiplies it with the fewest products."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j], split[i][j] = min(
+                (cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1], k)
+                for k in range(i, j)
+            )
+    return split
+
+
+def _chain(items: list[Any], split: list[list[int]], i: int, j: int) -> Any:
+    if i == j:
+        return items[i]
+    k = split[i][j]
+    return _chain(items, split, i, k) @ _chain(items, split, k + 1, j)
+
+
+__all__ = [
+    "cholesky",
+    "det",
+    "eigh",
+    "eigvalsh",
+    "inv",
+    "matrix_power",
+    "multi_dot",
+    "norm",
+    "slogdet",
+    "solve",
+    "solve_triangular",
+]

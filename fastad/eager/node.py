@@ -222,6 +222,19 @@ class Var(ScalarNode, Operators["Var", "Block"]):
         check_live(self)
         return self._tape.adjoint(self._id)
 
+    def __getitem__(self, key: Any) -> Var:
+        """``x[()]`` and ``x[...]``: the node itself, as for a 0-d array; a scalar node has no
+        axes, so any other index raises ``IndexError`` naming it."""
+        if (isinstance(key, tuple) and not key) or key is Ellipsis:
+            return self
+        raise IndexError(
+            f"{self!r} is a scalar node (no axes): index it with () or ..., not {key!r}"
+        )
+
+    # One number, not a sequence: iter() and list() raise TypeError, as for a 0-d array
+    # (without this, iteration would call __getitem__(0) and stop at its IndexError).
+    __iter__ = None
+
     def backward(self, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.
 
@@ -644,10 +657,46 @@ class Block(Node, Operators["Block", "Block"]):
         return cast("Block", lower if max is None else elementwise(_MINIMUM, lower, max))
 
     def dot(self, other: Block | NumericArray) -> Block | Var:
-        """``self @ other`` for vectors and matrices, as ``ndarray.dot``."""
-        if self.ndim > 2 or np.ndim(other if not isinstance(other, Block) else other.value) > 2:
-            raise TypeError("Block.dot takes vectors and matrices; use @ (np.matmul's rule)")
-        return matmul(self, other)
+        """``np.dot(self, other)``, as ``ndarray.dot``."""
+        return cast("Block | Var", np.dot(self, other))
+
+    # ndarray's methods that are NumPy functions of the block: each calls the function, so
+    # the method and the function are one recorded composition.
+    def argmax(self, axis: int | None = None, *, keepdims: bool = False) -> Any:
+        """``np.argmax(self, ...)``: NumPy's integers of the values (refused while tracing)."""
+        return np.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: int | None = None, *, keepdims: bool = False) -> Any:
+        """``np.argmin(self, ...)``: NumPy's integers of the values (refused while tracing)."""
+        return np.argmin(self, axis=axis, keepdims=keepdims)
+
+    def argsort(self, axis: int = -1, kind: Any = None) -> Any:
+        """``np.argsort(self, ...)``: NumPy's integers of the values (refused while tracing)."""
+        return np.argsort(self, axis=axis, kind=kind)
+
+    def cumsum(self, axis: int | None = None) -> Block:
+        """``np.cumsum(self, axis)``: the running sums."""
+        return cast("Block", np.cumsum(self, axis=axis))
+
+    def cumprod(self, axis: int | None = None) -> Block:
+        """``np.cumprod(self, axis)``: the running products."""
+        return cast("Block", np.cumprod(self, axis=axis))
+
+    def repeat(self, repeats: Any, axis: int | None = None) -> Block:
+        """``np.repeat(self, repeats, axis)``."""
+        return cast("Block", np.repeat(self, repeats, axis=axis))
+
+    def swapaxes(self, axis1: int, axis2: int) -> Block:
+        """``np.swapaxes(self, axis1, axis2)``."""
+        return cast("Block", np.swapaxes(self, axis1, axis2))
+
+    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Block:
+        """``np.diagonal(self, ...)``."""
+        return cast("Block", np.diagonal(self, offset, axis1, axis2))
+
+    def trace(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Var:
+        """``np.trace(self, ...)``."""
+        return cast("Var", np.trace(self, offset, axis1, axis2))
 
     def item(self) -> Var:
         """The one element as a scalar node, as ``ndarray.item`` (a block of size 1)."""

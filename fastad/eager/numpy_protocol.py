@@ -23,7 +23,16 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from fastad.eager import array_functions, blocks, functions, linalg
+from fastad.eager import (
+    array_functions,
+    blocks,
+    contractions,
+    functions,
+    linalg,
+    shape_functions,
+    statistics,
+    ufunc_compositions,
+)
 from fastad.eager.array_functions import other_dtype, refuse_options
 from fastad.eager.handle import NUMPY_HANDLERS, Node
 from fastad.eager.node import Block, Var, matmul
@@ -71,6 +80,8 @@ _UFUNCS: dict[str, Callable[..., Any]] = {
     "fabs": functions.abs,
     "log2": lambda x: functions.log(x) * (1.0 / np.log(2.0)),
     "log10": lambda x: functions.log(x) * (1.0 / np.log(10.0)),
+    "float_power": _binary_operator("__pow__", "__rpow__"),
+    **ufunc_compositions.UFUNCS,
     # Every public op whose name is a NumPy ufunc's (exp, log, maximum,
     # arctan2...): a new op-table row with such a name is mapped by itself.
     # (keyed by the ufunc's own name: np.abs is np.absolute).
@@ -82,16 +93,12 @@ _UFUNCS: dict[str, Callable[..., Any]] = {
 }
 """NumPy ufunc name -> what records it on nodes (the same op as the fastad function)."""
 
+_REMAINDER_HINT = "x - np.floor(x / y) * y (the floor is a constant: eager tapes only)"
 _UFUNC_HINTS = {
-    "isfinite": "a comparison node (x == x is 0 at nan) or .value for the numbers (no gradient)",
-    "isnan": "x != x (a comparison node) or .value for the numbers (no gradient)",
-    "isinf": "a comparison with inf, or .value for the numbers (no gradient)",
-    "logaddexp": "fa.logsumexp(fa.stack([a, b]), axis=0)",
     "erf": "fa.erf",
-    "floor": ".value for the numbers (rounding has no useful derivative; it would be 0)",
-    "ceil": ".value for the numbers (rounding has no useful derivative; it would be 0)",
-    "round": ".value for the numbers (rounding has no useful derivative; it would be 0)",
-    "rint": ".value for the numbers (rounding has no useful derivative; it would be 0)",
+    "remainder": _REMAINDER_HINT,
+    "fmod": "x - np.trunc(x / y) * y (the truncation is a constant: eager tapes only)",
+    "copysign": "fa.where(y < 0, -fa.abs(x), fa.abs(x)) (which reads -0.0 as +0.0)",
 }
 
 
@@ -295,16 +302,6 @@ def _clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, **optio
     return functions.clip(a, low, high)
 
 
-def _dot(a: Any, b: Any, out: Any = None) -> Any:
-    refuse_options("dot", out=out)
-    ndims = [len(x.shape) if isinstance(x, Block) else np.ndim(x) for x in (a, b)]
-    if 0 in ndims or isinstance(a, Var) or isinstance(b, Var):
-        return _UFUNCS["multiply"](a, b)
-    if max(ndims) > 2:
-        _refuse("np.dot of arrays of more than two axes", "the @ operator (np.matmul's rule)")
-    return matmul(a, b)
-
-
 def _shape(a: Any) -> tuple[int, ...]:
     return a.shape if isinstance(a, Block) else ()
 
@@ -335,7 +332,6 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.stack: _stack,
     np.where: _where,
     np.clip: _clip,
-    np.dot: _dot,
     np.shape: _shape,
     np.ndim: _ndim,
     np.size: _size,
@@ -346,7 +342,15 @@ _FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.linalg.slogdet: linalg.slogdet,
     np.linalg.norm: linalg.norm,
     np.linalg.eigh: linalg.eigh,
+    np.linalg.eigvalsh: linalg.eigvalsh,
+    np.linalg.matrix_power: linalg.matrix_power,
+    np.linalg.multi_dot: linalg.multi_dot,
     **array_functions.HANDLED,
+    **contractions.HANDLED,
+    **shape_functions.HANDLED,
+    **statistics.HANDLED,
+    np.round: ufunc_compositions.round_,
+    np.around: ufunc_compositions.round_,
 }
 for _alias, _name in (("amax", "max"), ("amin", "min")):
     if hasattr(np, _alias) and getattr(np, _alias) is not getattr(np, _name):
@@ -355,6 +359,10 @@ for _alias, _name in (("amax", "max"), ("amin", "min")):
 _FUNCTION_HINTS = {
     "asarray": ".value for the numbers (no gradient), or keep the block",
     "array": ".value for the numbers (no gradient), or keep the block",
+    "qr": "fa.linalg.cholesky of A.T @ A (R is its transpose, up to signs) or fa.linalg.solve",
+    "svd": "fa.linalg.eigh of A.T @ A (its eigenvalues are the squared singular values)",
+    "pinv": "fa.linalg.inv or fa.linalg.solve for a matrix of full rank",
+    "lstsq": "fa.linalg.solve(A.T @ A, A.T @ b) for A of full column rank",
 }
 
 
@@ -366,7 +374,8 @@ def function(
     if handler is None:
         name = getattr(func, "__name__", repr(func))
         module = getattr(func, "__module__", "numpy") or "numpy"
-        module = "np" if module.startswith("numpy") and "linalg" not in module else module
+        if module.startswith("numpy"):  # as users write it: np.cumprod, np.linalg.svd
+            module = "np.linalg" if "linalg" in module else "np"
         _refuse(f"{module}.{name}", _FUNCTION_HINTS.get(name, _suggestion(name)))
     return handler(*args, **kwargs)
 

@@ -1,0 +1,277 @@
+"""NumPy's products and contractions on blocks, composed of recorded ops.
+
+``np.outer``, ``np.inner``, ``np.tensordot``, ``np.dot`` (every rank),
+``np.vdot``, ``np.kron``, ``np.cross`` and ``np.einsum`` on block nodes
+record reshapes, transposes, indexing, elementwise products, sums and
+(stacked) matrix products, so every derivative (first and second order) is
+those ops': nothing here has a rule of its own. The operands may mix blocks
+and plain arrays; a scalar node is refused, naming the function.
+
+``np.einsum`` takes any subscripts NumPy takes: ``...`` (the axes it stands
+for named by letters the subscripts do not use), a letter repeated within
+one operand (its diagonal, taken first), implicit and explicit outputs. The
+order of the pairwise contractions is NumPy's greedy path
+(``np.einsum_path``), chosen once, when the call is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastad.eager.array_functions import moveaxis, operand, refuse_options
+from fastad.eager.block_params import normal_axis
+from fastad.eager.blocks import stack
+from fastad.eager.node import Var, matmul
+
+
+def outer(a: Any, b: Any, out: Any = None) -> Any:
+    refuse_options("outer", out=out)
+    return operand(a, "outer").reshape((-1, 1)) * operand(b, "outer").reshape((1, -1))
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+    x, y = operand(a, "tensordot"), operand(b, "tensordot")
+    if isinstance(axes, (int, np.integer)):
+        count = int(axes)
+        if not 0 <= count <= min(x.ndim, y.ndim):
+            raise ValueError(
+                f"np.tensordot: axes={count} for arrays of shapes {x.shape} and {y.shape}"
+            )
+        left, right = list(range(x.ndim - count, x.ndim)), list(range(count))
+    else:
+        first, second = axes
+        left = [_axis(x, ax) for ax in _axes(first)]
+        right = [_axis(y, ax) for ax in _axes(second)]
+    pairs = zip(left, right, strict=False)  # lengths compared first
+    if len(left) != len(right) or any(x.shape[i] != y.shape[j] for i, j in pairs):
+        raise ValueError(
+            f"np.tensordot: axes {left} of shape {x.shape} and {right} of shape {y.shape} "
+            "do not match"
+        )
+    free_x = [n for n in range(x.ndim) if n not in left]
+    free_y = [n for n in range(y.ndim) if n not in right]
+    inner_size = math.prod(x.shape[i] for i in left)
+    matrix_x = x.transpose(tuple(free_x + left)).reshape((-1, inner_size))
+    matrix_y = y.transpose(tuple(right + free_y)).reshape((inner_size, -1))
+    shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
+    product = matrix_x @ matrix_y  # (1, 1) for a full contraction: its one element
+    return product.reshape(shape) if shape else product.sum()
+
+
+def _axes(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _axis(x: Any, axis: Any) -> int:
+    return normal_axis(x.shape, axis, x)
+
+
+def inner(a: Any, b: Any) -> Any:
+    x, y = operand(a, "inner"), operand(b, "inner")
+    if x.ndim == 0 or y.ndim == 0:
+        return x * y
+    return tensordot(x, y, ([-1], [-1]))
+
+
+def dot(a: Any, b: Any, out: Any = None) -> Any:
+    """``np.dot``: a product with a scalar, ``@`` up to two axes, else the sum over the last
+    axis of ``a`` and the second-to-last of ``b``."""
+    refuse_options("dot", out=out)
+    if isinstance(a, Var) or isinstance(b, Var):
+        return a * b
+    x, y = operand(a, "dot"), operand(b, "dot")
+    if x.ndim == 0 or y.ndim == 0:
+        return x * y
+    if x.ndim <= 2 and y.ndim <= 2:
+        return matmul(x, y)
+    return tensordot(x, y, ([-1], [-2 if y.ndim > 1 else 0]))
+
+
+def vdot(a: Any, b: Any) -> Any:
+    x, y = operand(a, "vdot").reshape((-1,)), operand(b, "vdot").reshape((-1,))
+    if x.shape != y.shape:
+        raise ValueError(f"np.vdot: {x.shape[0]} and {y.shape[0]} elements (the same number)")
+    return (x * y).sum()
+
+
+def kron(a: Any, b: Any) -> Any:
+    x, y = operand(a, "kron"), operand(b, "kron")
+    rank = max(x.ndim, y.ndim)
+    left = (1,) * (rank - x.ndim) + tuple(x.shape)
+    right = (1,) * (rank - y.ndim) + tuple(y.shape)
+    spread_x = x.reshape(tuple(n for size in left for n in (size, 1)))
+    spread_y = y.reshape(tuple(n for size in right for n in (1, size)))
+    return (spread_x * spread_y).reshape(tuple(m * n for m, n in zip(left, right, strict=True)))
+
+
+def cross(
+    a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None
+) -> Any:
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    x = moveaxis(operand(a, "cross"), axisa, -1)
+    y = moveaxis(operand(b, "cross"), axisb, -1)
+    if x.shape[-1] != 3 or y.shape[-1] != 3:
+        raise TypeError(
+            f"np.cross of fastad blocks takes vectors of 3 components, got shapes {x.shape} and "
+            f"{y.shape} (on the vectors' axis, last here)"
+        )
+    x0, x1, x2 = (x[..., i] for i in range(3))
+    y0, y1, y2 = (y[..., i] for i in range(3))
+    parts = [x1 * y2 - x2 * y1, x2 * y0 - x0 * y2, x0 * y1 - x1 * y0]
+    return moveaxis(stack(parts, axis=-1), -1, axisc)
+
+
+def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
+    """``np.einsum`` of blocks and arrays, as sums, diagonals, transposes and (stacked)
+    products in the order of NumPy's greedy path; see the module's note."""
+    options.pop("optimize", None)  # the order is chosen once, by NumPy's greedy path
+    refuse_options("einsum", **options)
+    if not isinstance(subscripts, str):
+        raise TypeError("np.einsum of fastad blocks takes its subscripts as a string ('ij,jk->ik')")
+    arrays = [operand(x, "einsum") for x in operands]
+    groups, output = _letters(subscripts, arrays)
+    terms = [_diagonals(x, group, subscripts) for x, group in zip(arrays, groups, strict=True)]
+    sizes: dict[str, int] = {}
+    for x, group in terms:
+        for letter, size in zip(group, x.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise ValueError(
+                    f"np.einsum {subscripts!r}: letter {letter!r} stands for {sizes[letter]} "
+                    f"and {size} elements (axes under '...' are named by letters not in the "
+                    "subscripts, and are not broadcast)"
+                )
+    spec = ",".join(group for _, group in terms) + "->" + output
+    shapes = [np.broadcast_to(0.0, x.shape) for x, _ in terms]
+    path = np.einsum_path(spec, *shapes, optimize="greedy")[0][1:]
+    for positions in path:
+        picked = [terms[n] for n in positions]
+        for n in sorted(positions, reverse=True):
+            del terms[n]
+        later = output + "".join(group for _, group in terms)
+        x, group = picked[0]
+        for y, other in picked[1:]:
+            x, group = _sum_lone(x, group, later + other)
+            y, other = _sum_lone(y, other, later + group)
+            x, group = _contract(x, group, y, other, later, sizes)
+        terms.append(_sum_lone(x, group, later))
+    ((x, group),) = terms
+    x, group = _sum_lone(x, group, output)
+    return x.transpose(tuple(group.index(c) for c in output)) if group != output else x
+
+
+def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
+    """Each operand's letters and the output's, with ``...`` replaced by letters of its own
+    (right-aligned, as NumPy broadcasts) and an implicit output made explicit."""
+    spec = subscripts.replace(" ", "")
+    inputs_spec, arrow, output = spec.partition("->")
+    groups = inputs_spec.split(",")
+    if len(groups) != len(arrays) or not all(
+        c.isalpha() for c in "".join(groups).replace("...", "") + output.replace("...", "")
+    ):
+        raise ValueError(
+            f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(arrays)} "
+            "operand(s); give one group of letters per operand"
+        )
+    free = [c for c in string.ascii_letters if c not in spec]
+    spans = [x.ndim - len(g.replace("...", "")) for g, x in zip(groups, arrays, strict=True)]
+    widest = max((n for g, n in zip(groups, spans, strict=True) if "..." in g), default=0)
+    ellipsis = "".join(free[:widest])
+    for n, (group, span) in enumerate(zip(groups, spans, strict=True)):
+        if "..." in group:
+            if span < 0:
+                raise ValueError(
+                    f"np.einsum: {group!r} names more axes than its operand of shape "
+                    f"{arrays[n].shape} has"
+                )
+            groups[n] = group.replace("...", ellipsis[widest - span :])
+    if arrow:
+        if "..." in output:
+            output = output.replace("...", ellipsis)
+    else:  # implicit: the axes under '...', then the letters seen once, in order
+        named = "".join(groups)
+        once = sorted(c for c in set(named) if named.count(c) == 1 and c not in ellipsis)
+        output = ellipsis + "".join(once)
+    unknown = sorted(set(output) - set("".join(groups)))
+    if unknown or len(set(output)) != len(output):
+        raise ValueError(
+            f"np.einsum: the output {output!r} of {subscripts!r} names letters that no operand "
+            f"has ({unknown}) or a letter twice"
+        )
+    for group, x in zip(groups, arrays, strict=True):
+        if len(group) != x.ndim:
+            raise ValueError(
+                f"np.einsum of fastad blocks: {group!r} for an operand of shape {x.shape} "
+                "(one letter per axis)"
+            )
+    return groups, output
+
+
+def _diagonals(x: Any, group: str, subscripts: str) -> tuple[Any, str]:
+    """``x`` with each letter repeated in ``group`` reduced to its diagonal (last axis), a
+    strided slice of the two axes flattened."""
+    while len(set(group)) != len(group):
+        letter = next(c for c in group if group.count(c) > 1)
+        first = group.index(letter)
+        second = group.index(letter, first + 1)
+        if x.shape[first] != x.shape[second]:
+            raise ValueError(
+                f"np.einsum {subscripts!r}: letter {letter!r} stands for {x.shape[first]} and "
+                f"{x.shape[second]} elements"
+            )
+        rest = [n for n in range(x.ndim) if n not in (first, second)]
+        order = (*rest, first, second)
+        if order != tuple(range(x.ndim)):
+            x = x.transpose(order)
+        size = x.shape[-1]  # the pair last, flattened: its diagonal is every (size + 1)th
+        x = x.reshape((*x.shape[:-2], size * size))[..., :: size + 1]
+        group = "".join(group[n] for n in rest) + letter
+    return x, group
+
+
+def _sum_lone(x: Any, group: str, kept: str) -> tuple[Any, str]:
+    """``x`` summed over its letters not in ``kept``."""
+    lone = tuple(n for n, c in enumerate(group) if c not in kept)
+    if not lone:
+        return x, group
+    return x.sum(axis=lone), "".join(c for c in group if c in kept)
+
+
+def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[str, int]) -> Any:
+    """``x`` and ``y`` (letters ``group`` and ``other``) as one stacked product: shared letters
+    needed ``later`` are its batch, the other shared ones are summed, the rest stay."""
+    if not group or not other:  # a scalar beside an array: their product
+        return x * y, group or other
+    batch = [c for c in group if c in other and c in later]
+    summed = [c for c in group if c in other and c not in later]
+    free_x = [c for c in group if c not in other]
+    free_y = [c for c in other if c not in group]
+
+    def size(letters: list[str]) -> int:
+        return math.prod(sizes[c] for c in letters)
+
+    left = x.transpose(tuple(group.index(c) for c in batch + free_x + summed))
+    right = y.transpose(tuple(other.index(c) for c in batch + summed + free_y))
+    left = left.reshape((size(batch), size(free_x), size(summed)))
+    right = right.reshape((size(batch), size(summed), size(free_y)))
+    shape = tuple(sizes[c] for c in batch + free_x + free_y)
+    product = left @ right  # (1, 1, 1) for a full contraction: its one element, a scalar
+    return (product.reshape(shape) if shape else product.sum()), "".join(batch + free_x + free_y)
+
+
+HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
+    np.outer: outer,
+    np.inner: inner,
+    np.tensordot: tensordot,
+    np.dot: dot,
+    np.vdot: vdot,
+    np.kron: kron,
+    np.cross: cross,
+    np.einsum: einsum,
+}
+"""NumPy function -> its composition on blocks (``numpy_protocol`` dispatches to them)."""

@@ -1,0 +1,166 @@
+"""NumPy ufuncs recorded as compositions of fastad's own ops, on scalar nodes and blocks.
+
+``np.arcsin``, ``np.hypot``, ``np.logaddexp``... have no row of their own in
+the op table: each is written here from ops that have one (``arctan2``,
+``sqrt``, ``log1p``, ``maximum``, ``where``...), in a form that keeps NumPy's
+value to rounding over the whole range (large arguments take the
+asymptotic branch, as glibc's do) and whose derivative is the function's.
+Every derivative, first and second order, and every tier (eager, compiled,
+generated code) is therefore the composed ops'.
+
+The comparisons ``np.isnan``, ``np.isfinite`` and ``np.isinf`` record
+comparison nodes (1.0 or 0.0, gradient 0), as ``x > y`` does. The roundings
+(``np.floor``, ``np.ceil``, ``np.rint``, ``np.trunc``, ``np.round``) have
+derivative 0 wherever they have one, so they return NumPy's numbers as
+constants, outside the tape; ``fa.compile`` refuses them while tracing,
+since the numbers would be frozen into every replay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastad.eager import functions
+from fastad.eager.handle import values_of
+from fastad.eager.node import Var
+
+LN2 = math.log(2.0)
+LARGE = 2.0**28
+"""Beyond this, ``arcsinh(x) = log(2x)`` and ``arccosh(x) = log(2x)`` to rounding (glibc's
+cut): the exact forms would square ``x`` past float64's range."""
+
+where, sqrt, log, log1p = functions.where, functions.sqrt, functions.log, functions.log1p
+
+
+def exp2(x: Any) -> Any:
+    return functions.exp(x * LN2)
+
+
+def cbrt(x: Any) -> Any:
+    root = functions.abs(x) ** (1.0 / 3.0)
+    return where(x < 0.0, -root, root)
+
+
+def arcsin(x: Any) -> Any:
+    return functions.arctan2(x, sqrt((1.0 - x) * (1.0 + x)))
+
+
+def arccos(x: Any) -> Any:
+    return functions.arctan2(sqrt((1.0 - x) * (1.0 + x)), x)
+
+
+def _arcsinh_of_positive(a: Any) -> Any:
+    exact = log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)))
+    return where(a > LARGE, log(a) + LN2, exact)
+
+
+def arcsinh(x: Any) -> Any:
+    return where(x < 0.0, -_arcsinh_of_positive(-x), _arcsinh_of_positive(x))
+
+
+def arccosh(x: Any) -> Any:
+    t = x - 1.0
+    return where(x > LARGE, log(x) + LN2, log1p(t + sqrt(t * (t + 2.0))))
+
+
+def arctanh(x: Any) -> Any:
+    return 0.5 * log1p(2.0 * x / (1.0 - x))
+
+
+def deg2rad(x: Any) -> Any:
+    return x * (math.pi / 180.0)
+
+
+def rad2deg(x: Any) -> Any:
+    return x * (180.0 / math.pi)
+
+
+def hypot(a: Any, b: Any) -> Any:
+    """``sqrt(a² + b²)`` scaled by the larger magnitude, so no square overflows."""
+    larger = functions.maximum(functions.abs(a), functions.abs(b))
+    scale = where(larger > 0.0, larger, 1.0)
+    scaled = scale * sqrt((a / scale) * (a / scale) + (b / scale) * (b / scale))
+    return where(larger == np.inf, larger, scaled)
+
+
+def logaddexp(a: Any, b: Any) -> Any:
+    """``log(exp(a) + exp(b))`` as ``max + log1p(exp(-|a - b|))``; two equal infinities
+    (whose difference is nan) give their sum, as NumPy does."""
+    difference = a - b
+    stable = functions.maximum(a, b) + log1p(functions.exp(-functions.abs(difference)))
+    return where(difference != difference, a + b, stable)
+
+
+def logaddexp2(a: Any, b: Any) -> Any:
+    return logaddexp(a * LN2, b * LN2) * (1.0 / LN2)
+
+
+def _ignoring_nan(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``np.fmax``/``np.fmin``: ``pick`` of the two, or the one that is not nan."""
+
+    def select(a: Any, b: Any) -> Any:
+        return where(b != b, a, where(a != a, b, pick(a, b)))
+
+    return select
+
+
+def isnan(x: Any) -> Any:
+    return x != x
+
+
+def isfinite(x: Any) -> Any:
+    return functions.abs(x) < np.inf
+
+
+def isinf(x: Any) -> Any:
+    return functions.abs(x) == np.inf
+
+
+def _rounding(name: str) -> Callable[..., Any]:
+    """``np.floor`` and its kin: NumPy's numbers of the node's values, as a constant."""
+    rule = getattr(np, name)
+
+    def rounded(x: Any, *args: Any) -> Any:
+        numbers = rule(values_of(x, f"np.{name}"), *args)
+        return float(numbers) if isinstance(x, Var) else numbers
+
+    return rounded
+
+
+def round_(a: Any, decimals: int = 0, out: Any = None) -> Any:
+    """``np.round`` (an array function, not a ufunc): NumPy's numbers, as a constant."""
+    if out is not None:
+        raise TypeError("np.round(..., out=...) is not recorded on fastad nodes: use the result")
+    numbers = np.round(values_of(a, "np.round"), decimals)
+    return float(numbers) if isinstance(a, Var) else numbers
+
+
+UFUNCS: dict[str, Callable[..., Any]] = {
+    "exp2": exp2,
+    "cbrt": cbrt,
+    "arcsin": arcsin,
+    "arccos": arccos,
+    "arcsinh": arcsinh,
+    "arccosh": arccosh,
+    "arctanh": arctanh,
+    "deg2rad": deg2rad,
+    "radians": deg2rad,
+    "rad2deg": rad2deg,
+    "degrees": rad2deg,
+    "hypot": hypot,
+    "logaddexp": logaddexp,
+    "logaddexp2": logaddexp2,
+    "fmax": _ignoring_nan(functions.maximum),
+    "fmin": _ignoring_nan(functions.minimum),
+    "isnan": isnan,
+    "isfinite": isfinite,
+    "isinf": isinf,
+    **{name: _rounding(name) for name in ("floor", "ceil", "rint", "trunc")},
+}
+"""NumPy ufunc name -> its composition (``numpy_protocol`` dispatches to them)."""
+
+__all__ = ["UFUNCS", "round_"]

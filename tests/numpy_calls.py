@@ -1,0 +1,227 @@
+"""The NumPy calls a JAX or autograd user reaches for, as one table.
+
+Each row is NumPy's own call, written once: it runs on plain arrays (the
+reference) and on fastad nodes (recorded). ``tests/test_numpy_calls.py``
+checks that every row either records the call (NumPy's value, and a gradient
+that matches central differences of NumPy's function) or refuses it with a
+``TypeError`` naming the function and what to use. ``REFUSED`` lists the rows
+refused today: a row that starts to work, or stops, fails the test until the
+list says so.
+
+Operands by letter: ``A`` (3, 4), ``B`` (4, 3), ``C`` (3, 4) a second matrix,
+``P`` (3, 4) positive, ``U`` (3, 4) in (-0.9, 0.9), ``S`` (3, 3) symmetric
+positive definite, ``M`` (3, 3) general square, ``v`` (4,), ``w`` (3,),
+``T`` (2, 3, 4), ``s`` a scalar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def operands(rng: np.random.Generator) -> dict[str, Any]:
+    """One set of operands for every row, away from ties and from the domains' edges."""
+    m = rng.normal(size=(3, 3))
+    return {
+        "A": rng.normal(size=(3, 4)),
+        "B": rng.normal(size=(4, 3)),
+        "C": rng.normal(size=(3, 4)),
+        "P": rng.uniform(0.5, 2.0, size=(3, 4)),
+        "U": rng.uniform(-0.9, 0.9, size=(3, 4)),
+        "S": m @ m.T + 3.0 * np.eye(3),
+        "M": rng.normal(size=(3, 3)) + 2.0 * np.eye(3),
+        "v": rng.normal(size=4),
+        "w": rng.normal(size=3),
+        "T": rng.normal(size=(2, 3, 4)),
+        "s": float(rng.uniform(0.5, 2.0)),
+    }
+
+
+Call = Callable[..., Any]
+
+# (name, call, operand letters). The name is the function as a user writes it.
+CALLS: list[tuple[str, Call, str]] = [
+    # -- elementwise: one operand
+    ("np.negative", np.negative, "A"),
+    ("np.positive", np.positive, "A"),
+    ("np.abs", np.abs, "A"),
+    ("np.fabs", np.fabs, "A"),
+    ("np.sign", np.sign, "A"),
+    ("np.exp", np.exp, "A"),
+    ("np.exp2", np.exp2, "A"),
+    ("np.expm1", np.expm1, "A"),
+    ("np.log", np.log, "P"),
+    ("np.log2", np.log2, "P"),
+    ("np.log10", np.log10, "P"),
+    ("np.log1p", np.log1p, "P"),
+    ("np.sqrt", np.sqrt, "P"),
+    ("np.cbrt", np.cbrt, "P"),
+    ("np.square", np.square, "A"),
+    ("np.reciprocal", np.reciprocal, "P"),
+    ("np.sin", np.sin, "A"),
+    ("np.cos", np.cos, "A"),
+    ("np.tan", np.tan, "U"),
+    ("np.arcsin", np.arcsin, "U"),
+    ("np.arccos", np.arccos, "U"),
+    ("np.arctan", np.arctan, "A"),
+    ("np.sinh", np.sinh, "A"),
+    ("np.cosh", np.cosh, "A"),
+    ("np.tanh", np.tanh, "A"),
+    ("np.arcsinh", np.arcsinh, "A"),
+    ("np.arccosh", lambda p: np.arccosh(p + 1.0), "P"),
+    ("np.arctanh", np.arctanh, "U"),
+    ("np.deg2rad", np.deg2rad, "A"),
+    ("np.rad2deg", np.rad2deg, "A"),
+    ("np.floor", np.floor, "A"),
+    ("np.ceil", np.ceil, "A"),
+    ("np.round", np.round, "A"),
+    ("np.trunc", np.trunc, "A"),
+    ("np.isfinite", np.isfinite, "A"),
+    ("np.isnan", np.isnan, "A"),
+    # -- elementwise: two operands
+    ("np.add", np.add, "AC"),
+    ("np.subtract", np.subtract, "AC"),
+    ("np.multiply", np.multiply, "AC"),
+    ("np.divide", np.divide, "AP"),
+    ("np.power", np.power, "PA"),
+    ("np.float_power", np.float_power, "PA"),
+    ("np.maximum", np.maximum, "AC"),
+    ("np.minimum", np.minimum, "AC"),
+    ("np.fmax", np.fmax, "AC"),
+    ("np.fmin", np.fmin, "AC"),
+    ("np.arctan2", np.arctan2, "AC"),
+    ("np.hypot", np.hypot, "AC"),
+    ("np.logaddexp", np.logaddexp, "AC"),
+    ("np.logaddexp2", np.logaddexp2, "AC"),
+    ("np.mod", np.mod, "AP"),
+    ("np.copysign", np.copysign, "AC"),
+    ("np.greater", np.greater, "AC"),
+    ("np.less_equal", np.less_equal, "AC"),
+    ("np.equal", np.equal, "AA"),
+    # -- reductions and their keywords
+    ("np.sum", np.sum, "A"),
+    ("np.sum(axis, keepdims)", lambda a: np.sum(a, axis=1, keepdims=True), "A"),
+    ("np.sum(where=)", lambda a: np.sum(a, where=a > 0), "A"),
+    ("np.sum(initial=)", lambda a: np.sum(a, axis=0, initial=2.0), "A"),
+    ("np.sum(dtype=float64)", lambda a: np.sum(a, dtype=np.float64), "A"),
+    ("np.mean", lambda a: np.mean(a, axis=0), "A"),
+    ("np.mean(where=)", lambda a: np.mean(a, axis=1, where=a > -0.5), "A"),
+    ("np.prod", lambda a: np.prod(a, axis=1), "A"),
+    ("np.max", lambda a: np.max(a, axis=0), "A"),
+    ("np.max(initial=, where=)", lambda a: np.max(a, initial=-1.0, where=a < 1.0), "A"),
+    ("np.min", np.min, "A"),
+    ("np.var(ddof=)", lambda a: np.var(a, axis=1, ddof=1), "A"),
+    ("np.std", np.std, "A"),
+    ("np.argmax", lambda a: np.argmax(a, axis=1), "A"),
+    ("np.argmin", np.argmin, "A"),
+    ("np.cumsum", lambda a: np.cumsum(a, axis=1), "A"),
+    ("np.cumprod", lambda a: np.cumprod(a, axis=1), "A"),
+    ("np.median", lambda a: np.median(a, axis=1), "A"),
+    ("np.average(weights=)", lambda a, w: np.average(a, axis=0, weights=w), "Aw"),
+    ("np.ptp", lambda a: np.ptp(a, axis=0), "A"),
+    ("np.all", lambda a: np.all(a > -3.0), "A"),
+    ("np.count_nonzero", lambda a: np.count_nonzero(a > 0), "A"),
+    # -- shapes, axes, joining, indexing
+    ("np.reshape", lambda a: np.reshape(a, (2, 6)), "A"),
+    ("np.transpose", np.transpose, "T"),
+    ("np.ravel", np.ravel, "A"),
+    ("np.squeeze", lambda a: np.squeeze(a[:, None, :]), "A"),
+    ("np.expand_dims", lambda a: np.expand_dims(a, 1), "A"),
+    ("np.moveaxis", lambda t: np.moveaxis(t, 0, -1), "T"),
+    ("np.swapaxes", lambda t: np.swapaxes(t, 0, 1), "T"),
+    ("np.flip", lambda a: np.flip(a, 0), "A"),
+    ("np.fliplr", np.fliplr, "A"),
+    ("np.flipud", np.flipud, "A"),
+    ("np.roll", lambda a: np.roll(a, 1, axis=1), "A"),
+    ("np.rot90", np.rot90, "A"),
+    ("np.tile", lambda a: np.tile(a, 2), "A"),
+    ("np.repeat", lambda a: np.repeat(a, 2, axis=0), "A"),
+    ("np.pad", lambda a: np.pad(a, 1), "A"),
+    ("np.broadcast_to", lambda v: np.broadcast_to(v, (3, 4)), "v"),
+    ("np.atleast_2d", np.atleast_2d, "v"),
+    ("np.concatenate", lambda a, c: np.concatenate([a, c], axis=1), "AC"),
+    ("np.stack", lambda a, c: np.stack([a, c], axis=-1), "AC"),
+    ("np.vstack", lambda a, c: np.vstack([a, c]), "AC"),
+    ("np.hstack", lambda a, c: np.hstack([a, c]), "AC"),
+    ("np.column_stack", lambda w: np.column_stack([w, w]), "w"),
+    ("np.split", lambda a: np.split(a, 2, axis=1), "A"),
+    ("np.take", lambda a: np.take(a, [2, 0], axis=1), "A"),
+    ("np.take_along_axis", lambda a: np.take_along_axis(a, np.argsort(a, 1), axis=1), "A"),
+    ("np.diag", np.diag, "M"),
+    ("np.diagonal", np.diagonal, "A"),
+    ("np.trace", np.trace, "M"),
+    ("np.triu", np.triu, "M"),
+    ("np.tril", np.tril, "M"),
+    ("np.sort", lambda a: np.sort(a, axis=1), "A"),
+    ("np.argsort", lambda a: np.argsort(a, axis=1), "A"),
+    ("np.clip", lambda a: np.clip(a, -0.5, 0.5), "A"),
+    ("np.where", lambda a, c: np.where(a > 0, a, c), "AC"),
+    ("np.copy", np.copy, "A"),
+    ("np.zeros_like", np.zeros_like, "A"),
+    ("np.ones_like", np.ones_like, "A"),
+    ("np.shape", np.shape, "A"),
+    ("np.ndim", np.ndim, "A"),
+    ("np.size", np.size, "A"),
+    # -- products and contractions
+    ("np.matmul", np.matmul, "AB"),
+    ("np.dot", np.dot, "AB"),
+    ("np.dot of 3-d and 2-d", np.dot, "TB"),
+    ("np.vdot", np.vdot, "AC"),
+    ("np.inner", np.inner, "AC"),
+    ("np.outer", np.outer, "vw"),
+    ("np.tensordot", lambda t, a: np.tensordot(t, a, ([1, 2], [0, 1])), "TA"),
+    ("np.einsum", lambda a, b: np.einsum("ij,jk->ki", a, b), "AB"),
+    ("np.einsum of a trace", lambda m: np.einsum("ii", m), "M"),
+    ("np.einsum with '...'", lambda t, b: np.einsum("...ij,jk->...ik", t, b), "TB"),
+    ("np.kron", np.kron, "wv"),
+    ("np.cross", lambda a, c: np.cross(a[:, :3], c[:, :3]), "AC"),
+    # -- linear algebra
+    ("np.linalg.norm", np.linalg.norm, "v"),
+    ("np.linalg.norm(axis=)", lambda a: np.linalg.norm(a, axis=1), "A"),
+    ("np.linalg.norm('fro')", lambda a: np.linalg.norm(a, "fro"), "A"),
+    ("np.linalg.solve", np.linalg.solve, "Mw"),
+    ("np.linalg.inv", np.linalg.inv, "M"),
+    ("np.linalg.det", np.linalg.det, "M"),
+    ("np.linalg.slogdet", np.linalg.slogdet, "M"),
+    # of a symmetric matrix: fastad (as JAX) differentiates the symmetric input, NumPy's
+    # function reads one triangle
+    ("np.linalg.cholesky", lambda s: np.linalg.cholesky((s + s.T) / 2), "S"),
+    ("np.linalg.eigh", lambda s: np.linalg.eigh((s + s.T) / 2), "S"),
+    ("np.linalg.eigvalsh", lambda s: np.linalg.eigvalsh((s + s.T) / 2), "S"),
+    ("np.linalg.qr", np.linalg.qr, "A"),
+    ("np.linalg.svd", lambda a: np.linalg.svd(a, compute_uv=False), "A"),
+    ("np.linalg.pinv", np.linalg.pinv, "A"),
+    ("np.linalg.lstsq", lambda b, w: np.linalg.lstsq(b.T, w, rcond=None)[0], "Bw"),
+    ("np.linalg.matrix_power", lambda m: np.linalg.matrix_power(m, 3), "M"),
+    ("np.linalg.multi_dot", lambda a, b, m: np.linalg.multi_dot([a, b, m]), "ABM"),
+    # -- methods and indexing
+    ("X.T", lambda a: a.T, "A"),
+    ("X.sum(axis=)", lambda a: a.sum(axis=0), "A"),
+    ("X.mean()", lambda a: a.mean(), "A"),
+    ("X.max(axis=)", lambda a: a.max(axis=1), "A"),
+    ("X.reshape", lambda a: a.reshape(4, 3), "A"),
+    ("X.squeeze()", lambda a: a[None].squeeze(), "A"),
+    ("X.copy()", lambda a: a.copy(), "A"),
+    ("X.astype(float64)", lambda a: a.astype(np.float64), "A"),
+    ("X.flatten()", lambda a: a.flatten(), "A"),
+    ("X.clip", lambda a: a.clip(-0.5, 0.5), "A"),
+    ("X.dot", lambda a, b: a.dot(b), "AB"),
+    ("X.argmax()", lambda a: a.argmax(axis=0), "A"),
+    ("X[None, :, None]", lambda v: v[None, :, None], "v"),
+    ("X[[2, 0]]", lambda a: a[[2, 0]], "A"),
+    ("X[mask]", lambda a: a[np.array([True, False, True])], "A"),
+    ("X[..., 1]", lambda t: t[..., 1], "T"),
+    # -- scalar nodes
+    ("np.sum of a scalar", np.sum, "s"),
+    ("np.mean of a scalar", np.mean, "s"),
+    ("np.max of a scalar", np.max, "s"),
+    ("np.reshape of a scalar", lambda s: np.reshape(s, (1, 1)), "s"),
+    ("np.stack of scalars", lambda s: np.stack([s, 2.0 * s]), "s"),
+    ("np.exp of a scalar", np.exp, "s"),
+    ("np.clip of a scalar", lambda s: np.clip(s, 0.0, 1.0), "s"),
+    ("np.where of a scalar", lambda s: np.where(s > 1.0, s, -s), "s"),
+    ("scalar[()]", lambda s: s[()], "s"),
+]

@@ -1,0 +1,167 @@
+"""The NumPy calls a JAX or autograd user reaches for (``tests/numpy_calls.py``): each is
+recorded, with NumPy's value and a gradient and Hessian-vector product that match central
+differences of NumPy's own function, or refused with a ``TypeError`` that names the function
+and what to use. None is silently wrong, and few are refused."""
+
+import numpy as np
+import pytest
+from numpy_calls import CALLS, operands
+
+import fastad as fa
+
+REFUSED = {"np.mod", "np.copysign", "np.linalg.qr", "np.linalg.svd", "np.linalg.pinv"}
+REFUSED |= {"np.linalg.lstsq"}
+"""The rows refused today (a row that starts or stops working fails until this says so)."""
+
+CONSTANTS = {"np.floor", "np.ceil", "np.round", "np.trunc", "np.zeros_like", "np.ones_like"}
+"""Rows whose result is NumPy's plain array: derivative 0 wherever there is one."""
+
+
+def _outputs(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _differentiable(reference):
+    return np.asarray(reference).dtype.kind in "fb"
+
+
+def _arguments(letters, rng):
+    given = operands(rng)
+    return [np.float64(given[c]) if c == "s" else given[c] for c in letters]
+
+
+def test_few_calls_are_refused():
+    assert len(CALLS) >= 145
+    assert len(REFUSED) <= 20
+    assert REFUSED <= {name for name, _, _ in CALLS}
+
+
+@pytest.mark.parametrize("name, call, letters", CALLS, ids=[row[0] for row in CALLS])
+def test_each_call_is_recorded_or_refused_by_name(name, call, letters):
+    rng = np.random.default_rng(20261203)
+    arguments = _arguments(letters, rng)
+    wanted = _outputs(call(*arguments))
+    weights = [rng.normal(size=np.shape(w)) for w in wanted]
+    if name in REFUSED:
+        with fa.Tape(), pytest.raises(TypeError) as refusal:
+            call(*[fa.var(a) for a in arguments])
+        function = call.__name__ if isinstance(call, np.ufunc) else name.split(".")[-1]
+        assert function in str(refusal.value) and "use " in str(refusal.value), refusal.value
+        return
+
+    def loss_of(*values):  # NumPy's own function, a smooth scalar of its float results
+        results = _outputs(call(*values))
+        return sum(
+            float(np.sum(np.tanh(np.asarray(r, np.float64)) * w))
+            for r, w in zip(results, weights, strict=True)
+            if _differentiable(r)
+        )
+
+    with fa.Tape():
+        nodes = [fa.var(a) for a in arguments]
+        got = _outputs(call(*nodes))
+        assert len(got) == len(wanted)
+        loss = 0.0
+        for result, reference, w in zip(got, wanted, weights, strict=True):
+            recorded = isinstance(result, (fa.Block, fa.Var))
+            value = result.value if recorded else result
+            np.testing.assert_allclose(
+                np.asarray(value, np.float64),
+                np.asarray(reference, np.float64),
+                rtol=1e-13,
+                atol=1e-15,
+                err_msg=name,
+            )
+            if not _differentiable(reference):  # positions, shapes: NumPy's integers (or a count)
+                assert recorded or np.asarray(value).dtype == np.asarray(reference).dtype
+                continue
+            if name in CONSTANTS:
+                assert not recorded, f"{name}: a constant, outside the tape"
+                continue
+            assert recorded, f"{name} left the tape: {type(result).__name__}"
+            loss = (
+                loss + (fa.tanh(result) * w).sum()
+                if isinstance(result, fa.Block)
+                else (loss + fa.tanh(result) * float(w))
+            )
+        if not isinstance(loss, fa.Var):
+            return  # nothing differentiable reaches the loss (positions, shapes)
+        gradients = fa.grad(loss, nodes)
+        directions = [rng.normal(size=np.shape(a)) for a in arguments]
+        products = fa.hvp(loss, nodes, directions)
+    h = 1e-6
+    for i, array in enumerate(arguments):
+        numeric = np.zeros(np.shape(array))
+        for index in np.ndindex(np.shape(array)):
+            up, down = (
+                [np.array(a, np.float64) for a in arguments],
+                [np.array(a, np.float64) for a in arguments],
+            )
+            up[i][index] += h
+            down[i][index] -= h
+            rise = loss_of(*_scalars(up, letters)) - loss_of(*_scalars(down, letters))
+            numeric[index] = rise / (2 * h)
+        np.testing.assert_allclose(gradients[i], numeric, rtol=1e-6, atol=1e-8, err_msg=name)
+
+    def gradient_at(step):
+        with fa.Tape():
+            moved = [
+                fa.var(np.float64(a + step * d) if c == "s" else a + step * d)
+                for a, d, c in zip(arguments, directions, letters, strict=True)
+            ]
+            results = _outputs(call(*moved))
+            moved_loss = sum(
+                (fa.tanh(r) * w).sum() if isinstance(r, fa.Block) else fa.tanh(r) * float(w)
+                for r, w, reference in zip(results, weights, wanted, strict=True)
+                if _differentiable(reference)
+            )
+            return fa.grad(moved_loss, moved)
+
+    up, down = gradient_at(h), gradient_at(-h)
+    for got_product, after, before in zip(products, up, down, strict=True):
+        numeric = (np.asarray(after) - np.asarray(before)) / (2 * h)
+        np.testing.assert_allclose(got_product, numeric, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _scalars(arrays, letters):
+    return [np.float64(a) if c == "s" else a for a, c in zip(arrays, letters, strict=True)]
+
+
+ORDERS_AND_ROUNDINGS = [
+    ("np.floor", lambda x: (np.floor(x) * x).sum()),
+    ("np.round", lambda x: (np.round(x) * x).sum()),
+    ("np.argmax", lambda x: x[np.argmax(x)]),
+    ("np.argsort", lambda x: x[np.argsort(x)].sum()),
+    ("np.sort", lambda x: np.sort(x)[0]),
+    ("np.median", lambda x: np.median(x)),
+]
+
+
+@pytest.mark.parametrize(
+    "name, function", ORDERS_AND_ROUNDINGS, ids=[row[0] for row in ORDERS_AND_ROUNDINGS]
+)
+def test_orders_and_roundings_are_refused_while_tracing_by_name(name, function):
+    with pytest.raises(fa.TraceError, match=f"{name} of"):
+        fa.compile(function, example=(np.array([0.5, 2.5, 1.5]),))
+    with fa.Tape():  # on a tape, eagerly: NumPy's numbers of the values
+        x = fa.var(np.array([0.5, 2.5, 1.5]))
+        np.testing.assert_allclose(function(x).value, function(np.array([0.5, 2.5, 1.5])))
+
+
+def test_a_branch_on_np_all_is_a_guard():
+    f = fa.compile(
+        lambda x: (2.0 * x).sum() if np.all(x > 0) else (3.0 * x).sum(), example=(np.ones(3),)
+    )
+    assert f([np.ones(3)]) == 6.0
+    with pytest.raises(fa.BranchError, match="True when traced and is False"):
+        f([-np.ones(3)])
+
+
+def test_scalar_node_indexing():
+    with fa.Tape():
+        x = fa.var(2.0)
+        assert x[()] is x and x[...] is x
+        with pytest.raises(IndexError, match=r"scalar node \(no axes\).*not 0"):
+            x[0]
+        with pytest.raises(TypeError, match="not iterable"):
+            list(x)
