@@ -196,6 +196,7 @@ def rows(table):
     _exact_zero_model_rows(table, add)
     _second_rows(table, add)
     _gp_rows(table, add)
+    _einsum_rows(table, add)
     _dask_rows(table, add)
     memory = find(table, "test_memory_per_node")
     if memory:
@@ -400,6 +401,22 @@ def _gp_rows(table, add):
             "none set",
             True,
         )
+
+
+def _einsum_rows(table, add):
+    """np.einsum on blocks, forward pass, against np.einsum(optimize=True)
+    (bench/test_bench_einsum.py)."""
+    contractions = {
+        info["contraction"]: info["spec"]
+        for name, info in table.items()
+        if name.startswith("test_einsum_forward")
+    }
+    for contraction, spec in sorted(contractions.items()):
+        numpy = find(table, "test_einsum_forward", way="numpy", contraction=contraction)
+        for way, what in (("eager", "on a tape"), ("compiled", "compiled")):
+            mine = find(table, "test_einsum_forward", way=way, contraction=contraction)
+            target = f"einsum {spec!r} ({contraction}), {what}, forward / NumPy"
+            _ratio_row(add, target, mine, numpy, "np.einsum, optimize=True", 1.2)
 
 
 def _model_rows(table, add):

@@ -60,5 +60,5 @@ def test_einsum_forward(benchmark, way, contraction):
     np.testing.assert_allclose(
         np.asarray(forward(*arrays)), np.einsum(spec, *arrays), rtol=1e-12, atol=1e-12
     )
-    benchmark.extra_info.update(way=way, contraction=contraction)
+    benchmark.extra_info.update(way=way, contraction=contraction, spec=spec)
     benchmark(forward, *arrays)

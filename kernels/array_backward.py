@@ -267,6 +267,27 @@ class BackwardWriter(ForwardWriter):
         count = f"v{a}.size" if kind == "all" else f"v{a}.shape[{0 if kind == 'columns' else 1}]"
         self.spread(i, node, f" * (1.0 / {count})")
 
+    def backward_reshape(self, i: int, node: Node) -> None:
+        """The adjoint's elements, in C order, in the operand's shape."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_shaped")
+        self.copy_flat(self.own(i), target, f"b{self.p.tag}{i}")
+        if added:
+            self.add_into(a, target)
+
+    def backward_transpose(self, i: int, node: Node) -> None:
+        """The adjoint's elements with the permutation undone."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_moved")
+        mine, theirs = self.transposed_index(node)
+        self.loop(self.own(i), node.shape, [f"{target}[{theirs}] = {self.own(i)}[{mine}]"])
+        if added:
+            self.add_into(a, target)
+
     def backward_mse_loss(self, i: int, node: Node) -> None:
         Y, T = node.operands
         self.emit(f"scale = 2.0 * {self.own(i)} / y{i}.size")

@@ -7,6 +7,8 @@ cross-entropy row loops, the reductions NumPy's own summation order.
 
 from __future__ import annotations
 
+from typing import cast
+
 from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
 from .array_writer import WriterBase
 
@@ -82,6 +84,36 @@ class ForwardWriter(WriterBase):
             f"generated code has no rule for a product of operands of {ranks[0]} and "
             f"{ranks[1]} axes (matrices and vectors only)"
         )
+
+    def forward_reshape(self, i: int, node: Node, prefix: str = "v") -> None:
+        """The operand's elements (``prefix`` ``t``: its tangent's) in the node's shape: a
+        copy in C order, the two buffers read flat."""
+        (a,) = node.operands
+        self.copy_flat(f"{prefix}{a}", f"{prefix}{i}", f"{prefix}r{i}")
+
+    def copy_flat(self, source: str, target: str, tag: str) -> None:
+        """``target``'s elements, read flat in C order, set to ``source``'s."""
+        self.emit(f"{tag}_to = {target}.reshape({target}.size)")
+        self.emit(f"{tag}_from = {source}.reshape({source}.size)")
+        self.emit(f"for i0 in range({tag}_to.size):")
+        self.emit(f"{tag}_to[i0] = {tag}_from[i0]", 2)
+
+    @staticmethod
+    def transposed_index(node: Node) -> tuple[str, str]:
+        """``(result's element, operand's element)`` at the loop indices over the result:
+        result axis ``t`` is operand axis ``axes[t]``."""
+        axes = cast("tuple[int, ...]", node.params[0])
+        names = loop_indices(len(node.shape))
+        operand = [""] * len(names)
+        for t, axis in enumerate(axes):
+            operand[int(axis)] = names[t]
+        return ", ".join(names), ", ".join(operand)
+
+    def forward_transpose(self, i: int, node: Node, prefix: str = "v") -> None:
+        """The operand's elements (``prefix`` ``t``: its tangent's) with the axes permuted."""
+        (a,) = node.operands
+        mine, theirs = self.transposed_index(node)
+        self.loop(f"v{i}", node.shape, [f"{prefix}{i}[{mine}] = {prefix}{a}[{theirs}]"])
 
     def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
         X, W, b = node.operands

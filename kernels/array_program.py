@@ -22,10 +22,10 @@ BAD_LABEL = -2
 
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
-    "cross_entropy log_softmax softmax logsumexp mse_loss"
+    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(reshape, transpose, index, concatenate, max, min, prod, stacked products)
+(index, concatenate, max, min, prod, stacked products, linear algebra)
 stays on the interpreter."""
 
 
@@ -37,7 +37,8 @@ class Node(NamedTuple):
     op table on scalars; ``elementwise``: one on arrays; else the block op's
     name). ``code``: the opcode. ``shape``: ``()`` for a scalar. ``params``:
     ``(axes, keepdims)`` for reductions and the softmax family (axes None:
-    all), ``(labels, mean)`` for the cross-entropy, else ``()``.
+    all), ``(labels, mean)`` for the cross-entropy, ``(axes,)`` for a
+    transpose (the operand's axis each of the result's is), else ``()``.
     """
 
     op: str

@@ -28,7 +28,8 @@ class SecondWriter(BackwardWriter):
             self.backward(i, node)
         self.p = self.second
         op = node.op
-        if op not in ("scalar", "elementwise", "matmul", "linear", "linear_relu", "sum", "mean"):
+        linear = ("sum", "mean", "reshape", "transpose")
+        if op not in ("scalar", "elementwise", "matmul", "linear", "linear_relu", *linear):
             raise Unsupported(
                 f"the block op {op!r} has no second-order rule in generated code (the "
                 "interpreter's runs)"
@@ -43,7 +44,7 @@ class SecondWriter(BackwardWriter):
             self.second_matmul(i, node)
         elif op in ("linear", "linear_relu"):
             self.second_linear(i, node, op == "linear_relu")
-        elif self.written[i]:  # sum, mean: linear, their VJP of k
+        elif self.written[i]:  # linear ops: their VJP of k
             getattr(self, f"backward_{op}")(i, node)
 
     def second_scalar(self, i: int, node: Node) -> None:

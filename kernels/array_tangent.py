@@ -96,6 +96,12 @@ class TangentWriter(BackwardWriter):
     def tangent_linear_relu(self, i: int, node: Node) -> None:
         self.tangent_linear(i, node, relu=True)
 
+    def tangent_reshape(self, i: int, node: Node) -> None:
+        self.forward_reshape(i, node, prefix="t")
+
+    def tangent_transpose(self, i: int, node: Node) -> None:
+        self.forward_transpose(i, node, prefix="t")
+
     def tangent_sum(self, i: int, node: Node) -> None:
         self.forward_sum(i, node, prefix="t")
 

@@ -360,3 +360,36 @@ def test_sums_over_the_rows_of_one_column(rng, buffers):
     compare_calls(
         generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
+
+
+# -- reshapes and transposes: 2-d and 3-d, of values read again, and as the output ---------
+
+
+def reshaped(X, W, v):
+    H = fa.tanh(X @ W)  # (12, 6), read three times
+    T = H.T  # (6, 12)
+    F = (T @ X).reshape((3, 10)) * 0.5
+    P = np.transpose(F.reshape((3, 2, 5)), (2, 0, 1))  # (5, 3, 2)
+    Q = fa.sin(P).reshape((15, 2)) @ v
+    return (Q * Q).sum() + (F * F).mean() + (T.reshape((72,)) * H.reshape((72,))).sum()
+
+
+def reshaped_output(X, W):
+    return fa.tanh(X @ W).T.reshape((4, -1)) * 2.0
+
+
+def reshaped_arguments(rng):
+    return sparse(rng, (B, 5)), rng.normal(size=(5, 6)), sparse(rng, (2,))
+
+
+def test_reshapes_and_transposes_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(reshaped, reshaped_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [reshaped_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    generated, interpreted = both(reshaped_output, reshaped_arguments(rng)[:2])
+    calls = [reshaped_arguments(rng)[:2] for _ in range(4)]
+    compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)

@@ -106,6 +106,8 @@ def program_of(
                 targets = tape.block_value(operands[1])
                 labels = targets is None or targets.shape != shape_of(tape, operands[0])
                 params = (labels, found == "mean")
+            elif kind == "transpose":  # None: the axes reversed
+                params = (tuple(reversed(range(len(shape)))) if found is None else found,)
         else:
             kind = "scalar"
         if kind not in array_program.SUPPORTED:

@@ -56,11 +56,13 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     free_x = [n for n in range(x.ndim) if n not in left]
     free_y = [n for n in range(y.ndim) if n not in right]
     inner_size = math.prod(x.shape[i] for i in left)
-    matrix_x = x.transpose(tuple(free_x + left)).reshape((-1, inner_size))
-    matrix_y = y.transpose(tuple(right + free_y)).reshape((inner_size, -1))
+    rows = math.prod(x.shape[i] for i in free_x)
+    columns = math.prod(y.shape[j] for j in free_y)
+    matrix_x = _shaped(_permuted(x, free_x + left), (rows, inner_size))
+    matrix_y = _shaped(_permuted(y, right + free_y), (inner_size, columns))
     shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
     product = matrix_x @ matrix_y  # (1, 1) for a full contraction: its one element
-    return product.reshape(shape) if shape else product.sum()
+    return _shaped(product, shape) if shape else product.sum()
 
 
 def _axes(value: Any) -> tuple[Any, ...]:
@@ -162,7 +164,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
         terms.append(_sum_lone(x, group, later))
     ((x, group),) = terms
     x, group = _sum_lone(x, group, output)
-    return x.transpose(tuple(group.index(c) for c in output)) if group != output else x
+    return _permuted(x, [group.index(c) for c in output])
 
 
 def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
@@ -255,13 +257,24 @@ def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[st
     def size(letters: list[str]) -> int:
         return math.prod(sizes[c] for c in letters)
 
-    left = x.transpose(tuple(group.index(c) for c in batch + free_x + summed))
-    right = y.transpose(tuple(other.index(c) for c in batch + summed + free_y))
-    left = left.reshape((size(batch), size(free_x), size(summed)))
-    right = right.reshape((size(batch), size(summed), size(free_y)))
+    left = _permuted(x, [group.index(c) for c in batch + free_x + summed])
+    right = _permuted(y, [other.index(c) for c in batch + summed + free_y])
+    stacked = (size(batch),) if batch else ()  # no batch: one matrix product
+    left = _shaped(left, (*stacked, size(free_x), size(summed)))
+    right = _shaped(right, (*stacked, size(summed), size(free_y)))
     shape = tuple(sizes[c] for c in batch + free_x + free_y)
-    product = left @ right  # (1, 1, 1) for a full contraction: its one element, a scalar
-    return (product.reshape(shape) if shape else product.sum()), "".join(batch + free_x + free_y)
+    product = left @ right  # (1, 1) for a full contraction: its one element, a scalar
+    return (_shaped(product, shape) if shape else product.sum()), "".join(batch + free_x + free_y)
+
+
+def _permuted(x: Any, order: list[int]) -> Any:
+    """``x.transpose(order)``, or ``x`` itself where the order is the identity."""
+    return x if order == list(range(len(order))) else x.transpose(tuple(order))
+
+
+def _shaped(x: Any, shape: tuple[int, ...]) -> Any:
+    """``x.reshape(shape)``, or ``x`` itself where it has that shape."""
+    return x if tuple(x.shape) == shape else x.reshape(shape)
 
 
 HANDLED: dict[Callable[..., Any], Callable[..., Any]] = {
