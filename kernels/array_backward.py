@@ -150,7 +150,10 @@ class BackwardWriter(ForwardWriter):
         ranks = (len(self.shape(a)), len(self.shape(b)))
 
         def first(target: str) -> None:
-            if ranks == (2, 2):
+            if ranks == (3, 3):  # per matrix of the stack: G B^T
+                self.emit(f"for b_ in range({target}.shape[0]):")
+                self.emit(f"gemm(False, True, {G}[b_], {other}[b_], {target}[b_])", 2)
+            elif ranks == (2, 2):
                 self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
             elif ranks == (1, 1):  # one term per element
                 self.emit(f"for i0 in range({target}.size):")
@@ -163,7 +166,10 @@ class BackwardWriter(ForwardWriter):
                 self.product(f"gemv(False, {other}, {G}, {target})", target, j, (other, G))
 
         def second(target: str) -> None:
-            if ranks == (2, 2):
+            if ranks == (3, 3):  # per matrix of the stack: A^T G
+                self.emit(f"for b_ in range({target}.shape[0]):")
+                self.emit(f"gemm(True, False, {other}[b_], {G}[b_], {target}[b_])", 2)
+            elif ranks == (2, 2):
                 self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
             elif ranks == (1, 1):
                 self.emit(f"for i0 in range({target}.size):")

@@ -65,24 +65,35 @@ class ForwardWriter(WriterBase):
 
     def forward_matmul(self, i: int, node: Node) -> None:
         a, b = node.operands
-        self.emit(self.product_call(node, f"v{a}", f"v{b}", f"v{i}"))
+        self.emit_product(node, f"v{a}", f"v{b}", f"v{i}")
 
-    def product_call(self, node: Node, x: str, y: str, target: str) -> str:
-        """The statement ``target = x @ y`` for matmul ``node``'s operand ranks, by the BLAS
-        routine ``np.matmul`` picks (``x``, ``y``: its operands or their tangents)."""
+    def emit_product(self, node: Node, x: str, y: str, target: str) -> None:
+        """``target = x @ y`` for matmul ``node``'s operand ranks, by the BLAS routine
+        ``np.matmul`` picks (``x``, ``y``: its operands or their tangents); a stack of
+        matrices one ``gemm`` per matrix, as ``np.matmul`` loops over a stack."""
         a, b = node.operands
         ranks = (len(self.shape(a)), len(self.shape(b)))
         if ranks == (2, 2):
-            return f"gemm(False, False, {x}, {y}, {target})"
-        if ranks == (2, 1):
-            return f"gemv(False, {x}, {y}, {target})"
-        if ranks == (1, 2):
-            return f"gemv(True, {y}, {x}, {target})"
-        if ranks == (1, 1):
-            return f"{target} = dot({x}, {y})"
+            self.emit(f"gemm(False, False, {x}, {y}, {target})")
+        elif ranks == (2, 1):
+            self.emit(f"gemv(False, {x}, {y}, {target})")
+        elif ranks == (1, 2):
+            self.emit(f"gemv(True, {y}, {x}, {target})")
+        elif ranks == (1, 1):
+            self.emit(f"{target} = dot({x}, {y})")
+        elif self.stacked(node):
+            self.emit(f"for b_ in range({target}.shape[0]):")
+            self.emit(f"gemm(False, False, {x}[b_], {y}[b_], {target}[b_])", 2)
+
+    def stacked(self, node: Node) -> bool:
+        """Whether matmul ``node`` is a stack of matrix products of one length (two operands
+        of three axes, the first as long); :class:`Unsupported` for any other shapes."""
+        a, b = (self.shape(j) for j in node.operands)
+        if len(a) == 3 and len(b) == 3 and a[0] == b[0]:
+            return True
         raise Unsupported(
-            f"generated code has no rule for a product of operands of {ranks[0]} and "
-            f"{ranks[1]} axes (matrices and vectors only)"
+            f"generated code has no rule for a product of operands of shapes {a} and {b} "
+            "(matrices, vectors, and stacks of matrices of one length)"
         )
 
     def forward_reshape(self, i: int, node: Node, prefix: str = "v") -> None:

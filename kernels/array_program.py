@@ -25,8 +25,8 @@ SUPPORTED = (
     "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(index, concatenate, max, min, prod, stacked products, linear algebra)
-stays on the interpreter."""
+(index, concatenate, max, min, prod, products of stacks that broadcast,
+linear algebra) stays on the interpreter."""
 
 
 class Node(NamedTuple):

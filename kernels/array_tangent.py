@@ -61,13 +61,13 @@ class TangentWriter(BackwardWriter):
         if self.moves[b]:
             factors.append((f"v{a}", f"t{b}"))
         first, *rest = factors
-        self.emit(self.product_call(node, *first, f"t{i}"))
+        self.emit_product(node, *first, f"t{i}")
         for x, y in rest:
             if not node.shape:
                 self.emit(f"t{i} = t{i} + dot({x}, {y})")
                 continue
             second = self.scratch(f"{i}_tb", node.shape)
-            self.emit(self.product_call(node, x, y, second))
+            self.emit_product(node, x, y, second)
             index = ", ".join(loop_indices(len(node.shape)))
             self.loop(f"t{i}", node.shape, [f"t{i}[{index}] = t{i}[{index}] + {second}[{index}]"])
 

@@ -393,3 +393,36 @@ def test_reshapes_and_transposes_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(reshaped_output, reshaped_arguments(rng)[:2])
     calls = [reshaped_arguments(rng)[:2] for _ in range(4)]
     compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)
+
+
+# -- stacks of matrix products (attention's shape, and einsum's batched contractions) -------
+
+
+def stacked(X, Y, Z):
+    S = X @ np.swapaxes(Y, 1, 2)  # (3, 4, 6)
+    H = fa.tanh(S) @ Z  # (3, 4, 2)
+    E = np.einsum("bij,bkj->bik", X, fa.sin(Y))  # (3, 4, 6)
+    return (H * H).sum() + (E * S).mean()
+
+
+def stacked_arguments(rng):
+    return sparse(rng, (3, 4, 5)), rng.normal(size=(3, 6, 5)), sparse(rng, (3, 6, 2))
+
+
+def test_stacked_products_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(stacked, stacked_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = generated.blas_calls("grad")
+    assert "gemm(False, False, v0[b_], v3[b_], v4[b_])" in calls  # X @ Y^T, per matrix
+    assert any(call.startswith("gemm(True, False, v0[b_]") for call in calls)  # X^T dS
+    calls = [stacked_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    with pytest.raises(NotImplementedError, match=r"shapes \(3, 4, 5\) and \(5, 2\)"):
+        fa.compile(
+            lambda X, W: (X @ W).sum(),
+            example=(np.ones((3, 4, 5)), np.ones((5, 2))),
+            backend="codegen",
+        )

@@ -165,3 +165,105 @@ def test_scalar_node_indexing():
             x[0]
         with pytest.raises(TypeError, match="not iterable"):
             list(x)
+
+
+def _recorded(call, *arrays):
+    with fa.Tape():
+        result = call(*[fa.var(np.asarray(a, np.float64)) for a in arrays])
+        return np.asarray(result.value if isinstance(result, (fa.Block, fa.Var)) else result)
+
+
+CUBES = np.arange(-20.0, 21.0) ** 3
+EDGES = [
+    ("np.exp2 at the integers", np.exp2, [np.arange(-60.0, 61.0)], 0.0),
+    ("np.exp2 past the range", np.exp2, [np.array([1024.0, -1080.0, 1023.5])], 0.0),
+    ("np.cbrt at the cubes", np.cbrt, [CUBES], 0.0),
+    ("np.cbrt at the extremes", np.cbrt, [np.array([0.0, 1e298, -1e-300, 1.7e308])], 4.5e-16),
+    ("np.arccosh below 1", np.arccosh, [np.array([-1e200, -3e8, -1.0, 0.5, np.nan])], 0.0),
+    ("np.arccosh above 1", np.arccosh, [np.array([1.0, 1.5, 2.0, 1e8, 1e300])], 4.5e-16),
+    ("np.arcsinh", np.arcsinh, [np.array([-1e300, -3e8, -0.5, 1e-300, 2.0, 1e200])], 4.5e-16),
+    ("np.arctanh", np.arctanh, [np.array([-1.0, -0.999, 1e-300, 0.5, 1.0, 1.5])], 4.5e-16),
+    (
+        "np.hypot with infinities and nan",
+        np.hypot,
+        [
+            np.array([np.nan, np.inf, 0.0, 1e300, 3e-300]),
+            np.array([-np.inf, np.nan, 0.0, 1e300, 4e-300]),
+        ],
+        4.5e-16,
+    ),
+    (
+        "np.logaddexp with infinities",
+        np.logaddexp,
+        [
+            np.array([np.inf, -np.inf, -np.inf, 1e300, 0.0]),
+            np.array([np.inf, -np.inf, 2.0, 1e300, np.nan]),
+        ],
+        4.5e-16,
+    ),
+    (
+        "np.median with nan",
+        lambda a: np.median(a, axis=1),
+        [np.array([[np.nan, 1.0, 2.0], [3.0, 1.0, 2.0]])],
+        0.0,
+    ),
+    (
+        "np.median of several axes",
+        lambda a: np.median(a, axis=(0, 2), keepdims=True),
+        [np.arange(24.0).reshape(2, 3, 4) % 7],
+        0.0,
+    ),
+    ("np.all of nothing", lambda a: np.all(a, axis=0), [np.zeros((0, 3))], 0.0),
+    ("np.any of nothing", np.any, [np.zeros(0)], 0.0),
+    ("np.all with nan", np.all, [np.array([np.nan, 1.0])], 0.0),
+]
+
+
+@pytest.mark.parametrize("name, call, arrays, rtol", EDGES, ids=[row[0] for row in EDGES])
+def test_edge_values_match_numpy(name, call, arrays, rtol):
+    with np.errstate(all="ignore"):
+        want = np.asarray(call(*arrays), np.float64)
+        got = _recorded(call, *arrays).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=0.0, err_msg=name)
+
+
+def test_cbrt_and_arccosh_derivatives_at_the_edges():
+    with fa.Tape(), np.errstate(all="ignore"):
+        x = fa.var(np.array([0.0, 8.0, -8.0]))
+        assert fa.grad(np.cbrt(x).sum(), x).tolist() == [np.inf, 1.0 / 12.0, 1.0 / 12.0]
+        y = fa.var(np.array([0.5, -3e8]))
+        assert np.isnan(fa.grad(np.arccosh(y).sum(), y)).all()
+
+
+def test_average_returns_the_weights_as_numpy():
+    a = np.arange(6.0).reshape(2, 3)
+    with fa.Tape():
+        A = fa.var(a)
+        mean, count = np.average(A, axis=0, returned=True)
+        np.testing.assert_array_equal(count, np.average(a, axis=0, returned=True)[1])
+        assert np.average(A, returned=True)[1] == 6.0
+        with pytest.raises(ZeroDivisionError, match="sum to zero"):
+            np.average(A, axis=1, weights=[1.0, -1.0, 0.0])
+
+
+def test_bad_arguments_of_the_new_functions_are_named():
+    with fa.Tape():
+        X = fa.var(np.ones((2, 3)))
+        s = fa.var(2.0)
+        with pytest.raises(ValueError, match="number of sections must be larger than 0, got 0"):
+            np.split(X, 0)
+        with pytest.raises(TypeError, match="mode='clip' .*np.clip"):
+            np.take(X, [5], axis=1, mode="clip")
+        with pytest.raises(TypeError, match="matrix_power takes matrices .* scalar node"):
+            np.linalg.matrix_power(s, 2)
+        with pytest.raises(TypeError, match="multi_dot takes matrices .* scalar node"):
+            np.linalg.multi_dot([s, X])
+        with pytest.raises(ValueError, match="scalar node .* takes no ord or axis"):
+            np.linalg.norm(s, 0)
+        with pytest.raises(TypeError, match=r"fa.stack\(\[x\]\)"):
+            np.tile(s, 2)
+        with pytest.raises(ValueError, match=r"axes under '...' of shapes \[\(1, 3\), \(5, 3\)\]"):
+            np.einsum("...i,...i", X[:1], np.ones((5, 3)))
+        with pytest.raises(ValueError, match="UPLO must be 'L' or 'U'"):
+            np.linalg.eigvalsh(X[:, :2], UPLO="X")
+        assert isinstance(np.atleast_1d(X, X), tuple)

@@ -31,7 +31,7 @@ def operand(x: Any, function: str) -> Any:
     if isinstance(x, Var):
         raise TypeError(
             f"np.{function} of the scalar node {x!r}: it takes arrays (blocks); a scalar "
-            "node is one number"
+            "node is one number: use fa.stack([x]) for a vector of it"
         )
     return x if isinstance(x, Block) else np.asarray(x, dtype=np.float64)
 

@@ -7,9 +7,11 @@ record reshapes, transposes, indexing, elementwise products, sums and
 those ops': nothing here has a rule of its own. The operands may mix blocks
 and plain arrays; a scalar node is refused, naming the function.
 
-``np.einsum`` takes any subscripts NumPy takes: ``...`` (the axes it stands
-for named by letters the subscripts do not use), a letter repeated within
-one operand (its diagonal, taken first), implicit and explicit outputs. The
+``np.einsum`` takes the subscripts NumPy takes: ``...`` (the axes it stands
+for named by letters the subscripts do not use; they must have one length
+in every operand, where NumPy would also broadcast a length 1), a letter
+repeated within one operand (its diagonal, taken first), implicit and
+explicit outputs. The
 order of the pairwise contractions is NumPy's greedy path
 (``np.einsum_path``), chosen once, when the call is recorded.
 """
@@ -143,10 +145,16 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     for x, group in terms:
         for letter, size in zip(group, x.shape, strict=True):
             if sizes.setdefault(letter, size) != size:
+                if letter in subscripts:
+                    raise ValueError(
+                        f"np.einsum {subscripts!r}: letter {letter!r} stands for "
+                        f"{sizes[letter]} and {size} elements"
+                    )
                 raise ValueError(
-                    f"np.einsum {subscripts!r}: letter {letter!r} stands for {sizes[letter]} "
-                    f"and {size} elements (axes under '...' are named by letters not in the "
-                    "subscripts, and are not broadcast)"
+                    f"np.einsum {subscripts!r}: the axes under '...' of shapes "
+                    f"{[tuple(x.shape) for x in arrays]} differ ({sizes[letter]} against "
+                    f"{size}); broadcasting them is not recorded: np.broadcast_to the "
+                    "operands to one shape under '...' first"
                 )
     spec = ",".join(group for _, group in terms) + "->" + output
     shapes = [np.broadcast_to(0.0, x.shape) for x, _ in terms]

@@ -132,6 +132,11 @@ def norm(
     ``axis`` and the rank. The 2-norm is ``sqrt(sum(x * x))``; the spectral and nuclear
     norms (``ord`` 2, -2, 'nuc' of a matrix) need singular values and are refused."""
     if isinstance(x, Var):
+        if ord is not None or axis is not None:
+            raise ValueError(
+                f"np.linalg.norm of the scalar node {x!r} (no axes) takes no ord or axis; "
+                f"got ord={ord!r}, axis={axis!r}"
+            )
         return fa_abs(x)
     if not isinstance(x, Node):
         return np.linalg.norm(np.asarray(x, dtype=np.float64), ord, axis, keepdims)
@@ -186,12 +191,11 @@ def _matrix_norm(x: Any, ord: Any, axes: tuple[int, ...], keepdims: bool) -> Any
 
 
 def eigvalsh(A: Block | ArrayLike, UPLO: str = "L") -> Any:  # noqa: N803  (NumPy's name)
-    """The eigenvalues of ``(A + A^T) / 2``, ascending: :func:`eigh`'s first result."""
-    if UPLO != "L":
-        raise TypeError(
-            f"np.linalg.eigvalsh with UPLO={UPLO!r} is not recorded on fastad nodes: the "
-            "input is symmetrised (as jax.numpy's), so give UPLO='L'"
-        )
+    """The eigenvalues of ``(A + A^T) / 2``, ascending: :func:`eigh`'s first result. Both
+    triangles are read, symmetrised (as ``jax.numpy.linalg.eigvalsh``; NumPy's reads the
+    ``UPLO`` triangle), so ``UPLO`` only has to be ``'L'`` or ``'U'``."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"np.linalg.eigvalsh: UPLO must be 'L' or 'U', got {UPLO!r}")
     return eigh(A).eigenvalues
 
 
@@ -199,7 +203,7 @@ def matrix_power(a: Block | ArrayLike, n: int) -> Any:
     """``a`` to the integer power ``n`` by repeated squaring (``n < 0``: of ``inv(a)``)."""
     if not isinstance(n, (int, np.integer)):
         raise TypeError(f"np.linalg.matrix_power takes an integer power, got {n!r}")
-    x: Any = a if isinstance(a, Node) else np.asarray(a, dtype=np.float64)
+    x = _matrix_operand(a, "matrix_power")
     shape = x.shape
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise ValueError(f"np.linalg.matrix_power takes square matrices, got shape {shape}")
@@ -220,7 +224,7 @@ def multi_dot(arrays: Any, *, out: Any = None) -> Any:
     first or last is a row or a column, and is one again in the result."""
     if out is not None:
         raise TypeError("np.linalg.multi_dot(..., out=...) is not recorded: use the result")
-    items: list[Any] = [x if isinstance(x, Node) else np.asarray(x, np.float64) for x in arrays]
+    items = [_matrix_operand(x, "multi_dot") for x in arrays]
     if len(items) < 2:
         raise ValueError("np.linalg.multi_dot needs at least two arrays")
     ranks = [len(x.shape) for x in items]
@@ -247,6 +251,15 @@ def multi_dot(arrays: Any, *, out: Any = None) -> Any:
     if first_vector or last_vector:
         return result.reshape((-1,))
     return result
+
+
+def _matrix_operand(x: Any, function: str) -> Any:
+    """``x`` as a block or a float64 array; a scalar node is refused, naming ``function``."""
+    if isinstance(x, Var):
+        raise TypeError(
+            f"np.linalg.{function} takes matrices (blocks or arrays), got the scalar node {x!r}"
+        )
+    return x if isinstance(x, Node) else np.asarray(x, dtype=np.float64)
 
 
 def _chain_order(dims: list[int]) -> list[list[int]]:

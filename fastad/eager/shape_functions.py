@@ -85,7 +85,12 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Any:
 
 
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
-    refuse_options("take", out=out, mode=None if mode == "raise" else mode)
+    refuse_options("take", out=out)
+    if mode != "raise":
+        raise TypeError(
+            f"np.take with mode={mode!r} is not recorded on fastad nodes: bring the indices "
+            "into range first (np.clip(indices, 0, n - 1) or indices % n), then np.take"
+        )
     x, ax = _positions(a, axis, "take")
     return x[_along(x.ndim, ax, np.asarray(indices))]
 
@@ -114,11 +119,11 @@ def _at_least(rank: int) -> Callable[..., Any]:
     function = getattr(np, f"atleast_{rank}d")
 
     def raised(*arys: Any) -> Any:
-        results = [
-            operand(a, function.__name__).reshape(function(np.empty(operand(a, "").shape)).shape)
-            for a in arys
-        ]
-        return results[0] if len(results) == 1 else results
+        results = []
+        for a in arys:
+            x = operand(a, function.__name__)
+            results.append(x.reshape(function(np.empty(x.shape)).shape))
+        return results[0] if len(results) == 1 else tuple(results)
 
     return raised
 
@@ -146,6 +151,11 @@ def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     x = operand(ary, "split")
     if np.ndim(indices_or_sections) == 0:
+        if int(indices_or_sections) <= 0:
+            raise ValueError(
+                f"np.split: the number of sections must be larger than 0, got "
+                f"{indices_or_sections!r}"
+            )
         length = x.shape[normal_axis(x.shape, axis, x)]
         if length % int(indices_or_sections):
             raise ValueError(

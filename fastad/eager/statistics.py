@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastad.eager import blocks
+from fastad.eager import blocks, functions
 from fastad.eager.array_functions import operand, other_dtype, refuse_options, sort
 from fastad.eager.block_params import normal_axis
 from fastad.eager.handle import values_of
@@ -49,29 +49,28 @@ def _positions(name: str) -> Callable[..., Any]:
 def median(
     a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False, keepdims: bool = False
 ) -> Any:
+    """The middle of the sorted values (the mean of the two middle ones for an even count)
+    over ``axis`` (one, several, or None: all); nan where a nan is among them, as NumPy."""
     refuse_options("median", out=out)
-    x, ax = _flat(operand(a, "median"), axis)
+    x = operand(a, "median")
     values_of(x, "np.median")  # refused by name while tracing, before np.sort's refusal
-    ordered = sort(x, axis=ax)
-    count = x.shape[ax]
+    given = tuple(range(x.ndim)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    axes = [normal_axis(x.shape, ax, x) for ax in given]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"np.median: axis {axis!r} names an axis twice")
+    kept = [n for n in range(x.ndim) if n not in axes]
+    order = kept + axes
+    lined = x if order == list(range(x.ndim)) else x.transpose(tuple(order))
+    lined = lined.reshape(tuple(x.shape[n] for n in kept) + (-1,))
+    count = lined.shape[-1]
     if count == 0:
-        raise ValueError(f"np.median of an empty axis (shape {x.shape})")
+        raise ValueError(f"np.median over no elements (shape {x.shape}, axis {axis!r})")
+    ordered = sort(lined, axis=-1)
     middle = [count // 2] if count % 2 else [count // 2 - 1, count // 2]
-    key = tuple(middle if n == ax else slice(None) for n in range(x.ndim))
-    result = ordered[key].mean(axis=ax, keepdims=True)
-    return _kept(result, x, a, axis, ax, keepdims)
-
-
-def _kept(result: Any, x: Any, a: Any, axis: Any, ax: int, keepdims: bool) -> Any:
-    """A reduction's ``result`` (its axis kept, size one) in NumPy's shape for ``keepdims``."""
+    result = functions.where((lined != lined).max(axis=-1), np.nan, ordered[..., middle].mean(-1))
     if keepdims:
-        return result.reshape((1,) * np.ndim(np.empty(_shape(a)))) if axis is None else result
-    shape = tuple(n for i, n in enumerate(x.shape) if i != ax)
-    return result.reshape(shape) if shape else result.sum()
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if isinstance(x, Block) else np.shape(x)
+        return np.reshape(result, tuple(1 if n in axes else x.shape[n] for n in range(x.ndim)))
+    return result
 
 
 def average(
@@ -80,8 +79,8 @@ def average(
     x = operand(a, "average")
     if weights is None:
         mean = x.mean(axis, keepdims=keepdims)
-        count = x.size / (np.size(mean) if isinstance(mean, Block) else 1)
-        return (mean, count) if returned else mean
+        count = float(x.size / (mean.size if isinstance(mean, Block) else 1))
+        return (mean, _like_result(count, mean)) if returned else mean
     w = operand(weights, "average")
     if w.shape != x.shape:
         if axis is None or w.ndim != 1 or isinstance(axis, tuple):
@@ -95,8 +94,15 @@ def average(
         w = w.reshape(tuple(-1 if n == ax else 1 for n in range(x.ndim)))
     total = (x * w).sum(axis, keepdims=keepdims)
     scale = (w * np.ones(x.shape)).sum(axis, keepdims=keepdims)  # the weights, as broadcast
+    if not isinstance(scale, (Var, Block)) and np.any(scale == 0.0):
+        raise ZeroDivisionError("np.average: the weights sum to zero, can't be normalized")
     mean = total / scale
     return (mean, scale) if returned else mean
+
+
+def _like_result(count: float, mean: Any) -> Any:
+    """``returned=True`` without weights: the count, shaped as the mean (as NumPy)."""
+    return np.full(mean.shape, count) if isinstance(mean, Block) else count
 
 
 def ptp(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
@@ -106,17 +112,21 @@ def ptp(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> An
 
 
 def _truth(name: str) -> Callable[..., Any]:
-    """``np.all``/``np.any``/``np.count_nonzero`` of the comparison node ``a != 0``."""
+    """``np.all``/``np.any``/``np.count_nonzero`` as comparison nodes of counts: the zeros
+    counted (all: none), the others (any: some; count_nonzero: how many). An empty axis
+    counts nothing, so ``all`` is 1.0 and ``any`` 0.0 there, as NumPy's True and False;
+    nan is not zero, as in NumPy."""
 
     def reduce(
         a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, **options: Any
     ) -> Any:
         refuse_options(name, out=out, **options)
+        if name == "all":
+            zeros = a == 0.0
+            return (zeros if isinstance(zeros, Var) else zeros.sum(axis, keepdims=keepdims)) == 0.0
         nonzero = a != 0.0
-        if isinstance(nonzero, Var):
-            return nonzero
-        reduce_by = {"all": nonzero.min, "any": nonzero.max, "count_nonzero": nonzero.sum}[name]
-        return reduce_by(axis, keepdims=keepdims)
+        count = nonzero if isinstance(nonzero, Var) else nonzero.sum(axis, keepdims=keepdims)
+        return count if name == "count_nonzero" else count > 0.0
 
     return reduce
 

@@ -3,8 +3,10 @@
 ``np.arcsin``, ``np.hypot``, ``np.logaddexp``... have no row of their own in
 the op table: each is written here from ops that have one (``arctan2``,
 ``sqrt``, ``log1p``, ``maximum``, ``where``...), in a form that keeps NumPy's
-value to rounding over the whole range (large arguments take the
-asymptotic branch, as glibc's do) and whose derivative is the function's.
+value to a few rounding errors over the whole range (large arguments take
+the asymptotic branch, as glibc's do; ``exp2`` is ``2.0 ** x`` and ``cbrt``
+takes a Newton step, so both are exact at the integers and the cubes), nan
+outside the domain as NumPy, and whose derivative is the function's.
 Every derivative, first and second order, and every tier (eager, compiled,
 generated code) is therefore the composed ops'.
 
@@ -37,12 +39,18 @@ where, sqrt, log, log1p = functions.where, functions.sqrt, functions.log, functi
 
 
 def exp2(x: Any) -> Any:
-    return functions.exp(x * LN2)
+    return 2.0**x  # pow: exact at the integers
+
+
+def _cbrt_of_positive(t: Any) -> Any:
+    """``t ** (1/3)`` and one Newton step, ``(2r + t / r²) / 3`` (no cube to overflow), for
+    the correctly rounded root; at 0 the power alone (value 0, derivative +inf)."""
+    root = t ** (1.0 / 3.0)
+    return where(t > 0.0, (2.0 * root + t / (root * root)) * (1.0 / 3.0), root)
 
 
 def cbrt(x: Any) -> Any:
-    root = functions.abs(x) ** (1.0 / 3.0)
-    return where(x < 0.0, -root, root)
+    return where(x < 0.0, -_cbrt_of_positive(-x), _cbrt_of_positive(x))
 
 
 def arcsin(x: Any) -> Any:
@@ -63,12 +71,20 @@ def arcsinh(x: Any) -> Any:
 
 
 def arccosh(x: Any) -> Any:
+    """nan below 1 (a nan derivative too), as NumPy; the exact form would round to a
+    finite value or an infinity there."""
     t = x - 1.0
-    return where(x > LARGE, log(x) + LN2, log1p(t + sqrt(t * (t + 2.0))))
+    inside = where(x > LARGE, log(x) + LN2, log1p(t + sqrt(t * (t + 2.0))))
+    return where(x >= 1.0, inside, x * np.nan)
+
+
+def _arctanh_of_positive(a: Any) -> Any:
+    return 0.5 * log1p(2.0 * a / (1.0 - a))
 
 
 def arctanh(x: Any) -> Any:
-    return 0.5 * log1p(2.0 * x / (1.0 - x))
+    """Odd, as glibc's: log1p of a positive argument is well conditioned near -1 too."""
+    return where(x < 0.0, -_arctanh_of_positive(-x), _arctanh_of_positive(x))
 
 
 def deg2rad(x: Any) -> Any:
@@ -84,7 +100,8 @@ def hypot(a: Any, b: Any) -> Any:
     larger = functions.maximum(functions.abs(a), functions.abs(b))
     scale = where(larger > 0.0, larger, 1.0)
     scaled = scale * sqrt((a / scale) * (a / scale) + (b / scale) * (b / scale))
-    return where(larger == np.inf, larger, scaled)
+    infinite = isinf(a) + isinf(b)  # an infinity wins over a nan, as in NumPy
+    return where(infinite > 0.0, np.inf, scaled)
 
 
 def logaddexp(a: Any, b: Any) -> Any:
