@@ -290,7 +290,7 @@ class BackwardWriter(ForwardWriter):
             return
         target, added = self.sink(a, f"{i}_moved")
         mine, theirs = self.transposed_index(node)
-        self.loop(self.own(i), node.shape, [f"{target}[{theirs}] = {self.own(i)}[{mine}]"])
+        self.unmerged(self.own(i), len(node.shape), f"{target}[{theirs}] = {self.own(i)}[{mine}]")
         if added:
             self.add_into(a, target)
 

@@ -124,7 +124,15 @@ class ForwardWriter(WriterBase):
         """The operand's elements (``prefix`` ``t``: its tangent's) with the axes permuted."""
         (a,) = node.operands
         mine, theirs = self.transposed_index(node)
-        self.loop(f"v{i}", node.shape, [f"{prefix}{i}[{mine}] = {prefix}{a}[{theirs}]"])
+        self.unmerged(f"v{i}", len(node.shape), f"{prefix}{i}[{mine}] = {prefix}{a}[{theirs}]")
+
+    def unmerged(self, array: str, rank: int, statement: str) -> None:
+        """A loop nest of its own over ``array``'s elements, never merged with a neighbour:
+        a permuted read merges only where the traced shapes happen to agree (a square
+        matrix, or a batch of as many rows as columns), so the text would change with the
+        number of rows."""
+        depth = self.loops(array, rank)
+        self.emit(statement, depth)
 
     def forward_linear(self, i: int, node: Node, relu: bool = False) -> None:
         X, W, b = node.operands

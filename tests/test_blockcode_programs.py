@@ -374,6 +374,13 @@ def reshaped(X, W, v):
     return (Q * Q).sum() + (F * F).mean() + (T.reshape((72,)) * H.reshape((72,))).sum()
 
 
+def square(X):  # a transposed read beside loops of the same shape
+    A = fa.sin(X)
+    return (A.T * X).sum() + (
+        np.transpose(fa.cos(X).reshape((6, 6, 1)), (2, 1, 0)).reshape((6, 6)) * A
+    ).mean()
+
+
 def reshaped_output(X, W):
     return fa.tanh(X @ W).T.reshape((4, -1)) * 2.0
 
@@ -390,6 +397,17 @@ def test_reshapes_and_transposes_give_the_interpreters_bits(rng, buffers):
     compare_calls(
         generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
+    generated, interpreted = both(square, (sparse(rng, (6, 6)),))
+    calls = [(sparse(rng, (6, 6)),) for _ in range(3)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "jvp", "hvp"), True, buffers, rng
+    )
+    generated, interpreted = both(
+        lambda X: fa.sin(X).sum() + fa.cos(X.T).sum(), (sparse(rng, (3, 3)),), batch=0
+    )
+    assert generated.tier("grad").name == "codegen"  # as many rows as columns, traced
+    calls = [(sparse(rng, (n, 3)),) for n in (3, 2, 5)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
     generated, interpreted = both(reshaped_output, reshaped_arguments(rng)[:2])
     calls = [reshaped_arguments(rng)[:2] for _ in range(4)]
     compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)
