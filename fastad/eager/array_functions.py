@@ -36,13 +36,29 @@ def operand(x: Any, function: str) -> Any:
     return x if isinstance(x, Block) else np.asarray(x, dtype=np.float64)
 
 
-def _axes(value: Any) -> tuple[Any, ...]:
+def axes_of(value: Any) -> tuple[Any, ...]:
+    """An ``axis=`` argument as a tuple: one axis, or a tuple or list of them."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def along(x: Any, axis: Any) -> tuple[Any, int]:
+    """``x`` and ``axis`` normalised, ``x`` flattened where ``axis`` is None (NumPy's rule for
+    np.cumsum, np.sort, np.repeat, np.take...)."""
+    if axis is None:
+        return x.reshape((-1,)), 0
+    return x, normal_axis(x.shape, axis, x)
+
+
+def permuted(x: Any, order: Sequence[int]) -> Any:
+    """``x.transpose(order)``, or ``x`` itself where the order is the identity (no op
+    recorded)."""
+    order = list(order)
+    return x if order == list(range(len(order))) else x.transpose(tuple(order))
 
 
 def expand_dims(a: Any, axis: Any) -> Any:
     x = operand(a, "expand_dims")
-    wanted = _axes(axis)
+    wanted = axes_of(axis)
     rank = x.ndim + len(wanted)
     placed = sorted(normal_axis((1,) * rank, ax, x) for ax in wanted)
     if len(set(placed)) != len(placed):
@@ -55,8 +71,8 @@ def expand_dims(a: Any, axis: Any) -> Any:
 
 def moveaxis(a: Any, source: Any, destination: Any) -> Any:
     x = operand(a, "moveaxis")
-    sources = [normal_axis(x.shape, ax, x) for ax in _axes(source)]
-    targets = [normal_axis(x.shape, ax, x) for ax in _axes(destination)]
+    sources = [normal_axis(x.shape, ax, x) for ax in axes_of(source)]
+    targets = [normal_axis(x.shape, ax, x) for ax in axes_of(destination)]
     if len(sources) != len(targets):
         raise ValueError(
             f"np.moveaxis: source {source!r} and destination {destination!r} must name as many axes"
@@ -77,7 +93,7 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Any:
 
 def flip(m: Any, axis: Any = None) -> Any:
     x = operand(m, "flip")
-    flipped = range(x.ndim) if axis is None else [normal_axis(x.shape, a, x) for a in _axes(axis)]
+    flipped = range(x.ndim) if axis is None else [normal_axis(x.shape, a, x) for a in axes_of(axis)]
     key = tuple(slice(None, None, -1) if n in flipped else slice(None) for n in range(x.ndim))
     return x[key]
 
@@ -142,7 +158,7 @@ def _at_least_1d(x: Any) -> Any:
 
 def tile(A: Any, reps: Any) -> Any:
     x = operand(A, "tile")
-    counts = tuple(int(r) for r in _axes(reps))
+    counts = tuple(int(r) for r in axes_of(reps))
     rank = max(x.ndim, len(counts))
     x = x.reshape((1,) * (rank - x.ndim) + tuple(x.shape))
     counts = (1,) * (rank - len(counts)) + counts
@@ -185,9 +201,8 @@ def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     refuse_options("cumsum", out=out, dtype=other_dtype(dtype))
     if not isinstance(x, Block):
         return np.cumsum(x, axis)
-    if axis is None:
-        x, axis = x.reshape((-1,)), 0
-    return record_block_on(x.tape, CUMSUM, (x,), normal_axis(x.shape, axis, x), "cumsum operand")
+    x, axis = along(x, axis)
+    return record_block_on(x.tape, CUMSUM, (x,), axis, "cumsum operand")
 
 
 def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options: Any) -> Any:
@@ -195,9 +210,7 @@ def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, **options:
     permutation); while ``fa.compile`` traces, its ``.value`` is refused, naming it."""
     x = operand(a, "sort")
     refuse_options("sort", order=order, **options)
-    if axis is None:
-        x, axis = x.reshape((-1,)), 0
-    axis = normal_axis(x.shape, axis, x)
+    x, axis = along(x, axis)
     ranks = np.argsort(values_of(x, "np.sort"), axis=axis, kind=kind or "stable")
     key = list(np.indices(x.shape, sparse=True))
     key[axis] = ranks

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fastad.eager.array_functions import moveaxis, operand, refuse_options
+from fastad.eager.array_functions import axes_of, moveaxis, operand, permuted, refuse_options
 from fastad.eager.block_params import normal_axis
 from fastad.eager.blocks import stack
 from fastad.eager.node import Var, matmul
@@ -47,8 +47,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
         left, right = list(range(x.ndim - count, x.ndim)), list(range(count))
     else:
         first, second = axes
-        left = [_axis(x, ax) for ax in _axes(first)]
-        right = [_axis(y, ax) for ax in _axes(second)]
+        left = [normal_axis(x.shape, ax, x) for ax in axes_of(first)]
+        right = [normal_axis(y.shape, ax, y) for ax in axes_of(second)]
     pairs = zip(left, right, strict=False)  # lengths compared first
     if len(left) != len(right) or any(x.shape[i] != y.shape[j] for i, j in pairs):
         raise ValueError(
@@ -60,19 +60,11 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     inner_size = math.prod(x.shape[i] for i in left)
     rows = math.prod(x.shape[i] for i in free_x)
     columns = math.prod(y.shape[j] for j in free_y)
-    matrix_x = _shaped(_permuted(x, free_x + left), (rows, inner_size))
-    matrix_y = _shaped(_permuted(y, right + free_y), (inner_size, columns))
+    matrix_x = _shaped(permuted(x, free_x + left), (rows, inner_size))
+    matrix_y = _shaped(permuted(y, right + free_y), (inner_size, columns))
     shape = tuple(x.shape[i] for i in free_x) + tuple(y.shape[j] for j in free_y)
     product = matrix_x @ matrix_y  # (1, 1) for a full contraction: its one element
     return _shaped(product, shape) if shape else product.sum()
-
-
-def _axes(value: Any) -> tuple[Any, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _axis(x: Any, axis: Any) -> int:
-    return normal_axis(x.shape, axis, x)
 
 
 def inner(a: Any, b: Any) -> Any:
@@ -172,7 +164,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
         terms.append(_sum_lone(x, group, later))
     ((x, group),) = terms
     x, group = _sum_lone(x, group, output)
-    return _permuted(x, [group.index(c) for c in output])
+    return permuted(x, [group.index(c) for c in output])
 
 
 def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
@@ -235,9 +227,7 @@ def _diagonals(x: Any, group: str, subscripts: str) -> tuple[Any, str]:
                 f"{x.shape[second]} elements"
             )
         rest = [n for n in range(x.ndim) if n not in (first, second)]
-        order = (*rest, first, second)
-        if order != tuple(range(x.ndim)):
-            x = x.transpose(order)
+        x = permuted(x, (*rest, first, second))
         size = x.shape[-1]  # the pair last, flattened: its diagonal is every (size + 1)th
         x = x.reshape((*x.shape[:-2], size * size))[..., :: size + 1]
         group = "".join(group[n] for n in rest) + letter
@@ -265,19 +255,14 @@ def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[st
     def size(letters: list[str]) -> int:
         return math.prod(sizes[c] for c in letters)
 
-    left = _permuted(x, [group.index(c) for c in batch + free_x + summed])
-    right = _permuted(y, [other.index(c) for c in batch + summed + free_y])
+    left = permuted(x, [group.index(c) for c in batch + free_x + summed])
+    right = permuted(y, [other.index(c) for c in batch + summed + free_y])
     stacked = (size(batch),) if batch else ()  # no batch: one matrix product
     left = _shaped(left, (*stacked, size(free_x), size(summed)))
     right = _shaped(right, (*stacked, size(summed), size(free_y)))
     shape = tuple(sizes[c] for c in batch + free_x + free_y)
     product = left @ right  # (1, 1) for a full contraction: its one element, a scalar
     return (_shaped(product, shape) if shape else product.sum()), "".join(batch + free_x + free_y)
-
-
-def _permuted(x: Any, order: list[int]) -> Any:
-    """``x.transpose(order)``, or ``x`` itself where the order is the identity."""
-    return x if order == list(range(len(order))) else x.transpose(tuple(order))
 
 
 def _shaped(x: Any, shape: tuple[int, ...]) -> Any:

@@ -17,21 +17,13 @@ from typing import Any
 import numpy as np
 
 from fastad.eager import blocks, functions
-from fastad.eager.array_functions import flip, operand, refuse_options, swapaxes
+from fastad.eager.array_functions import along, flip, operand, refuse_options, swapaxes
 from fastad.eager.block_params import normal_axis
 
 
 def _along(rank: int, axis: int, key: Any) -> tuple[Any, ...]:
     """The index that applies ``key`` on ``axis`` and takes all of every other axis."""
     return tuple(key if n == axis else slice(None) for n in range(rank))
-
-
-def _positions(x: Any, axis: Any, function: str) -> tuple[Any, int]:
-    """``x`` (flattened where ``axis`` is None, as NumPy's functions do) and its axis."""
-    x = operand(x, function)
-    if axis is None:
-        return x.reshape((-1,)), 0
-    return x, normal_axis(x.shape, axis, x)
 
 
 def roll(a: Any, shift: Any, axis: Any = None) -> Any:
@@ -69,7 +61,7 @@ def flipud(m: Any) -> Any:
 
 
 def repeat(a: Any, repeats: Any, axis: Any = None) -> Any:
-    x, ax = _positions(a, axis, "repeat")
+    x, ax = along(operand(a, "repeat"), axis)
     counts = np.asarray(repeats)
     if counts.dtype.kind not in "iu" or (counts < 0).any():
         raise ValueError(f"np.repeat: repeats={repeats!r} must be integers >= 0")
@@ -91,12 +83,12 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
             f"np.take with mode={mode!r} is not recorded on fastad nodes: bring the indices "
             "into range first (np.clip(indices, 0, n - 1) or indices % n), then np.take"
         )
-    x, ax = _positions(a, axis, "take")
+    x, ax = along(operand(a, "take"), axis)
     return x[_along(x.ndim, ax, np.asarray(indices))]
 
 
 def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
-    x, ax = _positions(arr, axis, "take_along_axis")
+    x, ax = along(operand(arr, "take_along_axis"), axis)
     order = np.asarray(indices)
     if order.ndim != x.ndim:
         raise ValueError(

@@ -19,17 +19,10 @@ from typing import Any
 import numpy as np
 
 from fastad.eager import blocks, functions
-from fastad.eager.array_functions import operand, other_dtype, refuse_options, sort
+from fastad.eager.array_functions import along, operand, other_dtype, permuted, refuse_options, sort
 from fastad.eager.block_params import normal_axis
 from fastad.eager.handle import values_of
 from fastad.eager.node import Block, Var
-
-
-def _flat(x: Any, axis: Any) -> tuple[Any, int]:
-    """``x`` (flattened where ``axis`` is None) and the axis, normalised."""
-    if axis is None:
-        return x.reshape((-1,)), 0
-    return x, normal_axis(x.shape, axis, x)
 
 
 def _positions(name: str) -> Callable[..., Any]:
@@ -59,9 +52,7 @@ def median(
     if len(set(axes)) != len(axes):
         raise ValueError(f"np.median: axis {axis!r} names an axis twice")
     kept = [n for n in range(x.ndim) if n not in axes]
-    order = kept + axes
-    lined = x if order == list(range(x.ndim)) else x.transpose(tuple(order))
-    lined = lined.reshape(tuple(x.shape[n] for n in kept) + (-1,))
+    lined = permuted(x, kept + axes).reshape(tuple(x.shape[n] for n in kept) + (-1,))
     count = lined.shape[-1]
     if count == 0:
         raise ValueError(f"np.median over no elements (shape {x.shape}, axis {axis!r})")
@@ -134,7 +125,7 @@ def _truth(name: str) -> Callable[..., Any]:
 def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     """The running product along ``axis``: one recorded product per element of it."""
     refuse_options("cumprod", out=out, dtype=other_dtype(dtype))
-    x, ax = _flat(operand(a, "cumprod"), axis)
+    x, ax = along(operand(a, "cumprod"), axis)
     running: list[Any] = []
     for k in range(x.shape[ax]):
         element = x[tuple(slice(k, k + 1) if n == ax else slice(None) for n in range(x.ndim))]
