@@ -93,10 +93,9 @@ _UFUNCS: dict[str, Callable[..., Any]] = {
 }
 """NumPy ufunc name -> what records it on nodes (the same op as the fastad function)."""
 
-_REMAINDER_HINT = "x - np.floor(x / y) * y (the floor is a constant: eager tapes only)"
 _UFUNC_HINTS = {
     "erf": "fa.erf",
-    "remainder": _REMAINDER_HINT,
+    "remainder": "x - np.floor(x / y) * y (the floor is a constant: eager tapes only)",
     "fmod": "x - np.trunc(x / y) * y (the truncation is a constant: eager tapes only)",
     "copysign": "fa.where(y < 0, -fa.abs(x), fa.abs(x)) (which reads -0.0 as +0.0)",
 }
