@@ -740,8 +740,9 @@ FORK_RUN = textwrap.dedent(
     import numpy as np, fastad as fa
     from fastad.compiled import replay, tiers
     replay._interpreter_warm = lambda: True  # auto interprets first, as on a warm machine
-    tiers.HOT_NODE_POINTS = 10
     f = fa.compile(lambda a, b: fa.sin(a * b) * 1.5 + a, example=[0.5, 0.5])
+    f.value_and_grad(np.ones((100, 2)))  # not hot yet: the interpreter's kernels are ready
+    tiers.HOT_NODE_POINTS = 10
     f.value_and_grad(np.ones((100, 2)))  # hot: a background build starts
     print(f.tier("grad").reason)
     pid = os.fork()
