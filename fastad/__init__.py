@@ -18,6 +18,7 @@ except ModuleNotFoundError as _error:
     raise kernels_missing_error(__path__, _error) from _error
 
 import fastad.eager.numpy_protocol  # noqa: F401  (registers the NumPy protocol on nodes)
+import fastad.util.allocator  # noqa: F401  (large temporaries reused: its docstring says how)
 from fastad.compiled import BlockFunction, CompiledFunction, compile, load
 from fastad.compiled.transforms import grad, hessian, hvp, jacfwd, jacrev, value_and_grad
 from fastad.derivative_checks import GradcheckError, GradcheckResult, gradcheck, hesscheck

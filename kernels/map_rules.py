@@ -285,39 +285,51 @@ def map_vjp(
     g: FloatArray,
     dx: FloatArray,
     dy: FloatArray,
+    want_x: bool,
+    want_y: bool,
 ) -> None:
-    """``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros."""
+    """``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros: ``dx`` where
+    ``want_x``, ``dy`` where ``want_y`` and the op has a second operand (the other
+    array is not written and may be empty)."""
     if op == 2:  # add
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0, g[t])
-            dy[t] = contribution(1.0, g[t])
+            if want_x:
+                dx[t] = contribution(1.0, g[t])
+            if want_y:
+                dy[t] = contribution(1.0, g[t])
         return
     if op == 3:  # sub
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0, g[t])
-            dy[t] = contribution(-1.0, g[t])
+            if want_x:
+                dx[t] = contribution(1.0, g[t])
+            if want_y:
+                dy[t] = contribution(-1.0, g[t])
         return
     if op == 4:  # mul
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(b, g[t])
-            dy[t] = contribution(a, g[t])
+            if want_x:
+                dx[t] = contribution(b, g[t])
+            if want_y:
+                dy[t] = contribution(a, g[t])
         return
     if op == 5:  # div
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 / b, g[t])
-            dy[t] = contribution(-out / b, g[t])
+            if want_x:
+                dx[t] = contribution(1.0 / b, g[t])
+            if want_y:
+                dy[t] = contribution(-out / b, g[t])
         return
     if op == 6:  # neg
         for t in range(z.size):
@@ -325,15 +337,16 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(-1.0, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 7:  # pow
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(pow_partial_base(a, b), g[t])
-            dy[t] = contribution(pow_partial_exponent(a, b, out), g[t])
+            if want_x:
+                dx[t] = contribution(pow_partial_base(a, b), g[t])
+            if want_y:
+                dy[t] = contribution(pow_partial_exponent(a, b, out), g[t])
         return
     if op == 8:  # exp
         for t in range(z.size):
@@ -341,7 +354,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(out, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 9:  # log
         for t in range(z.size):
@@ -349,7 +361,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.0 / a, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 10:  # sqrt
         for t in range(z.size):
@@ -357,7 +368,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(0.5 / out, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 11:  # sin
         for t in range(z.size):
@@ -365,7 +375,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(cos(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 12:  # cos
         for t in range(z.size):
@@ -373,7 +382,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(-sin(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 13:  # tanh
         for t in range(z.size):
@@ -381,7 +389,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.0 - out * out, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 14:  # sigmoid
         for t in range(z.size):
@@ -389,7 +396,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(out * (1.0 - out), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 15:  # relu
         for t in range(z.size):
@@ -397,7 +403,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(relu_partial(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 16:  # abs
         for t in range(z.size):
@@ -405,87 +410,106 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(sign(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 17:  # maximum
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(max_partial(a, b), g[t])
-            dy[t] = contribution(max_partial(b, a), g[t])
+            if want_x:
+                dx[t] = contribution(max_partial(a, b), g[t])
+            if want_y:
+                dy[t] = contribution(max_partial(b, a), g[t])
         return
     if op == 18:  # minimum
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(max_partial(b, a), g[t])
-            dy[t] = contribution(max_partial(a, b), g[t])
+            if want_x:
+                dx[t] = contribution(max_partial(b, a), g[t])
+            if want_y:
+                dy[t] = contribution(max_partial(a, b), g[t])
         return
     if op == 19:  # lt
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 20:  # le
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 21:  # gt
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 22:  # ge
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 23:  # eq
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 24:  # ne
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0, g[t])
         return
     if op == 25:  # pick
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(1.0 if a != 0.0 else 0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(1.0 if a != 0.0 else 0.0, g[t])
         return
     if op == 26:  # pick_not
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0 if a != 0.0 else 1.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
+            if want_y:
+                dy[t] = contribution(0.0 if a != 0.0 else 1.0, g[t])
         return
     if op == 27:  # log1p
         for t in range(z.size):
@@ -493,7 +517,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.0 / (1.0 + a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 28:  # expm1
         for t in range(z.size):
@@ -501,7 +524,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(exp(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 29:  # tan
         for t in range(z.size):
@@ -509,7 +531,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.0 + out * out, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 30:  # arctan
         for t in range(z.size):
@@ -517,15 +538,16 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.0 / (1.0 + a * a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 31:  # arctan2
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(atan2_partial(b, a, b), g[t])
-            dy[t] = contribution(-atan2_partial(a, a, b), g[t])
+            if want_x:
+                dx[t] = contribution(atan2_partial(b, a, b), g[t])
+            if want_y:
+                dy[t] = contribution(-atan2_partial(a, a, b), g[t])
         return
     if op == 32:  # sinh
         for t in range(z.size):
@@ -533,7 +555,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(cosh(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 33:  # cosh
         for t in range(z.size):
@@ -541,7 +562,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(sinh(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 34:  # erf
         for t in range(z.size):
@@ -549,7 +569,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(1.1283791670955126 * exp(-a * a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 35:  # softplus
         for t in range(z.size):
@@ -557,7 +576,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(sigmoid(a), g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 36:  # sign
         for t in range(z.size):
@@ -565,7 +583,6 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     if op == 37:  # stop_gradient
         for t in range(z.size):
@@ -573,6 +590,5 @@ def map_vjp(
             b = y[t]
             out = z[t]
             dx[t] = contribution(0.0, g[t])
-            dy[t] = contribution(0.0, g[t])
         return
     return

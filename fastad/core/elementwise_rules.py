@@ -7,6 +7,7 @@ by compiled kernels, with NumPy broadcasting; VJP and JVP use
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,6 +77,27 @@ def _shape(value: RuleValue) -> Shape:
 
 _ADD = optable.BY_NAME["add"].code
 _FLOAT64 = np.dtype(np.float64)
+_NOTHING = np.empty(0)
+"""The buffer a VJP passes for an operand whose contribution is not wanted (never written)."""
+
+_IEEE_UFUNCS = {
+    optable.BY_NAME[name].code: ufunc
+    for name, ufunc in (
+        ("add", np.add),
+        ("sub", np.subtract),
+        ("mul", np.multiply),
+        ("div", np.divide),
+    )
+}
+"""The ops whose scalar rule is one correctly rounded IEEE operation: NumPy's ufunc
+gives the kernel's values bit for bit, and broadcasts without copying an operand."""
+_UFUNC_FROM = 4096
+"""Elements from which the ufunc runs instead of the kernel: below, NumPy's error
+state (entered per call, a microsecond or two) costs more than the copies it saves."""
+
+
+def _ieee_operand(x: RuleValue) -> bool:
+    return type(x) is float or (type(x) is np.ndarray and x.dtype == _FLOAT64)
 
 
 class Elementwise(BlockRule):
@@ -87,6 +109,14 @@ class Elementwise(BlockRule):
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
         shape = _shape(a)
+        ufunc = _IEEE_UFUNCS.get(self.code)
+        if ufunc is not None and _ieee_operand(a) and _ieee_operand(values[1]):
+            shape = broadcast_shape(shape, _shape(values[1]))
+            if math.prod(shape) >= _UFUNC_FROM:
+                out = np.empty(shape)
+                with np.errstate(all="ignore"):  # inf - inf is nan here, as in the kernel
+                    ufunc(a, values[1], out=out)
+                return out
         a_full = flat(a, shape)
         if self.arity == 1:
             b_full = a_full
@@ -115,10 +145,14 @@ class Elementwise(BlockRule):
                 )
             )
         a = values[0]
+        want_a = needs is None or bool(needs[0])
+        want_b = self.arity == 2 and (needs is None or bool(needs[1]))
         a_full = flat(a, shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         # Of the output's shape, owning their memory: a sweep adopts them, not a copy.
-        da, db = np.empty(shape), np.empty(shape)
+        # An operand that is data (a constant) gets nothing: not computed, not summed.
+        da = np.empty(shape) if want_a else _NOTHING
+        db = np.empty(shape) if want_b else _NOTHING
         map_rules.map_vjp(
             self.code,
             a_full,
@@ -127,13 +161,13 @@ class Elementwise(BlockRule):
             flat(g, shape),
             da.reshape(-1),
             db.reshape(-1),
+            want_a,
+            want_b,
         )
-        da_operand = da if _shape(a) == shape else unbroadcast(da, _shape(a))
+        sent_a = unbroadcast(da, _shape(a)) if want_a else None
         if self.arity == 1:
-            return (da_operand,)
-        if needs is not None and not needs[1]:  # data (a constant): nothing to sum
-            return da_operand, None
-        return da_operand, unbroadcast(db, _shape(values[1]))
+            return (sent_a,)
+        return sent_a, (unbroadcast(db, _shape(values[1])) if want_b else None)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         shape = np.shape(out)
@@ -172,7 +206,17 @@ class Elementwise(BlockRule):
         n = a_full.size
         first = [np.full(n, UNREACHED), np.full(n, UNREACHED)]
         if h is not None:
-            map_rules.map_vjp(self.code, a_full, b_full, out_full, flat(h, shape), *first)
+            map_rules.map_vjp(
+                self.code,
+                a_full,
+                b_full,
+                out_full,
+                flat(h, shape),
+                first[0],
+                first[1],
+                True,
+                self.arity == 2,
+            )
         if g is not None:
             s0, s1, s2 = np.empty(n), np.empty(n), np.empty(n)
             map_second_rules.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
