@@ -245,8 +245,8 @@ def _map_source(kind: str) -> str:
         "forward": "``z[t] = op(x[t], y[t])`` over 1-D arrays of one size: the scalar rule.",
         "vjp": (
             "``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros: ``dx`` where\n"
-            "``want_x``, ``dy`` where ``want_y`` and the op has a second operand (the other\n"
-            "array is not written and may be empty)."
+            "``want_x``, ``dy`` where ``want_y`` and the op has a second operand (an array\n"
+            "not written may be empty)."
         ),
         "jvp": "``tz = d0 * tx + d1 * ty`` per element, with strong zeros.",
         "second": "The second local partials (d2/dx2, d2/dx dy, d2/dy2) per element.",
@@ -263,7 +263,11 @@ def _map_source(kind: str) -> str:
                 f"    {name}[t] = {rule}" for name, rule in zip(names, _second(op), strict=True)
             ]
         elif kind == "vjp" and op.arity == 1:  # nothing to send to a second operand
-            body += ["    out = z[t]", f"    dx[t] = contribution({d0}, g[t])"]
+            body += [
+                "    out = z[t]",
+                "    if want_x:",
+                f"        dx[t] = contribution({d0}, g[t])",
+            ]
         elif kind == "vjp":  # only what the caller wants: an operand may be data
             body += [
                 "    out = z[t]",

@@ -283,6 +283,27 @@ class BackwardWriter(ForwardWriter):
         if added:
             self.add_into(a, target)
 
+    def backward_index(self, i: int, node: Node) -> None:
+        """The adjoint's elements added, in C order, at the gather map's positions of an
+        unreached (-0.0) adjoint: repeated positions add up, as ``np.add.at`` does."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_picked")
+        gather = self.gather(i, node)
+        tag = f"b{self.p.tag}ix{i}"
+        self.emit(f"{tag}_to = {target}.reshape({target}.size)")
+        self.emit(f"for i0 in range({tag}_to.size):")
+        self.emit(f"{tag}_to[i0] = -0.0", 2)
+        if node.shape:
+            self.emit(f"{tag}_from = {self.own(i)}.reshape({self.own(i)}.size)")
+            self.emit(f"for i0 in range({tag}_from.size):")
+            self.emit(f"{tag}_to[{gather}[i0]] += {tag}_from[i0]", 2)
+        else:
+            self.emit(f"{tag}_to[{gather}[0]] += {self.own(i)}")
+        if added:
+            self.add_into(a, target)
+
     def backward_transpose(self, i: int, node: Node) -> None:
         """The adjoint's elements with the permutation undone."""
         (a,) = node.operands

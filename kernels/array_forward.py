@@ -7,6 +7,7 @@ cross-entropy row loops, the reductions NumPy's own summation order.
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
@@ -108,6 +109,26 @@ class ForwardWriter(WriterBase):
         self.emit(f"{tag}_from = {source}.reshape({source}.size)")
         self.emit(f"for i0 in range({tag}_to.size):")
         self.emit(f"{tag}_to[i0] = {tag}_from[i0]", 2)
+
+    def gather(self, i: int, node: Node) -> str:
+        """Index node ``i``'s gather map (a kernel parameter): the operand's flat position
+        of each of its elements."""
+        return self.parameter(f"gm{i}", "gather", i, (max(1, math.prod(node.shape)),))
+
+    def forward_index(self, i: int, node: Node, prefix: str = "v") -> None:
+        """The operand's elements (``prefix`` ``t``: its tangent's) at the gather map's
+        positions, in C order."""
+        (a,) = node.operands
+        gather = self.gather(i, node)
+        source = f"{prefix}{a}.reshape({prefix}{a}.size)"
+        if not node.shape:
+            self.emit(f"{prefix}{i} = {source}[{gather}[0]]")
+            return
+        tag = f"{prefix}ix{i}"
+        self.emit(f"{tag}_to = {prefix}{i}.reshape({prefix}{i}.size)")
+        self.emit(f"{tag}_from = {source}")
+        self.emit(f"for i0 in range({tag}_to.size):")
+        self.emit(f"{tag}_to[i0] = {tag}_from[{gather}[i0]]", 2)
 
     @staticmethod
     def transposed_index(node: Node) -> tuple[str, str]:

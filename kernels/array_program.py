@@ -6,7 +6,7 @@ validated tape; ``array_source.py`` writes the kernel's text from it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MODES = ("values", "grad", "vjp", "jvp", "hvp")
 """``values``: the output (a scalar returned, an array written into its
@@ -22,11 +22,11 @@ BAD_LABEL = -2
 
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
-    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose"
+    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(index, concatenate, max, min, prod, products of stacks that broadcast,
-linear algebra) stays on the interpreter."""
+(concatenate, max, min, prod, products of stacks that broadcast, linear
+algebra) stays on the interpreter."""
 
 
 class Node(NamedTuple):
@@ -39,6 +39,8 @@ class Node(NamedTuple):
     ``(axes, keepdims)`` for reductions and the softmax family (axes None:
     all), ``(labels, mean)`` for the cross-entropy, ``(axes,)`` for a
     transpose (the operand's axis each of the result's is), else ``()``.
+    An index reads its operand through a gather map, a kernel parameter
+    (``BlockProgram.gathers``).
     """
 
     op: str
@@ -50,14 +52,17 @@ class Node(NamedTuple):
 
 class BlockProgram(NamedTuple):
     """A traced function of arrays: its nodes in id order, the argument nodes,
-    the output node, the argument positions to differentiate (``wrt``) and
-    the guards as ``(node, traced truth)``."""
+    the output node, the argument positions to differentiate (``wrt``), the
+    guards as ``(node, traced truth)`` and, per index node, its gather map:
+    the flat position in the operand of each element of the result, in C
+    order (int64; one element for a scalar result)."""
 
     nodes: tuple[Node, ...]
     inputs: tuple[int, ...]
     output: int
     wrt: tuple[int, ...]
     guards: tuple[tuple[int, bool], ...]
+    gathers: dict[int, Any]
 
 
 class Parameter(NamedTuple):
@@ -65,9 +70,10 @@ class Parameter(NamedTuple):
 
     ``role``: ``argument`` (the caller's argument ``position``), ``constants``
     (every node's traced value, float64), ``array`` (an array constant's
-    value), ``value`` (a buffer for a node's value; the output's is the
-    result), ``scratch`` (a buffer of ``shape``), ``adjoint`` (a buffer for a
-    node's adjoint), ``gradient`` (the gradient of argument ``position``, an
+    value), ``gather`` (an index node's gather map, int64), ``value`` (a
+    buffer for a node's value; the output's is the result), ``scratch`` (a
+    buffer of ``shape``), ``adjoint`` (a buffer for a node's adjoint),
+    ``gradient`` (the gradient of argument ``position``, an
     array of its shape), ``scalar_gradients`` (one float per ``wrt``
     position; the scalar arguments' gradients land there), ``cotangent``
     (mode ``vjp``: the caller's cotangent of the output, a float or an

@@ -289,8 +289,8 @@ def map_vjp(
     want_y: bool,
 ) -> None:
     """``dx = d0 * g``, ``dy = d1 * g`` per element, with strong zeros: ``dx`` where
-    ``want_x``, ``dy`` where ``want_y`` and the op has a second operand (the other
-    array is not written and may be empty)."""
+    ``want_x``, ``dy`` where ``want_y`` and the op has a second operand (an array
+    not written may be empty)."""
     if op == 2:  # add
         for t in range(z.size):
             a = x[t]
@@ -336,7 +336,8 @@ def map_vjp(
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(-1.0, g[t])
+            if want_x:
+                dx[t] = contribution(-1.0, g[t])
         return
     if op == 7:  # pow
         for t in range(z.size):
@@ -353,63 +354,72 @@ def map_vjp(
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(out, g[t])
+            if want_x:
+                dx[t] = contribution(out, g[t])
         return
     if op == 9:  # log
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 / a, g[t])
+            if want_x:
+                dx[t] = contribution(1.0 / a, g[t])
         return
     if op == 10:  # sqrt
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.5 / out, g[t])
+            if want_x:
+                dx[t] = contribution(0.5 / out, g[t])
         return
     if op == 11:  # sin
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(cos(a), g[t])
+            if want_x:
+                dx[t] = contribution(cos(a), g[t])
         return
     if op == 12:  # cos
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(-sin(a), g[t])
+            if want_x:
+                dx[t] = contribution(-sin(a), g[t])
         return
     if op == 13:  # tanh
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 - out * out, g[t])
+            if want_x:
+                dx[t] = contribution(1.0 - out * out, g[t])
         return
     if op == 14:  # sigmoid
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(out * (1.0 - out), g[t])
+            if want_x:
+                dx[t] = contribution(out * (1.0 - out), g[t])
         return
     if op == 15:  # relu
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(relu_partial(a), g[t])
+            if want_x:
+                dx[t] = contribution(relu_partial(a), g[t])
         return
     if op == 16:  # abs
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(sign(a), g[t])
+            if want_x:
+                dx[t] = contribution(sign(a), g[t])
         return
     if op == 17:  # maximum
         for t in range(z.size):
@@ -516,28 +526,32 @@ def map_vjp(
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 / (1.0 + a), g[t])
+            if want_x:
+                dx[t] = contribution(1.0 / (1.0 + a), g[t])
         return
     if op == 28:  # expm1
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(exp(a), g[t])
+            if want_x:
+                dx[t] = contribution(exp(a), g[t])
         return
     if op == 29:  # tan
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 + out * out, g[t])
+            if want_x:
+                dx[t] = contribution(1.0 + out * out, g[t])
         return
     if op == 30:  # arctan
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.0 / (1.0 + a * a), g[t])
+            if want_x:
+                dx[t] = contribution(1.0 / (1.0 + a * a), g[t])
         return
     if op == 31:  # arctan2
         for t in range(z.size):
@@ -554,41 +568,47 @@ def map_vjp(
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(cosh(a), g[t])
+            if want_x:
+                dx[t] = contribution(cosh(a), g[t])
         return
     if op == 33:  # cosh
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(sinh(a), g[t])
+            if want_x:
+                dx[t] = contribution(sinh(a), g[t])
         return
     if op == 34:  # erf
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(1.1283791670955126 * exp(-a * a), g[t])
+            if want_x:
+                dx[t] = contribution(1.1283791670955126 * exp(-a * a), g[t])
         return
     if op == 35:  # softplus
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(sigmoid(a), g[t])
+            if want_x:
+                dx[t] = contribution(sigmoid(a), g[t])
         return
     if op == 36:  # sign
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
         return
     if op == 37:  # stop_gradient
         for t in range(z.size):
             a = x[t]
             b = y[t]
             out = z[t]
-            dx[t] = contribution(0.0, g[t])
+            if want_x:
+                dx[t] = contribution(0.0, g[t])
         return
     return

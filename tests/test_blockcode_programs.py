@@ -444,3 +444,78 @@ def test_stacked_products_give_the_interpreters_bits(rng, buffers):
             example=(np.ones((3, 4, 5)), np.ones((5, 2))),
             backend="codegen",
         )
+
+
+# -- indexing: a parameter vector sliced into layers, strides, repeated picks, diagonals ----
+
+
+def indexed(theta, X):
+    W = theta[:20].reshape(4, 5)  # a flat parameter vector sliced into a layer
+    b = theta[20:25]
+    H = fa.tanh(X @ W + b)  # (rows, 5)
+    picked = H[[0, 0, 2], [1, 1, 3]]  # repeated positions: their adjoints add up
+    return (
+        (H * H).sum()
+        + theta[3] * theta[-1]  # single elements: scalar nodes
+        + H[:, ::2].sum()
+        + (H[::-1, 1:4] * X[:, :3]).mean()
+        + (picked * picked).sum()
+        + fa.sin(theta).sum()  # theta read whole as well
+        + np.einsum("ii->i", X[:4, :4] @ W[:, :4]).sum()  # a diagonal
+    )
+
+
+def indexed_arguments(rng):
+    return sparse(rng, (25,)), sparse(rng, (6, 4))
+
+
+def test_indexing_gives_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(indexed, indexed_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [indexed_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # An array output that is an index: its VJP and JVP.
+    generated, interpreted = both(lambda X: fa.tanh(X)[1:, ::-2], (sparse(rng, (5, 4)),))
+    calls = [(sparse(rng, (5, 4)),) for _ in range(3)]
+    compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)
+
+
+def test_indexing_by_hand(rng):
+    theta = rng.normal(size=7)
+    f = fa.compile(
+        lambda t: (t[:3] * t[4:]).sum() + t[[1, 1]].sum(), example=(theta,), backend="codegen"
+    )
+    value, (gradient,) = f.value_and_grad((theta,))
+    assert value == pytest.approx((theta[:3] * theta[4:]).sum() + 2 * theta[1], rel=1e-15)
+    want = np.zeros(7)
+    want[:3] += theta[4:]
+    want[4:] += theta[:3]
+    want[1] += 2.0
+    np.testing.assert_allclose(gradient, want, rtol=1e-15)
+
+
+def test_indexing_along_the_batch_axis_stays_interpreted(rng, buffers):
+    # A gather map holds the traced rows' positions: a parameter may be indexed under
+    # batch=, an argument with the batch axis may not (its map would change with the rows).
+    def sliced(theta, X):
+        return (fa.tanh(X @ theta[:12].reshape(3, 4)) * theta[12:]).sum()
+
+    theta = sparse(rng, (16,))
+    generated, interpreted = both(sliced, (theta, sparse(rng, (5, 3))), batch=1)
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [(sparse(rng, (16,)), sparse(rng, (n, 3))) for n in (5, 2, 7)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+    def columns(X):
+        return fa.sin(X[:, ::2]).sum()
+
+    with pytest.raises(NotImplementedError, match="index of an array along the batch axis"):
+        fa.compile(columns, example=(np.ones((5, 3)),), batch=0, backend="codegen")
+    refused = fa.compile(columns, example=(np.ones((5, 3)),), batch=0)
+    tier = refused.tier("grad")
+    assert tier.name == "interpret" and "index of an array along the batch axis" in tier.reason
+    X = rng.normal(size=(4, 3))
+    np.testing.assert_allclose(refused((X,)), np.sin(X[:, ::2]).sum(), rtol=1e-15)

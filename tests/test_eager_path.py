@@ -236,3 +236,29 @@ def test_a_vjp_sends_only_what_is_wanted(rng, name, needs):
             assert np.asarray(sent[slot]).tobytes() == np.asarray(both[slot]).tobytes()
         else:
             assert sent[slot] is None
+
+
+def test_an_op_whose_operands_are_all_unwanted_sends_nothing(rng):
+    # Regression: a unary op's VJP with needs (False,) wrote its whole output into an
+    # empty placeholder (a heap overflow). The rule sends None without a kernel call.
+    exp = block_rules.RULES[optable.BY_NAME["exp"].code]
+    a = rng.normal(size=100_000)
+    assert exp.vjp((a,), np.exp(a), np.ones_like(a), None, (False,)) == (None,)
+    mul = block_rules.RULES[optable.BY_NAME["mul"].code]
+    assert mul.vjp((a, a), a * a, np.ones_like(a), None, (False, False)) == (None, None)
+
+
+def test_gradients_of_intermediate_nodes_and_functions_of_constants(rng):
+    # The two ways a unary op meets an operand that wants nothing, through the public API.
+    values = np.linspace(0.1, 1.0, 200_000)
+    with fa.Tape():
+        x = fa.var(values)
+        e = np.exp(x)
+        (de,) = fa.grad(np.sum(e * e), [e])
+    np.testing.assert_allclose(de, 2.0 * np.exp(values), rtol=1e-15)
+    with fa.Tape() as tape:
+        x = fa.var(values)
+        c = tape.block_constant(values[::-1].copy())
+        loss = np.sum(np.exp(c) * x)
+        loss.backward()
+    np.testing.assert_allclose(x.grad, np.exp(values[::-1]), rtol=1e-15)

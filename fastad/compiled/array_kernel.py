@@ -31,6 +31,8 @@ from fastad.core.reduction_rules import Reduction
 from fastad.kernels import array_program, array_source, blas, optable
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from fastad.core.storage import TapeStorage
     from fastad.util.hints import FloatArray
 
@@ -84,6 +86,7 @@ def program_of(
     blocks = tape.blocks
     position = {node: p for p, node in enumerate(inputs)}
     nodes = []
+    gathers: dict[int, NDArray[np.int64]] = {}
     for i in range(len(tape)):
         code = int(opcode[i])
         value = tape.block_value(i)
@@ -108,6 +111,8 @@ def program_of(
                 params = (labels, found == "mean")
             elif kind == "transpose":  # None: the axes reversed
                 params = (tuple(reversed(range(len(shape)))) if found is None else found,)
+            elif kind == "index":
+                gathers[i] = gather_map(shape_of(tape, operands[0]), found, i)
         else:
             kind = "scalar"
         if kind not in array_program.SUPPORTED:
@@ -121,7 +126,17 @@ def program_of(
         int(output),
         tuple(int(p) for p in wrt),
         tuple((int(g), bool(t)) for g, t in guards),
+        gathers,
     )
+
+
+def gather_map(shape: tuple[int, ...], key: Any, node: int) -> NDArray[np.int64]:
+    """The flat position in an operand of ``shape`` of each element of ``operand[key]``,
+    in C order (one for a single element)."""
+    if not shape:
+        raise Unsupported(f"generated code has no rule for an index of a scalar (node {node})")
+    positions = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)[key]
+    return np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
 
 
 def shape_of(tape: TapeStorage, node: int) -> tuple[int, ...]:
@@ -177,6 +192,12 @@ class BlockCode:
         for node, axes in self._batch_axes.items():
             self._rows = program.nodes[node].shape[axes[0]]
             break
+        for node in program.gathers:  # a gather map holds the traced rows' positions
+            if program.nodes[node].operands[0] in self._batch_axes:
+                raise Unsupported(
+                    f"generated code has no rule for an index of an array along the batch "
+                    f"axis (node {node})"
+                )
         scalar_output = not program.nodes[program.output].shape
         modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp", "jvp")
         if program.output in program.inputs:  # its VJP (JVP) is the cotangent (direction)
@@ -340,6 +361,8 @@ class BlockCode:
                 fixed = self._constants
             elif role == "array":
                 fixed = self._arrays[parameter.node]
+            elif role == "gather":
+                fixed = self.program.gathers[parameter.node]
             elif role == "value" and parameter.node == self.program.output:
                 output = index  # the result: a fresh array
             elif role == "gradient":
@@ -410,6 +433,8 @@ class BlockCode:
                 examples.append(self._constants)
             elif parameter.role == "array":
                 examples.append(self._arrays[parameter.node])
+            elif parameter.role == "gather":
+                examples.append(self.program.gathers[parameter.node])
             else:
                 examples.append(np.empty((0,) * max(1, len(parameter.shape))))
         if module_cache.uncompiled(kernel):

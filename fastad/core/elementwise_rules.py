@@ -90,7 +90,8 @@ _IEEE_UFUNCS = {
     )
 }
 """The ops whose scalar rule is one correctly rounded IEEE operation: NumPy's ufunc
-gives the kernel's values bit for bit, and broadcasts without copying an operand."""
+gives the kernel's values (a nan's payload aside: NumPy may swap the operands of
+add and mul), and broadcasts without copying an operand."""
 _UFUNC_FROM = 4096
 """Elements from which the ufunc runs instead of the kernel: below, NumPy's error
 state (entered per call, a microsecond or two) costs more than the copies it saves."""
@@ -147,6 +148,8 @@ class Elementwise(BlockRule):
         a = values[0]
         want_a = needs is None or bool(needs[0])
         want_b = self.arity == 2 and (needs is None or bool(needs[1]))
+        if not (want_a or want_b):
+            return (None,) * self.arity
         a_full = flat(a, shape)
         b_full = a_full if self.arity == 1 else flat(values[1], shape)
         # Of the output's shape, owning their memory: a sweep adopts them, not a copy.
