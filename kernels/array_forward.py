@@ -34,9 +34,17 @@ class ForwardWriter(WriterBase):
         if op == "scalar":
             self.emit(f"v{i} = {self.expression(node, 'value', self.scalar_names(i, node))}")
             return
-        if shape:
+        if shape and not self.viewed(i, node):
             self.parameter(f"v{i}", "value", i, shape)
         getattr(self, f"forward_{op}")(i, node)
+
+    def viewed(self, i: int, node: Node) -> bool:
+        """Whether node ``i``'s value (and tangent) is a view of its operand's, not a buffer:
+        a reshape of an array, unless it is the output (a fresh array). Its literal shape
+        never holds the rows under ``batch=``: the tracer refuses a reshape of the batch."""
+        return (
+            node.op == "reshape" and i != self.program.output and bool(self.shape(node.operands[0]))
+        )
 
     def scalar_names(self, i: int, node: Node) -> dict[str, str]:
         a = node.operands[0]
@@ -99,8 +107,11 @@ class ForwardWriter(WriterBase):
 
     def forward_reshape(self, i: int, node: Node, prefix: str = "v") -> None:
         """The operand's elements (``prefix`` ``t``: its tangent's) in the node's shape: a
-        copy in C order, the two buffers read flat."""
+        view where :meth:`viewed`, else a copy in C order, the two buffers read flat."""
         (a,) = node.operands
+        if self.viewed(i, node):
+            self.emit(f"{prefix}{i} = {prefix}{a}.reshape({tuple(node.shape)})")
+            return
         self.copy_flat(f"{prefix}{a}", f"{prefix}{i}", f"{prefix}r{i}")
 
     def copy_flat(self, source: str, target: str, tag: str) -> None:

@@ -31,7 +31,7 @@ class TangentWriter(BackwardWriter):
                 self.parameter("scalar_directions", "scalar_directions", -1, (len(wrt),))
                 self.emit(f"t{i} = scalar_directions[{wrt.index(position)}]")
             return
-        if shape:
+        if shape and not self.viewed(i, node):
             role = "output_tangent" if i == self.program.output else "tangent"
             self.parameter(f"t{i}", role, i, shape)
         getattr(self, f"tangent_{node.op}")(i, node)

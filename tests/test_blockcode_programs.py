@@ -86,6 +86,7 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
     """Run each of ``modes`` of both functions on each argument tuple of ``calls``."""
     before = array_kernel.recheck_count()
     for call, arguments in enumerate(calls):
+        kept = [np.array(argument, copy=True) for argument in arguments]
         for mode in modes:
             scribble(buffers, call, rng)
             if mode == "values":
@@ -120,6 +121,8 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
                 want_value, want = interpreted.vjp(arguments, u)
                 assert_same(value, want_value, exact)
                 assert_all_same(pulled, want, exact)
+        for argument, copy in zip(arguments, kept, strict=True):  # read, never written
+            np.testing.assert_array_equal(argument, copy)
     assert array_kernel.recheck_count() == before
 
 
