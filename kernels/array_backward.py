@@ -304,6 +304,17 @@ class BackwardWriter(ForwardWriter):
         if added:
             self.add_into(a, target)
 
+    def backward_concatenate(self, i: int, node: Node) -> None:
+        """Each operand's part of the adjoint, in the order of the operands."""
+        rank = len(node.shape)
+        for slot, (j, theirs, mine) in enumerate(self.pieces(node)):
+            if not self.needs[j]:
+                continue
+            target, added = self.sink(j, f"{i}_part{slot}")
+            self.unmerged(f"v{j}", rank, f"{target}[{theirs}] = {self.own(i)}[{mine}]")
+            if added:
+                self.add_into(j, target)
+
     def backward_transpose(self, i: int, node: Node) -> None:
         """The adjoint's elements with the permutation undone."""
         (a,) = node.operands

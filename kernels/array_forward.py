@@ -141,6 +141,30 @@ class ForwardWriter(WriterBase):
         self.emit(f"for i0 in range({tag}_to.size):")
         self.emit(f"{tag}_to[i0] = {tag}_from[{gather}[i0]]", 2)
 
+    def pieces(self, node: Node) -> list[tuple[int, str, str]]:
+        """A concatenate's operands: ``(operand, its element, the result's element)`` at the
+        loop indices over the operand, the result's shifted along the axis by the lengths
+        of the operands before it."""
+        axis = cast("int", node.params[0])
+        names = loop_indices(len(node.shape))
+        found, offset = [], 0
+        for j in node.operands:
+            moved = list(names)
+            if offset:
+                moved[axis] = f"{names[axis]} + {offset}"
+            found.append((j, ", ".join(names), ", ".join(moved)))
+            offset += self.shape(j)[axis]
+        return found
+
+    def forward_concatenate(self, i: int, node: Node, prefix: str = "v") -> None:
+        """Each operand's elements (``prefix`` ``t``: its tangent's, or -0.0, unreached,
+        where it does not move) at their place in the result, a loop nest per operand."""
+        rank = len(node.shape)
+        for j, theirs, mine in self.pieces(node):
+            moving = prefix == "v" or self.moves[j]
+            read = f"{prefix}{j}[{theirs}]" if moving else "-0.0"
+            self.unmerged(f"v{j}", rank, f"{prefix}{i}[{mine}] = {read}")
+
     @staticmethod
     def transposed_index(node: Node) -> tuple[str, str]:
         """``(result's element, operand's element)`` at the loop indices over the result:

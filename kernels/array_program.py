@@ -22,11 +22,11 @@ BAD_LABEL = -2
 
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
-    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index"
+    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(concatenate, max, min, prod, products of stacks that broadcast, linear
-algebra) stays on the interpreter."""
+(max, min, prod, products of stacks that broadcast, linear algebra) stays on
+the interpreter."""
 
 
 class Node(NamedTuple):
@@ -38,7 +38,8 @@ class Node(NamedTuple):
     name). ``code``: the opcode. ``shape``: ``()`` for a scalar. ``params``:
     ``(axes, keepdims)`` for reductions and the softmax family (axes None:
     all), ``(labels, mean)`` for the cross-entropy, ``(axes,)`` for a
-    transpose (the operand's axis each of the result's is), else ``()``.
+    transpose (the operand's axis each of the result's is), ``(axis,)`` for
+    a concatenate, else ``()``.
     An index reads its operand through a gather map, a kernel parameter
     (``BlockProgram.gathers``).
     """

@@ -99,6 +99,9 @@ class TangentWriter(BackwardWriter):
     def tangent_reshape(self, i: int, node: Node) -> None:
         self.forward_reshape(i, node, prefix="t")
 
+    def tangent_concatenate(self, i: int, node: Node) -> None:
+        self.forward_concatenate(i, node, prefix="t")
+
     def tangent_index(self, i: int, node: Node) -> None:
         self.forward_index(i, node, prefix="t")
 

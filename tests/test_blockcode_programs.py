@@ -522,3 +522,44 @@ def test_indexing_along_the_batch_axis_stays_interpreted(rng, buffers):
     assert tier.name == "interpret" and "index of an array along the batch axis" in tier.reason
     X = rng.normal(size=(4, 3))
     np.testing.assert_allclose(refused((X,)), np.sin(X[:, ::2]).sum(), rtol=1e-15)
+
+
+# -- joining: concatenate and stack, a constant among the operands -----------------------------
+
+
+def joined(X, W, v):
+    H = fa.tanh(X @ W)  # (rows, 3)
+    wide = fa.concatenate([H, X, np.ones((X.shape[0], 2)), H * H], axis=1)  # (rows, 12)
+    tall = fa.concatenate([W, fa.sin(W), W[:1]], axis=0)  # (9, 3)
+    stacked = fa.stack([v, v * v, fa.cos(v)], axis=1)  # (3, 3)
+    return (wide * wide).sum() + (tall @ stacked).sum() + (wide[:, 3:6] @ tall[:3]).mean()
+
+
+def joined_arguments(rng, rows=B):
+    return sparse(rng, (rows, 4)), rng.normal(size=(4, 3)), sparse(rng, (3,))
+
+
+def test_joining_gives_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(joined, joined_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [joined_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # Along the features of a batch: the operands' lengths along the axis are fixed.
+    generated, interpreted = both(
+        lambda X, W: (fa.concatenate([X, fa.tanh(X @ W)], axis=1) ** 2.0).sum(),
+        joined_arguments(rng)[:2],
+        batch=0,
+    )
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [joined_arguments(rng, rows)[:2] for rows in (B, 3, 7)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    # An array output that is a concatenate: its VJP and JVP.
+    generated, interpreted = both(
+        lambda X, W: fa.concatenate([X @ W, np.zeros((B, 1)), fa.exp(X)], axis=1),
+        joined_arguments(rng)[:2],
+    )
+    calls = [joined_arguments(rng)[:2] for _ in range(3)]
+    compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)

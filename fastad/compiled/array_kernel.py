@@ -113,6 +113,8 @@ def program_of(
                 params = (tuple(reversed(range(len(shape)))) if found is None else found,)
             elif kind == "index":
                 gathers[i] = gather_map(shape_of(tape, operands[0]), found, i)
+            elif kind == "concatenate":
+                params = (int(found),)
         else:
             kind = "scalar"
         if kind not in array_program.SUPPORTED:
