@@ -114,7 +114,7 @@ def program_of(
             elif kind == "index":
                 gathers[i] = gather_map(shape_of(tape, operands[0]), found, i)
             elif kind == "concatenate":
-                params = (int(found),)
+                params = (int(cast("int", found)),)
         else:
             kind = "scalar"
         if kind not in array_program.SUPPORTED:
