@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike
 
 from fastad.compiled import batch_axis
 from fastad.compiled.definition import ArrayDefinition, ScalarDefinition, ScalarProgram
+from fastad.compiled.scalar_expansion import expand_blocks
 from fastad.compiled.tiers import BACKENDS
 from fastad.core.storage import MAX_NODES
 from fastad.eager.handle import storage_of
@@ -105,21 +106,22 @@ def trace_scalars(definition: ScalarDefinition, point: FloatArray) -> ScalarProg
             for v, label in zip(point, definition.input_names, strict=True)
         ]
         result = definition.function(*inputs)
-    if storage_of(tape).blocks.ops:
-        raise NotImplementedError(
-            "fa.compile's batched replay runs scalar programs; this function recorded "
-            "array (block) operations. Compile it as a function of arrays, "
-            "fa.compile(fn, example=(array, ...)), or record it with fa.Tape()."
-        )
     scalar_output = not isinstance(result, (tuple, list))
     outputs = [output_node(tape, r, i) for i, r in enumerate([result] if scalar_output else result)]
     if not outputs:
         raise ValueError("the traced function returned no outputs")
     # Tracing is over: the tape is an ordinary tape now.
-    guards = np.array(storage_of(tape).end_trace(), dtype=np.int64).reshape(-1, 2)
+    traced_guards = storage_of(tape).end_trace()
     input_ids = np.array([node.id for node in inputs], np.int64)
     output_ids = np.array([node.id for node in outputs], np.int64)
     sources = tape.sources
+    if storage_of(tape).blocks.ops:  # arrays built from the scalars: a node per element
+        with progress(f"expanding the array ops of {name} into scalar ops"):
+            tape, new_ids = expand_blocks(tape, traced_guards, name)
+        input_ids, output_ids = new_ids[input_ids], new_ids[output_ids]
+        traced_guards = [(int(new_ids[node]), truth) for node, truth in traced_guards]
+        sources = renumbered(sources, new_ids)
+    guards = np.array(traced_guards, dtype=np.int64).reshape(-1, 2)
     optimization = None
     if definition.optimize:
         with progress(f"optimising the tape of {name} ({len(tape):,} nodes)"):
