@@ -336,8 +336,11 @@ def test_unsupported_paths_say_so_instead_of_answering_wrongly(tmp_path):
         (A * A).sum()
         with pytest.raises(NotImplementedError, match="saving"):
             tape.save(tmp_path / "t.npz")
-    with pytest.raises(NotImplementedError, match="block"):
-        fa.compile(lambda x: (x * np.ones(3)).sum(), example=[1.0])
+    # A function of scalars that builds an array runs its elements as scalar ops.
+    f = fa.compile(lambda x: (x * np.arange(1.0, 4.0)).sum(), example=[1.0])
+    assert f.value_and_grad(np.array([2.0])) == (12.0, pytest.approx([6.0]))
+    with pytest.raises(NotImplementedError, match="'max'"):
+        fa.compile(lambda x: (x * np.arange(1.0, 4.0)).max(), example=[1.0])
     dot = tape.to_dot()
     assert "shape (2,)" in dot and "n0 -> n1;" in dot
 
