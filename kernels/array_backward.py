@@ -315,6 +315,26 @@ class BackwardWriter(ForwardWriter):
             if added:
                 self.add_into(j, target)
 
+    def backward_max(self, i: int, node: Node) -> None:
+        """Each slice's adjoint split evenly among the elements equal to its result (the
+        nan elements where it is nan), -0.0 (unreached) at the others."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_shares")
+        kind = self.reduction(i, node)
+        g = self.reduced(i, node, kind, self.p.array) if node.shape else self.own(i)
+        written = target
+        if kind == "all":  # the operand read flat
+            written = f"bs{self.p.tag}{i}"
+            self.emit(f"{written} = {target}.reshape({target}.size)")
+        self.share_loops(i, node, lambda at: f"{written}[{at}] = share * {g} if hit else -0.0")
+        if added:
+            self.add_into(a, target)
+
+    def backward_min(self, i: int, node: Node) -> None:
+        self.backward_max(i, node)
+
     def backward_transpose(self, i: int, node: Node) -> None:
         """The adjoint's elements with the permutation undone."""
         (a,) = node.operands

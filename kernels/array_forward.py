@@ -8,6 +8,7 @@ cross-entropy row loops, the reductions NumPy's own summation order.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import cast
 
 from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
@@ -255,6 +256,75 @@ class ForwardWriter(WriterBase):
 
     def forward_mean(self, i: int, node: Node) -> None:
         self.forward_sum(i, node, mean=True)
+
+    def slices(self, i: int, node: Node, start: int = 0) -> tuple[str, list[str], str, str]:
+        """A max or min's slices of its operand: ``(kind, the loop over the slices (none for
+        all), the loop over one slice's elements from ``start``, the element at the loop
+        indices)``."""
+        (a,) = node.operands
+        kind = self.reduction(i, node)
+        x = f"v{a}"
+        if kind == "all":
+            self.emit(f"xf{i} = {x}.reshape({x}.size)")
+            return kind, [], f"for i0 in range({start}, xf{i}.size):", f"xf{i}[i0]"
+        if kind == "rows":
+            outer, inner = (
+                f"for i0 in range({x}.shape[0]):",
+                f"for i1 in range({start}, {x}.shape[1]):",
+            )
+        else:
+            outer, inner = (
+                f"for i1 in range({x}.shape[1]):",
+                f"for i0 in range({start}, {x}.shape[0]):",
+            )
+        return kind, [outer], inner, f"{x}[i0, i1]"
+
+    def reduced(self, i: int, node: Node, kind: str, prefix: str = "v") -> str:
+        """A max or min's (``prefix`` ``t``: its tangent's) element of the current slice."""
+        if kind != "all":
+            return f"{prefix}{i}[{self.reduced_index(kind, node)}]"
+        return f"{prefix}{i}.reshape({prefix}{i}.size)[0]" if node.shape else f"{prefix}{i}"
+
+    def forward_max(self, i: int, node: Node) -> None:
+        """NumPy's maximum (minimum) of each slice: a nan anywhere in it makes it nan (a
+        later element replaces the best where it is better or a nan; nothing beats a nan)."""
+        kind, outer, inner, element = self.slices(i, node, start=1)
+        better = ">" if node.op == "max" else "<"
+        depth = 1 + len(outer)
+        for line in outer:
+            self.emit(line)
+        first = {"all": "0", "rows": "i0, 0", "columns": "0, i1"}[kind]
+        self.emit(f"best = {element.split('[')[0]}[{first}]", depth)
+        self.emit(inner, depth)
+        self.emit(f"e = {element}", depth + 1)
+        self.emit(f"if e {better} best or e != e:", depth + 1)
+        self.emit("best = e", depth + 2)
+        self.emit(f"{self.reduced(i, node, kind)} = best", depth)
+
+    def forward_min(self, i: int, node: Node) -> None:
+        self.forward_max(i, node)
+
+    def share_loops(self, i: int, node: Node, statement: Callable[[str], str]) -> str:
+        """Per slice of a max or min: ``share``, 1 / the number of elements equal to its
+        result (the nan elements where it is nan), then per element ``statement(position)``
+        with ``hit``, whether it is one of them (``position``: the operand's element at the
+        loop indices, flat for all). Returns the reduction's kind."""
+        kind, outer, inner, element = self.slices(i, node)
+        depth = 1 + len(outer)
+        for line in outer:
+            self.emit(line)
+        self.emit(f"best = {self.reduced(i, node, kind)}", depth)
+        self.emit("hits = 0", depth)
+        self.emit(inner, depth)
+        self.emit(f"e = {element}", depth + 1)
+        self.emit("if e == best or (e != e and best != best):", depth + 1)
+        self.emit("hits += 1", depth + 2)
+        self.emit("share = 1.0 / hits", depth)
+        self.emit(inner, depth)
+        self.emit(f"e = {element}", depth + 1)
+        self.emit("hit = e == best or (e != e and best != best)", depth + 1)
+        self.emit(statement("i0" if kind == "all" else "i0, i1"), depth + 1)
+        return kind
 
     def forward_mse_loss(self, i: int, node: Node) -> None:
         Y, T = node.operands

@@ -22,11 +22,12 @@ BAD_LABEL = -2
 
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
-    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate"
+    "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate "
+    "max min"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(max, min, prod, products of stacks that broadcast, linear algebra) stays on
-the interpreter."""
+(prod, products of stacks that broadcast, linear algebra) stays on the
+interpreter."""
 
 
 class Node(NamedTuple):

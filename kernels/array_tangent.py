@@ -99,6 +99,37 @@ class TangentWriter(BackwardWriter):
     def tangent_reshape(self, i: int, node: Node) -> None:
         self.forward_reshape(i, node, prefix="t")
 
+    def tangent_max(self, i: int, node: Node) -> None:
+        """The tangents of the elements equal to each slice's result, each times its share
+        (-0.0 at the others), summed as the interpreter's ``reach_sum``: from -0.0,
+        pairwise along a row or the whole array, row after row for the columns."""
+        (a,) = node.operands
+        shares = self.scratch(f"{i}_shares", self.shape(a))
+        kind = self.reduction(i, node)
+        moved, written = f"t{a}", shares
+        if kind == "all":
+            moved, written = f"tf{i}", f"sf{i}"
+            self.emit(f"{moved} = t{a}.reshape(t{a}.size)")
+            self.emit(f"{written} = {shares}.reshape({shares}.size)")
+        self.share_loops(
+            i, node, lambda at: f"{written}[{at}] = share * {moved}[{at}] if hit else -0.0"
+        )
+        if kind == "all":
+            total = f"-0.0 + pairwise({written}, 0, {written}.size)"
+            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}")
+        elif kind == "rows":
+            self.emit(f"for i0 in range({shares}.shape[0]):")
+            total = f"-0.0 + pairwise({shares}[i0], 0, {shares}.shape[1])"
+            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}", 2)
+        else:
+            self.emit(f"t{i}[:] = -0.0")
+            self.emit(f"for i0 in range({shares}.shape[0]):")
+            self.emit(f"for i1 in range({shares}.shape[1]):", 2)
+            self.emit(f"{self.reduced(i, node, kind, 't')} += {shares}[i0, i1]", 3)
+
+    def tangent_min(self, i: int, node: Node) -> None:
+        self.tangent_max(i, node)
+
     def tangent_concatenate(self, i: int, node: Node) -> None:
         self.forward_concatenate(i, node, prefix="t")
 

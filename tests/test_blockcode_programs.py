@@ -563,3 +563,52 @@ def test_joining_gives_the_interpreters_bits(rng, buffers):
     )
     calls = [joined_arguments(rng)[:2] for _ in range(3)]
     compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)
+
+
+# -- maxima and minima: ties split evenly, nan slices, every kind of reduction --------------
+
+
+def extremes(X, W):
+    H = fa.relu(X @ W)  # dead units: ties at 0 along rows and columns
+    return (
+        H.max() * 2.0
+        + (H.max(axis=1) * H.min(axis=1)).sum()
+        + fa.tanh(H.max(axis=0, keepdims=True)).sum()
+        + (np.min(X, axis=0) ** 2.0).mean()
+        + H.min(axis=1, keepdims=True).sum()
+        + np.max(fa.sin(X)) * np.min(W)
+    )
+
+
+def extremes_arguments(rng, rows=B):
+    X = sparse(rng, (rows, 4))
+    X[1] = X[0]  # a tie between whole rows
+    W = rng.normal(size=(4, 6))
+    W[:, 2] = W[:, 5]  # and between two columns
+    return X, W
+
+
+def test_maxima_and_minima_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(extremes, extremes_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [extremes_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # A nan in a slice: its result is nan and the call goes back to the interpreter.
+    X, W = extremes_arguments(rng)
+    X[3, 1] = np.nan
+    value, gradients = generated.value_and_grad((X, W))
+    want_value, want = interpreted.value_and_grad((X, W))
+    assert np.isnan(value) and np.isnan(want_value)
+    assert_all_same(gradients, want, True)
+    # Under batch=, maxima over the rows of each example and over the batch.
+    generated, interpreted = both(
+        lambda X, W: (fa.relu(X @ W).max(axis=1) + fa.relu(X @ W).max(axis=0).sum()).sum(),
+        extremes_arguments(rng),
+        batch=0,
+    )
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [extremes_arguments(rng, rows) for rows in (B, 4, 9)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
