@@ -166,3 +166,57 @@ def test_ops_without_a_scalar_form_are_named(body, op):
         value, gradient = f.value_and_grad(np.array([3.0, 4.0]))
         assert value == pytest.approx(5.0, rel=1e-15)
         np.testing.assert_allclose(gradient, [0.6, 0.8], rtol=1e-15)
+
+
+def test_a_branch_that_rounding_decides_is_named():
+    # Eager sums pairwise (1.0 here), the expansion left to right (0.9999999999999999):
+    # the traced branch would fail at its own point, so tracing says why.
+    def rounding(a):
+        s = fa.stack([a] * 10).sum()
+        return s * 2.0 if s >= 1.0 else s * 3.0
+
+    with pytest.raises(ValueError, match=r"branch at .*test_scalar_expansion.py:\d+ went True"):
+        fa.compile(rounding, example=[0.1], debug=True)
+    f = fa.compile(rounding, example=[0.2])  # far from the threshold: fine
+    assert f(np.array([0.25])) == pytest.approx(5.0, rel=1e-15)
+
+
+@pytest.mark.parametrize("point", [[-np.inf, -np.inf], [np.inf, 0.0], [np.nan, 1.0], [3.0, 1e308]])
+@pytest.mark.parametrize("name", ["logsumexp", "softmax", "log_softmax"])
+def test_the_softmax_family_at_infinities_is_the_tapes(name, point):
+    op = getattr(fa, name)
+
+    def function(a, b):
+        out = op(fa.stack([a, b]))
+        return out if name == "logsumexp" else out[0] * 2.0 + out[1]
+
+    f = fa.compile(function, example=[0.0, 1.0])
+    point = np.array(point)
+    with np.errstate(all="ignore"):
+        value, gradient = f.value_and_grad(point)
+        want_value, want_gradient = eager(function, point)
+    np.testing.assert_array_equal(value, want_value)
+    if name != "logsumexp" or np.isfinite(point).all():  # (its derivative: the formula's)
+        np.testing.assert_allclose(gradient, want_gradient, rtol=1e-15)
+
+
+def test_debug_names_the_line_of_an_array_op():
+    def logs(a, b):
+        w = fa.log(M[:, :2] @ fa.stack([a, b]))  # a nan for b > a / 2
+        return w.sum() + a * b
+
+    f = fa.compile(logs, example=[1.0, -2.0], debug=True)
+    with pytest.raises(fa.NonFiniteError, match=r"test_scalar_expansion.py:\d+"):
+        f(np.array([1.0, 2.0]), check=True)
+
+
+def test_stacked_scalars_cost_a_node_each_and_dead_ops_are_not_expanded():
+    def many(*xs):
+        v = fa.stack(list(xs))
+        unused = v.max()  # refused if it were expanded; nothing reads it
+        del unused
+        return (v * v).sum()
+
+    f = fa.compile(many, num_inputs=50, example=np.arange(50.0))
+    assert len(f.tape) <= 4 * 50  # inputs, squares, sums: no pick per element
+    np.testing.assert_allclose(f.grad(np.arange(50.0)), 2.0 * np.arange(50.0))

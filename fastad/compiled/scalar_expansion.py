@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fastad.core.graph import ancestors
 from fastad.eager.handle import storage_of
 from fastad.eager.tape import Tape
 from fastad.kernels import optable
@@ -40,19 +41,33 @@ if TYPE_CHECKING:
     from fastad.util.hints import IdArray
 
 _CODE = {op.name: op.code for op in optable.OPS}
+_PICK, _PICK_NOT, _ADD = _CODE["pick"], _CODE["pick_not"], _CODE["add"]
+
+
+MAX_EXPANDED_NODES = 4_000_000
+"""The most scalar nodes an expansion may make (each costs a few hundred bytes of Python
+objects while it runs); a larger one raises, pointing to a function of arrays."""
 
 
 class _Rows:
     """The expanded tape's nodes as they are emitted: opcode, operands, leaf values."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.opcode: list[int] = []
         self.in0: list[int] = []
         self.in1: list[int] = []
         self.val: list[float] = []
         self._constants: dict[bytes, int] = {}
+        self.constant_values: dict[int, float] = {}
 
     def emit(self, code: int, a: int = -1, b: int = -1, value: float = 0.0) -> int:
+        if len(self.opcode) >= MAX_EXPANDED_NODES:
+            raise ValueError(
+                f"{self.name} builds arrays whose ops expand to more than "
+                f"{MAX_EXPANDED_NODES:,} scalar ops: compile it as a function of arrays, "
+                "fa.compile(fn, example=(array, ...))"
+            )
         self.opcode.append(code)
         self.in0.append(a)
         self.in1.append(b)
@@ -64,17 +79,37 @@ class _Rows:
         found = self._constants.get(key)
         if found is None:
             found = self._constants[key] = self.emit(optable.CONST, value=float(value))
+            self.constant_values[found] = float(value)
         return found
+
+    def scalar_op(self, code: int, a: int, b: int) -> int:
+        """Scalar op ``code`` of nodes ``a`` and ``b`` (-1: none), folded where its result is
+        an operand or a constant bit for bit: a pick by a constant condition, an addition
+        of -0.0 (the identity of +). ``fa.stack`` of ``k`` scalars then costs ``k`` nodes."""
+        known = self.constant_values
+        if code in (_PICK, _PICK_NOT) and a in known:
+            taken = (known[a] != 0.0) == (code == _PICK)
+            return b if taken else self.constant(-0.0)
+        if code == _ADD:
+            if _is_negative_zero(known.get(a)):
+                return b
+            if _is_negative_zero(known.get(b)):
+                return a
+        return self.emit(code, a, b)
 
     def node(self, x: Any) -> _Scalar:
         """``x`` as a node: itself, or a constant for a number."""
         return x if isinstance(x, _Scalar) else _Scalar(self, self.constant(float(x)))
 
     def op(self, name: str, a: Any, b: Any = None) -> _Scalar:
-        """The scalar op ``name`` of ``a`` (and ``b``): a new node."""
+        """The scalar op ``name`` of ``a`` (and ``b``)."""
         first = self.node(a).id
         second = -1 if b is None else self.node(b).id
-        return _Scalar(self, self.emit(_CODE[name], first, second))
+        return _Scalar(self, self.scalar_op(_CODE[name], first, second))
+
+
+def _is_negative_zero(value: float | None) -> bool:
+    return value == 0.0 and np.signbit(value)
 
 
 class _Scalar:
@@ -125,7 +160,7 @@ def _elementwise(rows: _Rows, code: int, operands: list[Expanded]) -> Expanded:
     b = columns[1] if len(columns) > 1 else None
     for t, x in enumerate(columns[0]):
         second = -1 if b is None else rows.node(b[t]).id
-        flat[t] = _Scalar(rows, rows.emit(code, rows.node(x).id, second))
+        flat[t] = _Scalar(rows, rows.scalar_op(code, rows.node(x).id, second))
     return out[()] if out.ndim == 0 else out
 
 
@@ -164,8 +199,16 @@ def _mean(x: np.ndarray, params: Any, rows: _Rows) -> Expanded:
 
 
 def _softmax_family(name: str, x: np.ndarray, params: Any, rows: _Rows) -> Expanded:
-    """``logsumexp``, ``softmax`` or ``log_softmax`` over the axes, by their formulas
-    shifted by each slice's maximum (held out of the derivatives)."""
+    """``logsumexp``, ``softmax`` or ``log_softmax`` over the axes by their formulas,
+    shifted by each slice's maximum (held out of the derivatives) where it is finite.
+
+    A slice whose maximum is not finite takes no shift: its logsumexp is then
+    the maximum (inf, -inf or nan), as the block op's; its softmax and
+    log-softmax are nan throughout, as the block op's, by a term ``x * nan``
+    added there (-0.0, the identity of +, elsewhere), so their derivatives
+    are nan too. (The logsumexp's derivative there is the formula's, where the
+    block op's is nan throughout: nan at a +inf, 0 where an exponential is 0.)
+    """
     if x.size == 0:
         raise NotImplementedError(
             f"{name} of an empty array in a compiled function of scalars: compile it as a "
@@ -173,18 +216,22 @@ def _softmax_family(name: str, x: np.ndarray, params: Any, rows: _Rows) -> Expan
         )
     axes = tuple(range(x.ndim)) if params.axes is None else params.axes
     keep = type(params)(params.axes, True)
-    shift = np.apply_over_axes(lambda a, axis: _maxima(rows, a, axis), x, axes)
-    shift = _each(rows, "stop_gradient", shift)
+    maxima = np.apply_over_axes(lambda a, axis: _maxima(rows, a, axis), x, axes)
+    finite = _elementwise(rows, _CODE["lt"], [_each(rows, "abs", maxima), rows.node(float("inf"))])
+    shift = _each(rows, "stop_gradient", _elementwise(rows, _PICK, [finite, maxima]))
     shifted = _elementwise(rows, _CODE["sub"], [x, shift])
     exps = _each(rows, "exp", shifted)
     total = _reduce(np.asarray(exps, object), keep, rows)
-    if name == "softmax":
-        return _elementwise(rows, _CODE["div"], [exps, total])
     log_total = _each(rows, "log", total)
-    if name == "log_softmax":
-        return _elementwise(rows, _CODE["sub"], [shifted, log_total])
-    result = _elementwise(rows, _CODE["add"], [shift, log_total])
-    return _scalar_or(np.asarray(result, object).reshape(params.shape(x.shape)))
+    if name == "logsumexp":
+        result = _elementwise(rows, _ADD, [shift, log_total])
+        return _scalar_or(np.asarray(result, object).reshape(params.shape(x.shape)))
+    if name == "softmax":
+        formula = _elementwise(rows, _CODE["div"], [exps, total])
+    else:
+        formula = _elementwise(rows, _CODE["sub"], [shifted, log_total])
+    nan = _elementwise(rows, _CODE["mul"], [x, rows.node(float("nan"))])
+    return _elementwise(rows, _ADD, [formula, _elementwise(rows, _PICK_NOT, [finite, nan])])
 
 
 def _maxima(rows: _Rows, a: np.ndarray, axis: int) -> np.ndarray:
@@ -242,53 +289,41 @@ def _nodes(rows: _Rows, x: Any) -> Expanded:
     return x
 
 
-def expand_blocks(tape: Tape, guards: list[tuple[int, bool]], name: str) -> tuple[Tape, IdArray]:
-    """The scalar tape of a traced ``tape`` holding block ops, and each old node's new id.
+def expand_blocks(
+    tape: Tape,
+    outputs: IdArray,
+    guards: list[tuple[int, bool]],
+    sources: dict[int, tuple[str, int]],
+    name: str,
+) -> tuple[Tape, IdArray, dict[int, tuple[str, int]]]:
+    """The scalar tape of a traced ``tape`` holding block ops, each old node's new id, and
+    the source line of each new node (its block op's, for the nodes of its elements).
 
-    A scalar node maps to its new node; a block to -1 (its elements have nodes,
-    but no one id). Raises ``NotImplementedError`` naming an op without an
-    expansion, and ``ValueError`` naming a guard that reads a block.
+    Only the arguments and what the outputs and guards depend on are expanded. A scalar
+    node maps to its new node; a block to -1 (its elements have nodes, but no one id). Raises
+    ``NotImplementedError`` naming an op without an expansion, ``ValueError`` naming a
+    guard that reads an array or whose outcome the expansion's rounding changes.
     """
     storage: TapeStorage = storage_of(tape)
-    rows = _Rows()
-    expansions: list[Expanded] = []
+    rows = _Rows(name)
     ops = _block_ops(rows)
+    alive = storage.opcode[: len(tape)] == optable.INPUT  # every argument, used or not
+    for root in [*(int(node) for node in outputs), *(node for node, _ in guards)]:
+        if not alive[root]:
+            alive[: root + 1] |= ancestors(storage, root)[0]
+    expansions: dict[int, Expanded] = {}
     new_ids = np.full(len(tape), -1, np.int64)
     labels = tape.labels
     new_labels: dict[int, str] = {}
-    for i in range(len(tape)):
-        code = int(storage.opcode[i])
-        value = storage.block_value(i)
-        operands = storage.operands(i)
-        expanded: Expanded
-        if code in (optable.INPUT, optable.CONST) and value is not None:
-            # An array leaf the function made: constant elements (not a traced input).
-            expanded = np.empty(value.shape, object)
-            for position, element in np.ndenumerate(value):
-                expanded[position] = rows.node(float(element))
-        elif code == optable.INPUT:
-            expanded = _Scalar(rows, rows.emit(optable.INPUT, value=float(storage.val[i])))
-        elif code == optable.CONST:
-            expanded = rows.node(float(storage.val[i]))
-        elif storage.blocks.is_op(i):
-            found = [expansions[j] for j in operands]
-            if code < optable.NUM_OPS:
-                expanded = _elementwise(rows, code, found)
-            else:
-                op = optable.ALL[code].name
-                expand = ops.get(op)
-                if expand is None:
-                    raise NotImplementedError(
-                        f"a compiled function of scalars runs block ops as scalar ops, and "
-                        f"{name} records {op!r} (node {i}), which has none here (its "
-                        "derivative's meaning would change, or it is linear algebra). Compile "
-                        "it as a function of arrays, fa.compile(fn, example=(array, ...)), "
-                        "or record it with fa.Tape()"
-                    )
-                expanded = expand(found, storage.blocks.params(i))
-        else:  # a scalar op of scalar nodes
-            expanded = rows.op(optable.ALL[code].name, *(expansions[j] for j in operands))
-        expansions.append(expanded)
+    new_sources: dict[int, tuple[str, int]] = {}
+    for i in np.flatnonzero(alive).tolist():
+        start = len(rows.opcode)
+        expanded = _expand_node(storage, i, expansions, rows, ops, name, sources)
+        expansions[i] = expanded
+        location = sources.get(i)
+        if location is not None:
+            for node in range(start, len(rows.opcode)):
+                new_sources[node] = location
         if isinstance(expanded, _Scalar):
             new_ids[i] = expanded.id
             label = labels.get(i)
@@ -297,8 +332,8 @@ def expand_blocks(tape: Tape, guards: list[tuple[int, bool]], name: str) -> tupl
     for node, _ in guards:
         if new_ids[node] < 0:
             raise ValueError(
-                f"{name}'s branch on node {node} reads an array: a compiled function branches "
-                "on scalar nodes only (use fa.where for an elementwise choice)"
+                f"{name} branches on an array{_at(sources, node)}: a compiled function "
+                "branches on scalar nodes only (use fa.where for an elementwise choice)"
             )
     expanded_tape = Tape.from_arrays(
         np.array(rows.opcode, np.uint8),
@@ -307,4 +342,58 @@ def expand_blocks(tape: Tape, guards: list[tuple[int, bool]], name: str) -> tupl
         np.array(rows.val, np.float64),
         new_labels,
     )
-    return expanded_tape, new_ids
+    for node, truth in guards:  # the values recomputed in the expansion's order
+        if (expanded_tape.val[new_ids[node]] != 0.0) != truth:
+            raise ValueError(
+                f"{name}'s branch{_at(sources, node)} went {'True' if truth else 'False'} "
+                "when traced, and the other way once its arrays' sums and products run "
+                "left to right as scalar ops (the two differ by rounding at this point): "
+                "trace at another point, or use fa.where"
+            )
+    return expanded_tape, new_ids, new_sources
+
+
+def _at(sources: dict[int, tuple[str, int]], node: int) -> str:
+    location = sources.get(node)
+    return "" if location is None else f" at {location[0]}:{location[1]}"
+
+
+def _expand_node(
+    storage: TapeStorage,
+    i: int,
+    expansions: dict[int, Expanded],
+    rows: _Rows,
+    ops: dict[str, Callable[[list[Expanded], Any], Expanded]],
+    name: str,
+    sources: dict[int, tuple[str, int]],
+) -> Expanded:
+    """Node ``i``'s expansion from its operands'."""
+    code = int(storage.opcode[i])
+    value = storage.block_value(i)
+    operands = storage.operands(i)
+    if code in (optable.INPUT, optable.CONST) and value is not None:
+        # An array leaf the function made: constant elements (not a traced input).
+        leaf = np.empty(value.shape, object)
+        for position, element in np.ndenumerate(value):
+            leaf[position] = rows.node(float(element))
+        return leaf
+    if code == optable.INPUT:
+        return _Scalar(rows, rows.emit(optable.INPUT, value=float(storage.val[i])))
+    if code == optable.CONST:
+        return rows.node(float(storage.val[i]))
+    found = [expansions[j] for j in operands]
+    if not storage.blocks.is_op(i):  # a scalar op of scalar nodes
+        return rows.op(optable.ALL[code].name, *found)
+    if code < optable.NUM_OPS:
+        return _elementwise(rows, code, found)
+    op = optable.ALL[code].name
+    expand = ops.get(op)
+    if expand is None:
+        raise NotImplementedError(
+            f"a compiled function of scalars runs its array ops as scalar ops, and {name} "
+            f"calls {op!r}{_at(sources, i)}, which has no scalar form here (its "
+            "derivative's meaning would change, or it is linear algebra). Compile it as a "
+            "function of arrays, fa.compile(fn, example=(array, ...)), or record it with "
+            "fa.Tape()"
+        )
+    return expand(found, storage.blocks.params(i))

@@ -117,10 +117,9 @@ def trace_scalars(definition: ScalarDefinition, point: FloatArray) -> ScalarProg
     sources = tape.sources
     if storage_of(tape).blocks.ops:  # arrays built from the scalars: a node per element
         with progress(f"expanding the array ops of {name} into scalar ops"):
-            tape, new_ids = expand_blocks(tape, traced_guards, name)
+            tape, new_ids, sources = expand_blocks(tape, output_ids, traced_guards, sources, name)
         input_ids, output_ids = new_ids[input_ids], new_ids[output_ids]
         traced_guards = [(int(new_ids[node]), truth) for node, truth in traced_guards]
-        sources = renumbered(sources, new_ids)
     guards = np.array(traced_guards, dtype=np.int64).reshape(-1, 2)
     optimization = None
     if definition.optimize:
