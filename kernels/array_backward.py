@@ -335,6 +335,22 @@ class BackwardWriter(ForwardWriter):
     def backward_min(self, i: int, node: Node) -> None:
         self.backward_max(i, node)
 
+    def backward_cumsum(self, i: int, node: Node) -> None:
+        """The running sums of the adjoint from the end of the axis, as the interpreter's
+        cumsum of the flipped adjoint: each the one after plus the element."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_cumsum")
+        here, after, last, depth = self.running(f"v{a}", node, backwards=True)
+        g = self.own(i)
+        self.emit(
+            f"{target}[{here}] = {g}[{here}] if {last} else {target}[{after}] + {g}[{here}]",
+            depth,
+        )
+        if added:
+            self.add_into(a, target)
+
     def backward_transpose(self, i: int, node: Node) -> None:
         """The adjoint's elements with the permutation undone."""
         (a,) = node.operands

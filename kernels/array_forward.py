@@ -304,6 +304,36 @@ class ForwardWriter(WriterBase):
     def forward_min(self, i: int, node: Node) -> None:
         self.forward_max(i, node)
 
+    def running(self, array: str, node: Node, backwards: bool = False) -> tuple[str, str, str, int]:
+        """A loop nest over ``array`` for a running sum along a cumsum's axis, that axis
+        walked from its end where ``backwards``: ``(the element at the loop indices, its
+        neighbour before it along the walk, whether it is the walk's first, the body's
+        depth)``."""
+        axis = cast("int", node.params[0])
+        names = loop_indices(len(node.shape))
+        for t, index in enumerate(names):
+            if t == axis and backwards:
+                header = f"for {index} in range({array}.shape[{t}] - 1, -1, -1):"
+            else:
+                header = f"for {index} in range({array}.shape[{t}]):"
+            self.emit(header, 1 + t)
+        before = list(names)
+        before[axis] = f"{names[axis]} {'+' if backwards else '-'} 1"
+        first = (
+            f"{names[axis]} == {array}.shape[{axis}] - 1" if backwards else f"{names[axis]} == 0"
+        )
+        return ", ".join(names), ", ".join(before), first, 1 + len(names)
+
+    def forward_cumsum(self, i: int, node: Node, prefix: str = "v") -> None:
+        """NumPy's running sums along the axis (``prefix`` ``t``: of the tangent), each the
+        one before plus the element."""
+        (a,) = node.operands
+        here, before, first, depth = self.running(f"v{a}", node)
+        out, x = f"{prefix}{i}", f"{prefix}{a}"
+        self.emit(
+            f"{out}[{here}] = {x}[{here}] if {first} else {out}[{before}] + {x}[{here}]", depth
+        )
+
     def share_loops(self, i: int, node: Node, statement: Callable[[str], str]) -> str:
         """Per slice of a max or min: ``share``, 1 / the number of elements equal to its
         result (the nan elements where it is nan), then per element ``statement(position)``

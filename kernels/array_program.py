@@ -23,7 +23,7 @@ BAD_LABEL = -2
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
     "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate "
-    "max min"
+    "max min cumsum"
 ).split()
 """The node kinds generated code has rules for; a program with another op
 (prod, products of stacks that broadcast, linear algebra) stays on the
@@ -40,7 +40,7 @@ class Node(NamedTuple):
     ``(axes, keepdims)`` for reductions and the softmax family (axes None:
     all), ``(labels, mean)`` for the cross-entropy, ``(axes,)`` for a
     transpose (the operand's axis each of the result's is), ``(axis,)`` for
-    a concatenate, else ``()``.
+    a concatenate or a cumsum, else ``()``.
     An index reads its operand through a gather map, a kernel parameter
     (``BlockProgram.gathers``).
     """

@@ -28,7 +28,10 @@ class SecondWriter(BackwardWriter):
             self.backward(i, node)
         self.p = self.second
         op = node.op
-        linear = ("sum", "mean", "reshape", "transpose", "index", "concatenate", "max", "min")
+        linear = (
+            *("sum", "mean", "reshape", "transpose", "index", "concatenate", "max", "min"),
+            "cumsum",
+        )
         if op not in ("scalar", "elementwise", "matmul", "linear", "linear_relu", *linear):
             raise Unsupported(
                 f"the block op {op!r} has no second-order rule in generated code (the "

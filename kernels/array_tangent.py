@@ -130,6 +130,9 @@ class TangentWriter(BackwardWriter):
     def tangent_min(self, i: int, node: Node) -> None:
         self.tangent_max(i, node)
 
+    def tangent_cumsum(self, i: int, node: Node) -> None:
+        self.forward_cumsum(i, node, prefix="t")
+
     def tangent_concatenate(self, i: int, node: Node) -> None:
         self.forward_concatenate(i, node, prefix="t")
 

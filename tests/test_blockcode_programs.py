@@ -612,3 +612,37 @@ def test_maxima_and_minima_give_the_interpreters_bits(rng, buffers):
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [extremes_arguments(rng, rows) for rows in (B, 4, 9)]
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+
+# -- running sums along any axis ----------------------------------------------------------
+
+
+def running(X, W):
+    H = fa.tanh(X @ W)  # (rows, 5)
+    C = np.cumsum(H, axis=1)
+    D = np.cumsum(H * X[:, :1], axis=0)
+    E = np.cumsum(np.stack([H, H * H]), axis=2)  # (2, rows, 5) along the last axis
+    return (C * C).sum() + D.mean() + (E[1] * C).sum() + np.cumsum(W).sum()
+
+
+def running_arguments(rng, rows=B):
+    return sparse(rng, (rows, 4)), rng.normal(size=(4, 5))
+
+
+def test_running_sums_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(running, running_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [running_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # Along the batch axis and across it, at several numbers of rows.
+    generated, interpreted = both(
+        lambda X, W: (np.cumsum(fa.sin(X @ W), axis=0) * np.cumsum(X @ W, axis=1)).sum(),
+        running_arguments(rng),
+        batch=0,
+    )
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [running_arguments(rng, rows) for rows in (B, 2, 7)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)

@@ -113,7 +113,7 @@ def program_of(
                 params = (tuple(reversed(range(len(shape)))) if found is None else found,)
             elif kind == "index":
                 gathers[i] = gather_map(shape_of(tape, operands[0]), found, i)
-            elif kind == "concatenate":
+            elif kind in ("concatenate", "cumsum"):
                 params = (int(cast("int", found)),)
         else:
             kind = "scalar"
