@@ -150,9 +150,17 @@ class BackwardWriter(ForwardWriter):
         ranks = (len(self.shape(a)), len(self.shape(b)))
 
         def first(target: str) -> None:
-            if ranks == (3, 3):  # per matrix of the stack: G B^T
+            if ranks in ((3, 3), (3, 2)):  # per matrix of the stack: G B^T
+                B = f"{other}[b_]" if ranks[1] == 3 else other
                 self.emit(f"for b_ in range({target}.shape[0]):")
-                self.emit(f"gemm(False, True, {G}[b_], {other}[b_], {target}[b_])", 2)
+                self.emit(f"gemm(False, True, {G}[b_], {B}, {target}[b_])", 2)
+            elif ranks == (2, 3):  # a matrix times a stack: sum G B^T over the stack
+                self.summed(
+                    target,
+                    self.shape(j),
+                    lambda into: f"gemm(False, True, {G}[b_], {other}[b_], {into})",
+                    G,
+                )
             elif ranks == (2, 2):
                 self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
             elif ranks == (1, 1):  # one term per element
@@ -166,9 +174,17 @@ class BackwardWriter(ForwardWriter):
                 self.product(f"gemv(False, {other}, {G}, {target})", target, j, (other, G))
 
         def second(target: str) -> None:
-            if ranks == (3, 3):  # per matrix of the stack: A^T G
+            if ranks in ((3, 3), (2, 3)):  # per matrix of the stack: A^T G
+                A = f"{other}[b_]" if ranks[0] == 3 else other
                 self.emit(f"for b_ in range({target}.shape[0]):")
-                self.emit(f"gemm(True, False, {other}[b_], {G}[b_], {target}[b_])", 2)
+                self.emit(f"gemm(True, False, {A}, {G}[b_], {target}[b_])", 2)
+            elif ranks == (3, 2):  # a stack times a matrix: sum A^T G over the stack
+                self.summed(
+                    target,
+                    self.shape(j),
+                    lambda into: f"gemm(True, False, {other}[b_], {G}[b_], {into})",
+                    G,
+                )
             elif ranks == (2, 2):
                 self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
             elif ranks == (1, 1):
@@ -182,6 +198,23 @@ class BackwardWriter(ForwardWriter):
                 self.emit(f"{target}[i0, i1] = {other}[i0] * {G}[i1]", 3)
 
         return first if slot == 0 else second
+
+    def summed(
+        self, target: str, shape: tuple[int, ...], call: Callable[[str], str], stack: str
+    ) -> None:
+        """``target`` (a matrix of ``shape``) = the products ``call(into)`` writes for each
+        ``b_`` of ``stack`` (an adjoint), added in the stack's order, as the interpreter
+        sums a broadcast operand's contributions (from -0.0, which the first leaves as it
+        is)."""
+        term = self.scratch(f"{stack}_{target}_term", shape)
+        self.emit(f"for b_ in range({stack}.shape[0]):")
+        self.emit("if b_ == 0:", 2)
+        self.emit(call(target), 3)
+        self.emit("else:", 2)
+        self.emit(call(term), 3)
+        self.emit(f"for i0 in range({target}.shape[0]):", 3)
+        self.emit(f"for i1 in range({target}.shape[1]):", 4)
+        self.emit(f"{target}[i0, i1] += {term}[i0, i1]", 5)
 
     def contribute(self, j: int, tag: str, parts: Sequence[Callable[[str], None]]) -> None:
         """Send array ``j`` one contribution, the sum of ``parts`` in order (each writes a

@@ -92,18 +92,29 @@ class ForwardWriter(WriterBase):
         elif ranks == (1, 1):
             self.emit(f"{target} = dot({x}, {y})")
         elif self.stacked(node):
+            left, right = self.per_matrix(node, x, y)
             self.emit(f"for b_ in range({target}.shape[0]):")
-            self.emit(f"gemm(False, False, {x}[b_], {y}[b_], {target}[b_])", 2)
+            self.emit(f"gemm(False, False, {left}, {right}, {target}[b_])", 2)
+
+    def per_matrix(self, node: Node, x: str, y: str) -> tuple[str, str]:
+        """A stacked product's operands (or what stands for them) at matrix ``b_`` of the
+        stack: a matrix that broadcasts is itself at every ``b_``."""
+        a, b = node.operands
+        return (
+            f"{x}[b_]" if len(self.shape(a)) == 3 else x,
+            f"{y}[b_]" if len(self.shape(b)) == 3 else y,
+        )
 
     def stacked(self, node: Node) -> bool:
-        """Whether matmul ``node`` is a stack of matrix products of one length (two operands
-        of three axes, the first as long); :class:`Unsupported` for any other shapes."""
+        """Whether matmul ``node`` is a stack of matrix products (a stack of three axes by
+        one of the same length, or by a matrix that broadcasts against it, either side);
+        :class:`Unsupported` for any other shapes."""
         a, b = (self.shape(j) for j in node.operands)
-        if len(a) == 3 and len(b) == 3 and a[0] == b[0]:
+        if (len(a), len(b)) in ((3, 2), (2, 3)) or (len(a) == 3 and len(b) == 3 and a[0] == b[0]):
             return True
         raise Unsupported(
             f"generated code has no rule for a product of operands of shapes {a} and {b} "
-            "(matrices, vectors, and stacks of matrices of one length)"
+            "(matrices, vectors, stacks of matrices of one length, a stack by a matrix)"
         )
 
     def forward_reshape(self, i: int, node: Node, prefix: str = "v") -> None:

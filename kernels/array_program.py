@@ -26,8 +26,8 @@ SUPPORTED = (
     "max min cumsum"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(prod, products of stacks that broadcast, linear algebra) stays on the
-interpreter."""
+(prod, products of two stacks where one broadcasts, linear algebra) stays on
+the interpreter."""
 
 
 class Node(NamedTuple):

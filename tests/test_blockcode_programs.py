@@ -441,10 +441,10 @@ def test_stacked_products_give_the_interpreters_bits(rng, buffers):
     compare_calls(
         generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
-    with pytest.raises(NotImplementedError, match=r"shapes \(3, 4, 5\) and \(5, 2\)"):
+    with pytest.raises(NotImplementedError, match=r"shapes \(3, 4, 5\) and \(1, 5, 2\)"):
         fa.compile(
             lambda X, W: (X @ W).sum(),
-            example=(np.ones((3, 4, 5)), np.ones((5, 2))),
+            example=(np.ones((3, 4, 5)), np.ones((1, 5, 2))),
             backend="codegen",
         )
 
@@ -645,4 +645,32 @@ def test_running_sums_give_the_interpreters_bits(rng, buffers):
     )
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [running_arguments(rng, rows) for rows in (B, 2, 7)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+
+# -- a stack of matrices by one matrix, either side (a sequence through a layer) -----------
+
+
+def sequence_layer(X, W, V):
+    H = fa.tanh(X @ W)  # (3, 4, 5) @ (5, 6): the weights shared by every matrix
+    S = V @ fa.sin(H)  # (2, 4) @ (3, 4, 6): one matrix against the stack
+    return (H * H).sum() + (S * S).mean()
+
+
+def sequence_arguments(rng, first=3):
+    return sparse(rng, (first, 4, 5)), rng.normal(size=(5, 6)), sparse(rng, (2, 4))
+
+
+def test_a_stack_by_a_matrix_gives_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(sequence_layer, sequence_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [sequence_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # The stack along the batch axis: any number of sequences.
+    generated, interpreted = both(sequence_layer, sequence_arguments(rng), batch=0)
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [sequence_arguments(rng, first) for first in (3, 1, 6)]
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
