@@ -112,7 +112,8 @@ class BackwardWriter(ForwardWriter):
                     after.append((target, j))
                 continue
             raise Unsupported(f"generated code has no rule for broadcasting shape {own} to {shape}")
-        self.loop(f"v{i}", shape, inside, before)
+        if inside:  # (in mode hvp's second pass no term may reach any operand)
+            self.loop(f"v{i}", shape, inside, before)
         for source, j in after:
             if j >= 0:
                 self.add_into(j, source)

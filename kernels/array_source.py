@@ -48,7 +48,10 @@ Kernels trust their input: the front end (``fastad/compiled/array_kernel.py``) p
 C-contiguous float64 arrays of the traced shapes (class labels may be
 int64) and validates everything before the call. The text holds only the
 program's structure (ops, ranks, which axes broadcast): no names, no values,
-no sizes (the loops read them from the arrays).
+and no sizes but the literal shapes of reshapes (views of their operands,
+never of the rows under ``batch=``) and the offsets of concatenates; the
+loops read the rest from the arrays, and an index's positions are a kernel
+argument.
 """
 
 from __future__ import annotations

@@ -674,3 +674,18 @@ def test_a_stack_by_a_matrix_gives_the_interpreters_bits(rng, buffers):
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [sequence_arguments(rng, first) for first in (3, 1, 6)]
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+
+def test_a_broadcast_column_that_no_second_order_term_reaches():
+    # Regression: in mode hvp's second pass no term reached the (3, 1) column's slot,
+    # and the kernel held a loop with no body (it did not compile).
+    theta = np.random.default_rng(0).normal(size=15)
+
+    def model(t):
+        return (fa.sin(t[:12].reshape(3, 4)) + t[12:].reshape(3, 1)).sum()
+
+    generated, interpreted = both(model, (theta,))
+    direction = [np.linspace(-1.0, 1.0, 15)]
+    np.testing.assert_array_equal(
+        generated.hvp((theta,), direction), interpreted.hvp((theta,), direction)
+    )

@@ -138,7 +138,9 @@ def gather_map(shape: tuple[int, ...], key: Any, node: int) -> NDArray[np.int64]
     if not shape:
         raise Unsupported(f"generated code has no rule for an index of a scalar (node {node})")
     positions = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)[key]
-    return np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    flat = np.empty(np.size(positions), np.int64)  # its own memory: not a view of the range
+    flat[:] = np.reshape(positions, -1)
+    return flat
 
 
 def shape_of(tape: TapeStorage, node: int) -> tuple[int, ...]:
@@ -198,7 +200,7 @@ class BlockCode:
             if program.nodes[node].operands[0] in self._batch_axes:
                 raise Unsupported(
                     f"generated code has no rule for an index of an array along the batch "
-                    f"axis (node {node})"
+                    f"axis (node {node} indexes an array that carries the batch's rows)"
                 )
         scalar_output = not program.nodes[program.output].shape
         modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp", "jvp")
