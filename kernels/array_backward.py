@@ -369,6 +369,24 @@ class BackwardWriter(ForwardWriter):
     def backward_min(self, i: int, node: Node) -> None:
         self.backward_max(i, node)
 
+    def backward_prod(self, i: int, node: Node) -> None:
+        """Each element's adjoint: the product of the other elements of its slice times the
+        slice's adjoint (a nan where an exact zero meets an inf sends the call back to the
+        interpreter's exact rules)."""
+        (a,) = node.operands
+        if not self.needs[a]:
+            return
+        target, added = self.sink(a, f"{i}_prod")
+        kind = self.reduction(i, node)
+        g = self.reduced(i, node, kind, self.p.array) if node.shape else self.own(i)
+        written = target
+        if kind == "all":
+            written = f"bp{self.p.tag}{i}"
+            self.emit(f"{written} = {target}.reshape({target}.size)")
+        self.others_loops(i, node, lambda at: f"{written}[{at}] = others * {g}")
+        if added:
+            self.add_into(a, target)
+
     def backward_cumsum(self, i: int, node: Node) -> None:
         """The running sums of the adjoint from the end of the axis, as the interpreter's
         cumsum of the flipped adjoint: each the one after plus the element."""

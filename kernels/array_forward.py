@@ -315,6 +315,72 @@ class ForwardWriter(WriterBase):
     def forward_min(self, i: int, node: Node) -> None:
         self.forward_max(i, node)
 
+    def forward_prod(self, i: int, node: Node) -> None:
+        """NumPy's product of each slice: its elements multiplied in order (from 1.0,
+        which the first leaves as it is; an empty slice gives 1.0)."""
+        kind, outer, inner, element = self.slices(i, node)
+        depth = 1 + len(outer)
+        for line in outer:
+            self.emit(line)
+        self.emit("total = 1.0", depth)
+        self.emit(inner, depth)
+        self.emit(f"total = total * {element}", depth + 1)
+        self.emit(f"{self.reduced(i, node, kind)} = total", depth)
+
+    def others_loops(self, i: int, node: Node, statement: Callable[[str], str]) -> str:
+        """Per slice of a prod: per element ``others``, the product of the other elements
+        as the interpreter makes it (the product of those before it times that of those
+        after it, each multiplied in order from 1.0; exactly 0.0 where another element is
+        0.0 and none is nan), then ``statement(position)``. Returns the reduction's kind."""
+        (a,) = node.operands
+        kind = self.reduction(i, node)
+        after = self.scratch(f"{i}_after", self.shape(a))
+        x = f"v{a}"
+        if kind == "all":
+            self.emit(f"xf{i} = {x}.reshape({x}.size)")
+            self.emit(f"af{i} = {after}.reshape({after}.size)")
+            x, after = f"xf{i}", f"af{i}"
+            outer: list[str] = []
+            walk, at, following = "i0", "i0", "i0 + 1"
+            length = f"{x}.size"
+        elif kind == "rows":
+            outer = [f"for i0 in range({x}.shape[0]):"]
+            walk, at, following = "i1", "i0, i1", "i0, i1 + 1"
+            length = f"{x}.shape[1]"
+        else:
+            outer = [f"for i1 in range({x}.shape[1]):"]
+            walk, at, following = "i0", "i0, i1", "i0 + 1, i1"
+            length = f"{x}.shape[0]"
+        depth = 1 + len(outer)
+        for line in outer:
+            self.emit(line)
+        self.emit("zeros = 0", depth)
+        self.emit("nans = 0", depth)
+        self.emit(f"for {walk} in range({length}):", depth)
+        self.emit(f"e = {x}[{at}]", depth + 1)
+        self.emit("if e == 0.0:", depth + 1)
+        self.emit("zeros += 1", depth + 2)
+        self.emit("if e != e:", depth + 1)
+        self.emit("nans += 1", depth + 2)
+        self.emit(f"for {walk} in range({length} - 1, -1, -1):", depth)
+        self.emit(
+            f"{after}[{at}] = 1.0 if {walk} == {length} - 1 else "
+            f"{after}[{following}] * {x}[{following}]",
+            depth + 1,
+        )
+        self.emit("before = 1.0", depth)
+        self.emit(f"for {walk} in range({length}):", depth)
+        self.emit(f"e = {x}[{at}]", depth + 1)
+        self.emit(f"others = before * {after}[{at}]", depth + 1)
+        self.emit(
+            "if zeros - (1 if e == 0.0 else 0) > 0 and nans - (1 if e != e else 0) == 0:",
+            depth + 1,
+        )
+        self.emit("others = 0.0", depth + 2)
+        self.emit(statement(at), depth + 1)
+        self.emit("before = before * e", depth + 1)
+        return kind
+
     def running(self, array: str, node: Node, backwards: bool = False) -> tuple[str, str, str, int]:
         """A loop nest over ``array`` for a running sum along a cumsum's axis, that axis
         walked from its end where ``backwards``: ``(the element at the loop indices, its

@@ -23,11 +23,12 @@ BAD_LABEL = -2
 SUPPORTED = (
     "input constant array scalar elementwise matmul sum mean linear linear_relu "
     "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate "
-    "max min cumsum"
+    "max min prod cumsum"
 ).split()
 """The node kinds generated code has rules for; a program with another op
-(prod, products of two stacks where one broadcasts, linear algebra) stays on
-the interpreter."""
+(products of two stacks where one broadcasts, linear algebra) stays on the
+interpreter (and ``prod``, whose derivative moves with the values, has no
+rule in mode hvp)."""
 
 
 class Node(NamedTuple):

@@ -114,21 +114,41 @@ class TangentWriter(BackwardWriter):
         self.share_loops(
             i, node, lambda at: f"{written}[{at}] = share * {moved}[{at}] if hit else -0.0"
         )
-        if kind == "all":
-            total = f"-0.0 + pairwise({written}, 0, {written}.size)"
-            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}")
-        elif kind == "rows":
-            self.emit(f"for i0 in range({shares}.shape[0]):")
-            total = f"-0.0 + pairwise({shares}[i0], 0, {shares}.shape[1])"
-            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}", 2)
-        else:
-            self.emit(f"t{i}[:] = -0.0")
-            self.emit(f"for i0 in range({shares}.shape[0]):")
-            self.emit(f"for i1 in range({shares}.shape[1]):", 2)
-            self.emit(f"{self.reduced(i, node, kind, 't')} += {shares}[i0, i1]", 3)
+        self.reach_sum(i, node, kind, shares, written)
 
     def tangent_min(self, i: int, node: Node) -> None:
         self.tangent_max(i, node)
+
+    def tangent_prod(self, i: int, node: Node) -> None:
+        """The tangents times the products of the other elements of their slices, summed
+        as the interpreter's ``reach_sum`` (as :meth:`tangent_max`'s)."""
+        (a,) = node.operands
+        terms = self.scratch(f"{i}_terms", self.shape(a))
+        kind = self.reduction(i, node)
+        moved, written = f"t{a}", terms
+        if kind == "all":
+            moved, written = f"tf{i}", f"sf{i}"
+            self.emit(f"{moved} = t{a}.reshape(t{a}.size)")
+            self.emit(f"{written} = {terms}.reshape({terms}.size)")
+        self.others_loops(i, node, lambda at: f"{written}[{at}] = others * {moved}[{at}]")
+        self.reach_sum(i, node, kind, terms, written)
+
+    def reach_sum(self, i: int, node: Node, kind: str, terms: str, flat: str) -> None:
+        """Node ``i``'s tangent: the sum of each slice of ``terms`` (``flat``: read flat) as
+        ``reach_sum`` adds them, from -0.0: pairwise along a row or over the whole array,
+        row after row down the columns."""
+        if kind == "all":
+            total = f"-0.0 + pairwise({flat}, 0, {flat}.size)"
+            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}")
+        elif kind == "rows":
+            self.emit(f"for i0 in range({terms}.shape[0]):")
+            total = f"-0.0 + pairwise({terms}[i0], 0, {terms}.shape[1])"
+            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}", 2)
+        else:
+            self.emit(f"t{i}[:] = -0.0")
+            self.emit(f"for i0 in range({terms}.shape[0]):")
+            self.emit(f"for i1 in range({terms}.shape[1]):", 2)
+            self.emit(f"{self.reduced(i, node, kind, 't')} += {terms}[i0, i1]", 3)
 
     def tangent_cumsum(self, i: int, node: Node) -> None:
         self.forward_cumsum(i, node, prefix="t")

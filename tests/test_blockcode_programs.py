@@ -689,3 +689,44 @@ def test_a_broadcast_column_that_no_second_order_term_reaches():
     np.testing.assert_array_equal(
         generated.hvp((theta,), direction), interpreted.hvp((theta,), direction)
     )
+
+
+# -- products of slices: exact zeros, one or two in a slice ------------------------------------
+
+
+def products(X, w):
+    H = 1.0 + 0.5 * fa.tanh(X * w)  # (rows, 4), about 1
+    Z = X * w  # exact zeros where X has them: one or two in a slice
+    return (
+        H.prod()
+        + H.prod(axis=1).sum()
+        + (Z.prod(axis=0) * 3.0).sum()
+        + (Z.prod(axis=1, keepdims=True) ** 2.0).mean()
+    )
+
+
+def products_arguments(rng, rows=6):
+    X = rng.normal(size=(rows, 4))
+    X[0, 1] = 0.0  # one zero in row 0 and column 1
+    X[2, 2] = X[3, 2] = 0.0  # two zeros in column 2
+    return X, rng.normal(size=4)
+
+
+def test_products_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(products, products_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    hvp = generated.tier("hvp")
+    assert hvp.name == "interpret" and "'prod'" in hvp.reason  # its derivative moves
+    calls = [products_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp"), True, buffers, rng
+    )
+    # An inf beside a zero: the exact rules give 0 where the plain product gives nan,
+    # so the call goes back to the interpreter and returns its numbers.
+    X, w = products_arguments(rng)
+    X[0, 3] = np.inf
+    value, gradients = generated.value_and_grad((X, w))
+    want_value, want = interpreted.value_and_grad((X, w))
+    assert_same(value, want_value, True)
+    assert_all_same(gradients, want, True)
