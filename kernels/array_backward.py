@@ -161,6 +161,7 @@ class BackwardWriter(ForwardWriter):
                     self.shape(j),
                     lambda into: f"gemm(False, True, {G}[b_], {other}[b_], {into})",
                     G,
+                    node.shape[0],
                 )
             elif ranks == (2, 2):
                 self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
@@ -185,6 +186,7 @@ class BackwardWriter(ForwardWriter):
                     self.shape(j),
                     lambda into: f"gemm(True, False, {other}[b_], {G}[b_], {into})",
                     G,
+                    node.shape[0],
                 )
             elif ranks == (2, 2):
                 self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
@@ -201,13 +203,27 @@ class BackwardWriter(ForwardWriter):
         return first if slot == 0 else second
 
     def summed(
-        self, target: str, shape: tuple[int, ...], call: Callable[[str], str], stack: str
+        self,
+        target: str,
+        shape: tuple[int, ...],
+        call: Callable[[str], str],
+        stack: str,
+        length: int,
     ) -> None:
         """``target`` (a matrix of ``shape``) = the products ``call(into)`` writes for each
         ``b_`` of ``stack`` (an adjoint), added in the stack's order, as the interpreter
         sums a broadcast operand's contributions (from -0.0, which the first leaves as it
         is)."""
         term = self.scratch(f"{stack}_{target}_term", shape)
+        if shape == (1, 1):  # NumPy sums a (stack, 1, 1) array as one run: pairwise
+            run = self.scratch(f"{stack}_{target}_run", (length,))
+            self.emit(f"r_ = {run}.reshape({run}.size)")
+            self.emit(f"for b_ in range({stack}.shape[0]):")
+            self.emit(call(term), 2)
+            self.emit(f"r_[b_] = {term}[0, 0]", 2)
+            self.emit(f"{target}[0, 0] = -0.0 + pairwise(r_, 0, {stack}.shape[0])")
+            return
+        self.emit(f"{target}[:, :] = -0.0")  # the sum of an empty stack
         self.emit(f"for b_ in range({stack}.shape[0]):")
         self.emit("if b_ == 0:", 2)
         self.emit(call(target), 3)

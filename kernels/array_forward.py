@@ -298,9 +298,12 @@ class ForwardWriter(WriterBase):
 
     def forward_max(self, i: int, node: Node) -> None:
         """NumPy's maximum (minimum) of each slice: a nan anywhere in it makes it nan (a
-        later element replaces the best where it is better or a nan; nothing beats a nan)."""
+        later element replaces the best where it is better or a nan; nothing beats a nan);
+        a tie of -0.0 and +0.0 is +0.0 (min: -0.0)."""
         kind, outer, inner, element = self.slices(i, node, start=1)
         better = ">" if node.op == "max" else "<"
+        # A tie of -0.0 and +0.0: +0.0 for max, -0.0 for min, as the interpreter's rule.
+        signed = f"(e == 0.0 and e == best and copysign(1.0, e) {better} 0.0)"
         depth = 1 + len(outer)
         for line in outer:
             self.emit(line)
@@ -308,7 +311,7 @@ class ForwardWriter(WriterBase):
         self.emit(f"best = {element.split('[')[0]}[{first}]", depth)
         self.emit(inner, depth)
         self.emit(f"e = {element}", depth + 1)
-        self.emit(f"if e {better} best or e != e:", depth + 1)
+        self.emit(f"if e {better} best or e != e or {signed}:", depth + 1)
         self.emit("best = e", depth + 2)
         self.emit(f"{self.reduced(i, node, kind)} = best", depth)
 

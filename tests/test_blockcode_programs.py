@@ -730,3 +730,31 @@ def test_products_give_the_interpreters_bits(rng, buffers):
     want_value, want = interpreted.value_and_grad((X, w))
     assert_same(value, want_value, True)
     assert_all_same(gradients, want, True)
+
+
+def test_signed_zero_ties_and_one_element_matrices_against_stacks(rng, buffers):
+    # A tie of -0.0 and +0.0: max is +0.0 and min -0.0 in both tiers (1 / x shows the sign).
+    X = np.array([[0.0, -0.0, -1.0], [-0.0, -0.0, -2.0], [-0.0, 0.0, -3.0]])
+    generated, interpreted = both(lambda x: (1.0 / x.max(axis=1)).sum() + 1.0 / x.min(), (X,))
+    assert generated.tier("values").name == "codegen"
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(generated((X,)), interpreted((X,)))
+    maxima = fa.compile(lambda x: x.max(axis=1), example=(X,), backend="codegen")
+    np.testing.assert_array_equal(np.signbit(maxima((X,))), [False, True, False])
+    minima = fa.compile(lambda x: x[:, :2].min(axis=1), example=(X,), backend="codegen")
+    np.testing.assert_array_equal(np.signbit(minima((X,))), [True, True, True])
+    with fa.Tape():
+        eager = fa.var(X).max(axis=1).value
+    np.testing.assert_array_equal(np.signbit(eager), [False, True, False])
+    # A (1, 1) matrix against a stack of 9: its gradient is NumPy's pairwise sum over
+    # the stack; an empty stack sends it -0.0.
+    generated, interpreted = both(
+        lambda s, m: fa.sin(s @ m).sum() + (m * m).sum(), (sparse(rng, (9, 2, 1)), np.ones((1, 1)))
+    )
+    calls = [(rng.normal(size=(9, 2, 1)), rng.normal(size=(1, 1))) for _ in range(6)]
+    compare_calls(generated, interpreted, calls, ("grad", "vjp", "hvp"), True, buffers, rng)
+    generated, interpreted = both(
+        lambda s, m: (s @ m).sum() + (m * m).sum(), (np.ones((0, 2, 3)), np.ones((3, 4)))
+    )
+    calls = [(np.ones((0, 2, 3)), rng.normal(size=(3, 4))) for _ in range(3)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)

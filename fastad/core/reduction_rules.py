@@ -171,7 +171,9 @@ class Reduce(BlockRule):
 class Extremum(Reduce):
     """``max`` or ``min`` over the axes of a :class:`Reduction`.
 
-    NumPy's values: a nan anywhere in a reduced slice makes its result nan.
+    NumPy's values: a nan anywhere in a reduced slice makes its result nan; a
+    tie of -0.0 and +0.0 gives +0.0 for max and -0.0 for min (NumPy's sign
+    there depends on its vectorised loop).
     The gradient goes to the elements equal to the result, split evenly
     among ties (as ``torch.amax``; a scalar ``fa.maximum`` splits a two-way
     tie the same way); where the result is nan, to the nan elements (where
@@ -188,8 +190,19 @@ class Extremum(Reduce):
         return super().shape(shapes, params)
 
     def forward(self, values: Values, params: Any) -> RuleValue:
+        a = values[0]
         reduce = np.max if self.name == "max" else np.min
-        return scalar_or_array(reduce(values[0], axis=params.axes, keepdims=params.keepdims))
+        out = reduce(a, axis=params.axes, keepdims=params.keepdims)
+        zero = np.asarray(out) == 0.0
+        if zero.any():
+            # A tie of -0.0 and +0.0: NumPy's sign depends on its vectorised loop, so
+            # the rule is fixed here (generated code gives the same): max is +0.0 where
+            # any tied element is, min -0.0.
+            sign = np.signbit(a) if self.name == "min" else ~np.signbit(a)
+            signed = np.any((a == 0.0) & sign, axis=params.axes, keepdims=params.keepdims)
+            preferred, other = (-0.0, 0.0) if self.name == "min" else (0.0, -0.0)
+            out = np.where(zero, np.where(signed, preferred, other), out)
+        return scalar_or_array(out)
 
     def _shares(self, a: FloatArray, out: RuleValue, params: Any) -> FloatArray:
         """Each element's share of the result's derivative: 1 / ties where it is hit."""
