@@ -27,13 +27,13 @@ N_POINTS = 1003  # not a multiple of the chunk sizes below: the last chunk is sh
 
 @pytest.fixture(scope="module")
 def client():
-    # dashboard_address=None: no Bokeh server (and no warning that Bokeh is absent).
+    # The scheduler serves HTTP even without a dashboard: on a free port, not 8787.
     with (
         LocalCluster(
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: two runs on one machine do not clash
             timeout=TIMEOUT,
         ) as cluster,
         Client(cluster, timeout=TIMEOUT) as client,
