@@ -78,12 +78,12 @@ POINT = tuple(Parameter(name, "vector") for name in ("point", "direction", "grad
 never read) and a pointer to an i64 that receives the failed guard."""
 
 
-def _double(value: float) -> str:
+def double_literal(value: float) -> str:
     """A float64 literal, exactly: LLVM's hexadecimal form of its bits."""
     return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
 
 
-class _Value(NamedTuple):
+class Value(NamedTuple):
     text: str
     type: str
 
@@ -325,18 +325,18 @@ def spill_plan(body: list[ast.stmt], prefix: int, size: int) -> dict[str, int]:
     return plan
 
 
-class _Function:
+class FunctionLowering:
     """Lowers one function definition of the subset to the text of an LLVM function."""
 
     def __init__(
-        self, module: _Module, definition: ast.FunctionDef, in_slots: set[str] | None = None
+        self, module: ModuleLowering, definition: ast.FunctionDef, in_slots: set[str] | None = None
     ) -> None:
         self.module = module
         self.definition = definition
         self.lines: list[str] = []
         self.slots: list[str] = []  # allocas, placed in the entry block
-        self.values: dict[str, _Value] = {}  # SSA names
-        self.mutable: dict[str, _Value] = {}  # name -> its stack slot and element type
+        self.values: dict[str, Value] = {}  # SSA names
+        self.mutable: dict[str, Value] = {}  # name -> its stack slot and element type
         self.names: list[str] = []  # what the placeholders of the statement lowered stand for
         self.spilled: dict[str, int] = {}  # name -> its slot in the work buffer
         self.work_size = 0  # slots per point
@@ -368,10 +368,10 @@ class _Function:
             self.terminated = False
         self.lines.append("  " + line)
 
-    def instruction(self, text: str, type_: str) -> _Value:
+    def instruction(self, text: str, type_: str) -> Value:
         name = self.temporary()
         self.emit(f"{name} = {text}")
-        return _Value(name, type_)
+        return Value(name, type_)
 
     def start_block(self, label: str) -> None:
         self.lines.append(f"{label}:")
@@ -383,7 +383,7 @@ class _Function:
             self.terminated = True
 
     # -- names -----------------------------------------------------------------------
-    def bind(self, name: str, value: _Value) -> None:
+    def bind(self, name: str, value: Value) -> None:
         spilled = self.spilled.get(name)
         if spilled is not None:  # read by a later part: through the work buffer
             if value.type != DOUBLE:
@@ -394,7 +394,7 @@ class _Function:
         if name in self.in_slots:
             slot = self.mutable.get(name)
             if slot is None:
-                slot = self.mutable[name] = _Value(f"%{name}.slot", value.type)
+                slot = self.mutable[name] = Value(f"%{name}.slot", value.type)
                 self.slots.append(f"  %{name}.slot = alloca {value.type}")
             if slot.type != value.type:
                 raise NotImplementedError(
@@ -412,7 +412,7 @@ class _Function:
             f"getelementptr inbounds double, ptr {self.work_row}, i64 {slot * self.block}", "ptr"
         ).text
 
-    def point_row(self, point: _Value, first: _Value) -> None:
+    def point_row(self, point: Value, first: Value) -> None:
         """Where point ``point``'s slots start in the work buffer of a block of points
         that starts at point ``first``: slot-major, so the block's points of one slot
         are neighbours (vector loads and stores when LLVM vectorises a part's loop)."""
@@ -421,7 +421,7 @@ class _Function:
             f"getelementptr inbounds double, ptr %work, i64 {offset.text}", "ptr"
         ).text
 
-    def read(self, name: str) -> _Value:
+    def read(self, name: str) -> Value:
         value = self.values.get(name)
         if value is not None:
             return value
@@ -436,22 +436,22 @@ class _Function:
             return self.instruction(f"load {slot.type}, ptr {slot.text}", slot.type)
         constant = self.module.constants.get(name)
         if constant is not None:
-            return _Value(_double(constant), DOUBLE)
+            return Value(double_literal(constant), DOUBLE)
         raise NotImplementedError(f"{self.definition.name}: unknown name {name!r}")
 
     # -- expressions -----------------------------------------------------------------
-    def expression(self, node: ast.expr) -> _Value:
+    def expression(self, node: ast.expr) -> Value:
         if isinstance(node, ast.Constant):
             value = node.value
             if isinstance(value, bool):
-                return _Value("true" if value else "false", BOOL)
+                return Value("true" if value else "false", BOOL)
             if isinstance(value, int):
-                return _Value(str(value), INT)
+                return Value(str(value), INT)
             if isinstance(value, float):
-                return _Value(_double(value), DOUBLE)
+                return Value(double_literal(value), DOUBLE)
         elif isinstance(node, ast.Name):
             name = self.resolve(node.id)
-            return _Value(name, INT) if name.isdigit() else self.read(name)
+            return Value(name, INT) if name.isdigit() else self.read(name)
         elif isinstance(node, ast.BinOp):
             return self.arithmetic(node.op, self.expression(node.left), self.expression(node.right))
         elif isinstance(node, ast.UnaryOp):
@@ -486,7 +486,7 @@ class _Function:
             f"{self.definition.name}: cannot lower {ast.unparse(node)!r} to LLVM IR"
         )
 
-    def select(self, node: ast.AST, test: _Value, chosen: _Value, other: _Value) -> _Value:
+    def select(self, node: ast.AST, test: Value, chosen: Value, other: Value) -> Value:
         if chosen.type != other.type:
             raise NotImplementedError(
                 f"{self.definition.name}: the sides of {ast.unparse(node)} differ in type"
@@ -496,7 +496,7 @@ class _Function:
             chosen.type,
         )
 
-    def truth(self, value: _Value) -> _Value:
+    def truth(self, value: Value) -> Value:
         if value.type != BOOL:
             raise NotImplementedError(f"{self.definition.name}: {value.text} is not a bool")
         return value
@@ -517,20 +517,20 @@ class _Function:
         ast.NotEq: ("fcmp une", "icmp ne"),  # Python's != on floats: true at a nan
     }
 
-    def arithmetic(self, op: ast.operator, left: _Value, right: _Value) -> _Value:
+    def arithmetic(self, op: ast.operator, left: Value, right: Value) -> Value:
         return self.binary(self._ARITHMETIC, op, left, right, None)
 
-    def compare(self, op: ast.cmpop, left: _Value, right: _Value) -> _Value:
+    def compare(self, op: ast.cmpop, left: Value, right: Value) -> Value:
         return self.binary(self._COMPARISONS, op, left, right, BOOL)
 
     def binary(
         self,
         table: dict[type[ast.AST], tuple[str, str]],
         op: ast.AST,
-        left: _Value,
-        right: _Value,
+        left: Value,
+        right: Value,
         result: str | None,
-    ) -> _Value:
+    ) -> Value:
         """``left op right`` of two floats or two integers, by ``table``'s instructions;
         the operands' type, or ``result``."""
         verbs = table.get(type(op))
@@ -544,13 +544,15 @@ class _Function:
             f"{self.definition.name}: {type(op).__name__} of {left.type} and {right.type}"
         )
 
-    def call(self, name: str, arguments: list[_Value]) -> _Value:
+    def call(self, name: str, arguments: list[Value]) -> Value:
         if any(argument.type != DOUBLE for argument in arguments):
             raise NotImplementedError(f"{self.definition.name}: {name} of a non-float argument")
         listed = ", ".join(f"double {argument.text}" for argument in arguments)
         if name == "isfinite":  # as Numba: neither nan nor infinite
             magnitude = self.call("fabs", arguments)
-            return self.instruction(f"fcmp one double {magnitude.text}, {_double(_INF)}", BOOL)
+            return self.instruction(
+                f"fcmp one double {magnitude.text}, {double_literal(_INF)}", BOOL
+            )
         if name in self.module.helpers:
             arity, returned = self.module.helpers[name]
             if len(arguments) != arity:
@@ -596,7 +598,7 @@ class _Function:
         for statement in body:
             self.statement(statement)
 
-    def call_parts(self, block: list[_Value]) -> None:
+    def call_parts(self, block: list[Value]) -> None:
         """Call every part, with the kernel's own parameters and ``block`` (the first
         point and the end of a block of points, in a loop)."""
         arguments = [parameter.replace("noalias ", "") for parameter in self.parameters]
@@ -605,7 +607,7 @@ class _Function:
         for part in range(0, self.prefix, PART_STATEMENTS):
             self.emit(f"call void @{self.symbol}.part{part}({listed})")
 
-    def each_point(self, variable: str, first: _Value, statements: list[ast.stmt]) -> None:
+    def each_point(self, variable: str, first: Value, statements: list[ast.stmt]) -> None:
         """A part's ``statements`` for the point in ``variable`` of a block from ``first``."""
         point = self.read(variable)
         self.point_row(point, first)
@@ -615,7 +617,7 @@ class _Function:
         self.values = kept
 
     def counted(
-        self, name: str, first: _Value, stop: _Value, step: int, body: Callable[[], None]
+        self, name: str, first: Value, stop: Value, step: int, body: Callable[[], None]
     ) -> None:
         """``for name in range(first, stop, step)``: ``name`` in a stack slot (``in_slots``)."""
         self.bind(name, first)
@@ -627,12 +629,12 @@ class _Function:
         self.terminated = True
         self.start_block(inside)
         body()
-        self.bind(name, self.arithmetic(ast.Add(), self.read(name), _Value(str(step), INT)))
+        self.bind(name, self.arithmetic(ast.Add(), self.read(name), Value(str(step), INT)))
         self.branch(test)
         self.start_block(end)
 
     def lower_parts(self, body: list[ast.stmt]) -> None:
-        """The functions of the parts of ``body[:self.prefix]`` (each its own _Function).
+        """The functions of the parts of ``body[:self.prefix]`` (each its own FunctionLowering).
 
         In a loop over points a part takes a block of points (its first and its
         end) and runs its statements for each, so its code stays in the
@@ -642,7 +644,7 @@ class _Function:
         for start in range(0, self.prefix, PART_STATEMENTS):
             statements = body[start : min(self.prefix, start + PART_STATEMENTS)]
             variable = self.loop_variable
-            part = _Function(self.module, self.definition, {variable} if variable else set())
+            part = FunctionLowering(self.module, self.definition, {variable} if variable else set())
             part.arrays, part.spilled, part.block = self.arrays, self.spilled, self.block
             for parameter in self.parameters:
                 name = parameter.rsplit("%", 1)[1]
@@ -653,7 +655,7 @@ class _Function:
                 part.statements(statements)
             else:
                 listed += ["i64 %block.first", "i64 %block.end"]
-                first, end = _Value("%block.first", INT), _Value("%block.end", INT)
+                first, end = Value("%block.first", INT), Value("%block.end", INT)
 
                 each = partial(part.each_point, variable, first, statements)
                 part.counted(variable, first, end, 1, each)
@@ -769,7 +771,7 @@ class _Function:
 
         def block() -> None:
             first = self.read("block.first")
-            after = self.arithmetic(ast.Add(), first, _Value(str(size), INT))
+            after = self.arithmetic(ast.Add(), first, Value(str(size), INT))
             inside = self.compare(ast.Lt(), after, stop)
             end = self.select(node, inside, after, stop)
             self.call_parts([first, end])
@@ -795,7 +797,7 @@ class _Function:
         listed: list[str] = []
         if parameters is None:
             for name in names:
-                self.values[name] = _Value(f"%{name}", DOUBLE)
+                self.values[name] = Value(f"%{name}", DOUBLE)
                 listed.append(f"double %{name}")
         else:
             given = {parameter.name: parameter for parameter in parameters}
@@ -804,7 +806,7 @@ class _Function:
                 raise NotImplementedError(f"{definition.name}: unknown parameters {unknown}")
             for parameter in parameters:  # every parameter, in the fixed order
                 if parameter.kind == "scalar":
-                    self.values[parameter.name] = _Value(f"%{parameter.name}", INT)
+                    self.values[parameter.name] = Value(f"%{parameter.name}", INT)
                     listed.append(f"i64 %{parameter.name}")
                     continue
                 self.arrays[parameter.name] = parameter
@@ -842,7 +844,7 @@ class _Function:
 _INF = float("inf")
 
 
-class _Module:
+class ModuleLowering:
     """The functions of one module's text, lowered, and the declarations they need."""
 
     def __init__(self, constants: dict[str, float]) -> None:
@@ -850,6 +852,7 @@ class _Module:
         self.helpers: dict[str, tuple[int, str]] = {}  # lowered so far: arity, return type
         self.declarations: dict[str, str] = {}
         self.parts: list[str] = []  # the parts of long kernels
+        self.extra: list[str] = []  # functions a kernel lowering of its own adds
         self.part_declarations: list[str] = []  # each part's, for another module's calls
 
     def declare(self, symbol: str, arity: int, intrinsic: bool) -> None:
@@ -879,7 +882,15 @@ class Modules(NamedTuple):
     lines: int  # of the program as one module: its size, however it was shared out
 
 
-def module_irs(source: str, name: str, modules: int) -> Modules:
+KernelLowering = Callable[[ModuleLowering, ast.FunctionDef, str, dict[str, ast.FunctionDef]], str]
+"""Lowers one kernel another way (``module_irs``'s ``batch``): given the module, the
+kernel's definition, its symbol and the module's helpers by name, the function's text
+(its ``<symbol>_work`` global included)."""
+
+
+def module_irs(
+    source: str, name: str, modules: int, batch: KernelLowering | None = None
+) -> Modules:
     """The LLVM IR of the generated module ``source`` (``scalar_source.module_source``),
     as modules that LLVM can compile at once, ``modules`` threads sharing the work.
 
@@ -895,17 +906,20 @@ def module_irs(source: str, name: str, modules: int) -> Modules:
     ``PART_STATEMENTS``) are shared out in order among ``modules`` others, as
     external functions the first declares (each module has its own copy of
     the helpers). A module without parts is always one module.
+
+    ``batch``, when given, lowers the ``batch`` kernel instead (the whole
+    module is then one module).
     """
     collecting = gc.isenabled()
     gc.disable()  # hundreds of thousands of small objects, no cycles: the collector's
     try:  # passes over them took a third of the time for 10^5 nodes
-        return _module_irs(source, name, modules)
+        return _module_irs(source, name, modules, batch)
     finally:
         if collecting:
             gc.enable()
 
 
-def _module_irs(source: str, name: str, modules: int) -> Modules:
+def _module_irs(source: str, name: str, modules: int, batch: KernelLowering | None) -> Modules:
     # The module's text is its header, its helpers and its kernels, three blank lines
     # apart: the helpers are parsed whole, the kernels statement shape by statement shape.
     shapes = _Shapes()
@@ -916,11 +930,15 @@ def _module_irs(source: str, name: str, modules: int) -> Modules:
         else:
             definitions += [n for n in ast.parse(chunk).body if isinstance(n, ast.FunctionDef)]
     constants = {"UNREACHED": -0.0, "inf": _INF, "nan": float("nan")}
-    module = _Module(constants)
+    module = ModuleLowering(constants)
     functions, helpers = [], []
+    helper_definitions = {d.name: d for d in definitions if d.name not in KERNELS}
     for definition in definitions:
+        if batch is not None and definition.name == "batch":
+            functions.append(batch(module, definition, f"{name}_batch", helper_definitions))
+            continue
         parameters, outs = KERNELS.get(definition.name, (None, 1))
-        function = _Function(module, definition)
+        function = FunctionLowering(module, definition)
         linkage = "internal" if parameters is None else ""
         symbol = definition.name if parameters is None else f"{name}_{definition.name}"
         functions.append(function.lower(parameters, linkage, outs, symbol))
@@ -930,10 +948,10 @@ def _module_irs(source: str, name: str, modules: int) -> Modules:
             module.helpers[definition.name] = (len(definition.args.args), function.returned)
             helpers.append(functions[-1])
     declarations = list(module.declarations.values())
-    whole = "\n\n".join([*declarations, *functions, *module.parts]) + "\n"
+    whole = "\n\n".join([*declarations, *functions, *module.extra, *module.parts]) + "\n"
     lines = whole.count("\n")
     groups = min(modules, len(module.parts))
-    if modules < 2 or groups < 1:
+    if modules < 2 or groups < 1 or batch is not None:
         return Modules([whole], lines)
     shared = [part.replace("define internal void", "define void", 1) for part in module.parts]
     cuts = [len(shared) * group // groups for group in range(groups + 1)]

@@ -507,7 +507,13 @@ KERNELS = ("batch", "point")
 ``point``; a caller asks for either or both."""
 
 
-def module_source(program: Program, mode: str, kernels: tuple[str, ...] = KERNELS) -> str:
+def module_source(
+    program: Program,
+    mode: str,
+    kernels: tuple[str, ...] = KERNELS,
+    lanes: int = 0,
+    vector_math: tuple[str, ...] = (),
+) -> str:
     """The text of the generated module that evaluates ``program`` in ``mode``.
 
     With ``"batch"`` in ``kernels`` it defines ``batch(points, directions,
@@ -520,6 +526,11 @@ def module_source(program: Program, mode: str, kernels: tuple[str, ...] = KERNEL
     the program's structure: no names, no values, so it can be trusted
     whatever a loaded file held, and programs that differ only in their
     constants share one module.
+
+    ``lanes`` > 0 asks for fast math: the header sets ``LANES`` and
+    ``VECTOR_MATH`` (the math functions with vector versions), and the IR
+    lowering runs ``batch`` on that many points at once with those functions
+    (:mod:`fastad.kernels.vector_ir`); the text itself is unchanged.
 
     The batch kernels' derivatives are *plain*: each edge sends ``partial *
     incoming``, without the strong-zero tests of ``contribution``, and
@@ -571,6 +582,9 @@ def module_source(program: Program, mode: str, kernels: tuple[str, ...] = KERNEL
         "",
         "UNREACHED = -0.0",
     ]
+    if lanes:
+        listed = "".join(f'"{name}", ' for name in vector_math)
+        header += ["", f"LANES = {lanes}", f"VECTOR_MATH = ({listed})"]
     return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels_text]) + "\n"
 
 

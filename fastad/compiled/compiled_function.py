@@ -68,8 +68,11 @@ class CompiledFunction:
         optimize: bool = True,
         backend: str = "auto",
         debug: bool = False,
+        fast_math: bool = False,
     ) -> None:
-        self._setup(trace.scalar_definition(function, num_inputs, optimize, backend, debug))
+        self._setup(
+            trace.scalar_definition(function, num_inputs, optimize, backend, debug, fast_math)
+        )
         if example is not None:
             self._calls.trace_at_example(example)
 
@@ -96,6 +99,11 @@ class CompiledFunction:
     def backend(self) -> str:
         """The replay backend asked for: ``"auto"``, ``"interpret"`` or ``"codegen"``."""
         return self._calls.definition.backend
+
+    @property
+    def fast_math(self) -> bool:
+        """Whether generated batch code runs in fast math (``fa.compile(fast_math=True)``)."""
+        return self._calls.definition.fast_math
 
     @property
     def optimization(self) -> OptimizationReport | None:

@@ -67,6 +67,8 @@ class ScalarDefinition:
         Whether tracing optimises the tape, and records on a debug tape.
     program : ScalarProgram or None
         The traced program; None until the first point traces it.
+    fast_math : bool
+        Whether generated batch code runs on vectors of points with libmvec's math.
     """
 
     function: Callable[..., Any]
@@ -75,6 +77,7 @@ class ScalarDefinition:
     optimize: bool
     debug: bool
     program: ScalarProgram | None
+    fast_math: bool = False
 
     @property
     def name(self) -> str:

@@ -75,6 +75,7 @@ def scalar_state(definition: ScalarDefinition) -> dict[str, Any]:
                 "labels": {str(i): v for i, v in tape.labels.items()},
                 "name": definition.name,
                 "backend": definition.backend,
+                "fast_math": definition.fast_math,
                 "source_files": files,
             }
         ),
@@ -222,6 +223,7 @@ _METADATA_TYPES: dict[str, tuple[type, object, str]] = {
     "labels": (dict, {}, "an object of node id: label"),
     "name": (str, "function", "a string"),
     "backend": (str, "auto", '"auto", "interpret" or "codegen"'),
+    "fast_math": (bool, False, "true or false"),
     "source_files": (list, [], "a list of file names"),
 }
 
@@ -265,6 +267,7 @@ def scalar_definition(state: Mapping[str, Any], source: str = "pickle") -> Scala
         optimize=False,
         debug=bool(sources),
         program=program,
+        fast_math=meta["fast_math"],
     )
 
 

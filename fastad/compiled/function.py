@@ -41,6 +41,7 @@ def compile(
     optimize: bool = True,
     backend: str = "auto",
     debug: bool = False,
+    fast_math: bool = False,
 ) -> CompiledFunction: ...
 @overload
 def compile(
@@ -53,6 +54,7 @@ def compile(
     batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
+    fast_math: bool = False,
 ) -> BlockFunction: ...
 @overload
 def compile(
@@ -63,6 +65,7 @@ def compile(
     optimize: bool = True,
     backend: str = "auto",
     debug: bool = False,
+    fast_math: bool = False,
 ) -> Callable[[Traceable], CompiledFunction]: ...
 @overload
 def compile(
@@ -75,6 +78,7 @@ def compile(
     batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
+    fast_math: bool = False,
 ) -> Callable[[Traceable], BlockFunction]: ...
 def compile(  # noqa: A001
     function: Traceable | None = None,
@@ -86,6 +90,7 @@ def compile(  # noqa: A001
     batch: int | Sequence[int] | None = None,
     backend: str = "auto",
     debug: bool = False,
+    fast_math: bool = False,
 ) -> CompiledFunction | BlockFunction | Callable[[Traceable], CompiledFunction | BlockFunction]:
     """Trace ``function`` once and return a :class:`CompiledFunction`.
 
@@ -143,6 +148,15 @@ def compile(  # noqa: A001
         arrays has the same three (see :class:`BlockFunction`): its
         generated code is one kernel per kind of call, with NumPy's BLAS
         for the products.
+    fast_math : bool
+        For a function of scalars, off by default: generated batch code runs
+        several points at once (eight with AVX-512, four with AVX2) with
+        glibc's vector math functions (libmvec), accurate to a few units in
+        the last place instead of libm's results bit for bit. Arithmetic,
+        comparisons, strong zeros, guards and the recheck of non-finite
+        derivatives are unchanged; a single point, the interpreter and the
+        recheck still run libm. x86-64 with glibc only (an error says what
+        is missing). See the "Fast math" section of the compiled-function docs.
     debug : bool
         Trace on a debug tape (``fa.Tape(debug=True)``): every node keeps the
         file and line of your function that recorded it, so a checked call
@@ -167,11 +181,17 @@ def compile(  # noqa: A001
             batch=batch,
             backend=backend,
             debug=debug,
+            fast_math=fast_math,
         )
     check_backend(backend)
     flag(optimize, "optimize")
     flag(debug, "debug")
     if _has_arrays(example):
+        if flag(fast_math, "fast_math"):
+            raise TypeError(
+                "fast_math= applies to functions of scalars (their generated batch code); a "
+                "function of arrays runs NumPy's and BLAS's kernels"
+            )
         return BlockFunction(function, example, wrt, debug, backend, batch)
     if batch is not None:
         raise TypeError(
@@ -190,6 +210,7 @@ def compile(  # noqa: A001
         optimize=optimize,
         backend=backend,
         debug=debug,
+        fast_math=fast_math,
     )
 
 

@@ -283,9 +283,12 @@ class GeneratedCode:
     Safe to use from several threads: a module is built once, under a lock.
     """
 
-    def __init__(self, program: Program, title: str) -> None:
+    def __init__(
+        self, program: Program, title: str, fast_math: native_code.FastMath | None = None
+    ) -> None:
         self._program = program
         self._title = title  # for progress reports only: never part of the code
+        self.fast_math = fast_math  # batch kernels on vectors of points (``vector_ir``)
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
@@ -304,7 +307,9 @@ class GeneratedCode:
         found = self._sources.get((mode, kernel))
         if found is None:
             with progress(f"generating code for {self._title} ({mode}, {kernel})"):
-                text = generator.module_source(self._program, mode, (kernel,))
+                vector = self.fast_math if kernel == "batch" else None
+                lanes, functions = vector or (0, ())
+                text = generator.module_source(self._program, mode, (kernel,), lanes, functions)
             found = self._sources[mode, kernel] = (text, native_code.module_name(text))
         return found
 

@@ -24,6 +24,7 @@ gets the same addresses.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import hashlib
 import os
@@ -39,7 +40,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from fastad.kernels import scalar_ir
+from fastad.kernels import scalar_source, vector_ir
 from fastad.kernels.jit import cache_directory, kernels_source_stamp
 from fastad.util.threads import on_threads
 
@@ -110,6 +111,45 @@ def module_name(source: str) -> str:
     return f"fastad_{digest.hexdigest()[:32]}"
 
 
+class FastMath(NamedTuple):
+    """The vector math this process can run: points per vector and the math functions
+    glibc's libmvec has for that width (``vector_ir``)."""
+
+    lanes: int
+    functions: tuple[str, ...]
+
+
+@functools.cache
+def fast_math() -> FastMath:
+    """The host's fast math: eight lanes with AVX-512, four with AVX2, two with SSE2;
+    libmvec loaded into the process, so the code that calls it links.
+
+    Raises
+    ------
+    RuntimeError
+        Not an x86-64 machine, or no libmvec (glibc before 2.22, or not glibc), named.
+    """
+    triple, _, features = _host()
+    if not triple.startswith("x86_64"):
+        raise RuntimeError(f"fast math needs an x86-64 CPU (glibc's libmvec); this is {triple}")
+    path = ctypes.util.find_library("mvec")
+    if path is None:
+        raise RuntimeError("fast math needs glibc's libmvec (libmvec.so.1), which was not found")
+    try:
+        library = ctypes.CDLL(path)
+        llvm.load_library_permanently(path)
+    except (OSError, RuntimeError) as error:
+        raise RuntimeError(f"fast math: cannot load {path} ({error})") from None
+    flags = set(features.split(","))
+    lanes = 8 if "+avx512f" in flags else 4 if "+avx2" in flags else 2
+    functions = tuple(
+        name
+        for name in scalar_source.MATH_NAMES
+        if name not in vector_ir.EXACT and hasattr(library, vector_ir.vector_symbol(name, lanes))
+    )
+    return FastMath(lanes, functions)
+
+
 def compiling_threads() -> int:
     """How many modules of one program LLVM compiles at once: the CPUs this process may
     use (LLVM runs outside the GIL, each module in its own context)."""
@@ -132,7 +172,7 @@ def compile_object(source: str, name: str) -> bytes:
         threads = compiling_threads()
         # Twice as many modules of parts as threads: a thread parses its next module
         # (under llvmlite's lock) while another emits (outside it), and they end together.
-        texts, lines = scalar_ir.module_irs(source, name, 2 * threads)
+        texts, lines = vector_ir.module_irs(source, name, 2 * threads)
         compile_one = partial(_compile_module, large=lines > LARGE_IR_LINES)
         objects = [b""] * len(texts)
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numba
 import numpy as np
 
+from fastad.compiled import native_code
 from fastad.compiled.batch_errors import (
     Diagnosis,
     branch_error,
@@ -103,6 +105,7 @@ class PointCalls:
             program.guards,
             self.definition.backend,
             repr(name),
+            self._fast_math(),
         )
         self.fast_points = self.replay.fast_points
         self.constants = self.replay.constants
@@ -112,6 +115,23 @@ class PointCalls:
         self.scalar_output = program.scalar_output
         self.scalar_point_shape = self.point_shape if program.scalar_output else None
         self.traced = True
+
+    def _fast_math(self) -> bool:
+        """Whether batches of generated code run in fast math: asked for, and possible
+        here (a function saved where it was, loaded where it is not, warns and runs libm)."""
+        if not self.definition.fast_math:
+            return False
+        try:
+            native_code.fast_math()
+        except RuntimeError as error:
+            warnings.warn(
+                f"fastad: {self.definition.name!r} was compiled with fast_math=True, but "
+                f"{error}; its batches run libm's math",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return False
+        return True
 
     def trace(self, point: FloatArray) -> None:
         """Trace the function at ``point`` (once: later calls do nothing)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad.compiled import module_cache
+from fastad.compiled import module_cache, native_code
 from fastad.compiled.native_code import GenerationError
 from fastad.compiled.parallel import threads_allowed
 from fastad.compiled.tiers import Tier, Tiers
@@ -126,6 +126,7 @@ class Replay:
         guards: IdArray,
         backend: str,
         title: str,
+        fast_math: bool = False,
     ) -> None:
         n = len(tape)
         in1 = np.append(tape.in1, -1)
@@ -169,6 +170,7 @@ class Replay:
                 guards.copy(),
             ),
             title,
+            native_code.fast_math() if fast_math else None,
         )
         self._n = n
         self._tiers = Tiers(backend, self._generated, _interpreter_warm)
@@ -183,7 +185,14 @@ class Replay:
 
     def tier(self, mode: int) -> Tier:
         """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
-        return self._tiers.tier(MODE_NAMES[mode])
+        found = self._tiers.tier(MODE_NAMES[mode])
+        vector = self._generated.fast_math
+        if vector is None or found.name != "codegen":
+            return found
+        return found._replace(
+            reason=f"{found.reason}; batches in fast math, {vector.lanes} points per vector "
+            "(glibc's libmvec; a single point runs libm)"
+        )
 
     def derivative_width(self, mode: int) -> int:
         """Derivative numbers per point in ``mode`` (the generator's rule, one place)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fastad.compiled import batch_axis
+from fastad.compiled import batch_axis, native_code
 from fastad.compiled.definition import ArrayDefinition, ScalarDefinition, ScalarProgram
 from fastad.compiled.scalar_expansion import expand_blocks
 from fastad.compiled.tiers import BACKENDS
@@ -27,7 +27,7 @@ from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.eager.optimize import optimize as optimize_tape
 from fastad.eager.tape import Tape
-from fastad.util.errors import is_int, not_real
+from fastad.util.errors import flag, is_int, not_real
 from fastad.util.memory import check_fits
 from fastad.util.progress import progress
 
@@ -55,7 +55,12 @@ def check_backend(backend: object) -> None:
 
 # -- functions of scalars -------------------------------------------------------------------
 def scalar_definition(
-    function: Traceable, num_inputs: int | None, optimize: bool, backend: str, debug: bool
+    function: Traceable,
+    num_inputs: int | None,
+    optimize: bool,
+    backend: str,
+    debug: bool,
+    fast_math: bool = False,
 ) -> ScalarDefinition:
     """A function of scalars before tracing: checked, with its argument names.
 
@@ -69,6 +74,8 @@ def scalar_definition(
         Optimise the traced tape; trace on a debug tape.
     backend : str
         The replay backend.
+    fast_math : bool
+        Generated batch code on vectors of points, with libmvec's math.
 
     Returns
     -------
@@ -78,8 +85,15 @@ def scalar_definition(
     if not callable(function):
         raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
     check_backend(backend)
+    if flag(fast_math, "fast_math"):
+        if backend == "interpret":
+            raise ValueError(
+                'fast_math=True applies to generated code, which backend="interpret" never '
+                'runs: use backend="auto" or "codegen"'
+            )
+        native_code.fast_math()  # raises, naming what this machine lacks
     names, _ = signature(function, num_inputs)
-    return ScalarDefinition(function, names, backend, optimize, debug, None)
+    return ScalarDefinition(function, names, backend, optimize, debug, None, fast_math)
 
 
 def trace_scalars(definition: ScalarDefinition, point: FloatArray) -> ScalarProgram:

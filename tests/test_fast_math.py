@@ -1,0 +1,261 @@
+"""Fast math (``fa.compile(fast_math=True)``): batches on vectors of points, libmvec's math.
+
+Two kinds of check. With no vector math functions (every math function
+libm's, lane by lane), the vector kernels must give the interpreter's bits in
+every mode: that tests the lowering itself (lanes, masks, stores, guards,
+the recheck, the last partial group) on the random programs of every op.
+With libmvec, each math function is within a few units in the last place of
+libm's, and whole programs within the rounding that implies.
+"""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from test_codegen import (
+    EXAMPLE_2,
+    assert_same_bits,
+    branchy,
+    points_with_special_values,
+    random_program,
+)
+
+import fastad as fa
+from fastad import demo
+from fastad.compiled import native_code
+from fastad.kernels import scalar_source, vector_ir
+
+try:
+    HOST = native_code.fast_math()
+except RuntimeError:  # the tests below that need libmvec say so by failing
+    HOST = None
+
+
+def lanes_without_vector_math(monkeypatch, lanes):
+    """Fast math on ``lanes`` points per vector, every math function libm's."""
+    monkeypatch.setattr(native_code, "fast_math", lambda: native_code.FastMath(lanes, ()))
+
+
+def compiled_pair(function, example, **options):
+    plain = fa.compile(function, example=example, backend="codegen", **options)
+    fast = fa.compile(function, example=example, backend="codegen", fast_math=True, **options)
+    return plain, fast
+
+
+def assert_fast_math_tier(function, call):
+    tier = function.tier(call)
+    assert tier.name == "codegen", tier.reason
+    assert "fast math" in tier.reason, tier.reason
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_without_vector_functions_every_mode_gives_the_interpreters_bits(monkeypatch, lanes):
+    lanes_without_vector_math(monkeypatch, lanes)
+    rng = np.random.default_rng(lanes)
+    function = random_program(lanes)
+    plain, fast = compiled_pair(function, rng.uniform(0.5, 1.5, 4), num_inputs=4)
+    # 301 points: whole groups of every width and a partial last one.
+    points = points_with_special_values(rng, 301, 4)
+    cotangents = rng.normal(size=(301, 3))
+    cotangents[::5, 1] = 0.0
+    tangents = rng.normal(size=(301, 4))
+    tangents[::3, 2] = 0.0
+    assert_same_bits(fast(points), plain(points))
+    for mine, theirs in zip(fast.vjp(points, cotangents), plain.vjp(points, cotangents), strict=True):
+        assert_same_bits(mine, theirs)
+    for mine, theirs in zip(fast.jvp(points, tangents), plain.jvp(points, tangents), strict=True):
+        assert_same_bits(mine, theirs)
+    for mode in ("fwd", "rev"):
+        assert_same_bits(fast.jacobian(points, mode=mode), plain.jacobian(points, mode=mode))
+    for call in ("values", "vjp", "jvp", "jacobian_fwd", "jacobian_rev"):
+        assert_fast_math_tier(fast, call)
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_without_vector_functions_second_order_gives_the_interpreters_bits(monkeypatch, lanes):
+    lanes_without_vector_math(monkeypatch, lanes)
+    rng = np.random.default_rng(20 + lanes)
+    function = random_program(30 + lanes, n_outputs=1)
+    plain, fast = compiled_pair(
+        lambda *xs: function(*xs)[0], rng.uniform(0.5, 1.5, 4), num_inputs=4
+    )
+    points = points_with_special_values(rng, 203, 4)
+    directions = rng.normal(size=(203, 4))
+    directions[::3, 1] = 0.0
+    for mine, theirs in zip(fast.value_and_grad(points), plain.value_and_grad(points), strict=True):
+        assert_same_bits(mine, theirs)
+    assert_same_bits(fast.hvp(points, directions), plain.hvp(points, directions))
+    assert_same_bits(fast.hessian(points), plain.hessian(points))
+    for call in ("grad", "hvp", "hessian"):
+        assert_fast_math_tier(fast, call)
+
+
+def test_a_point_gets_the_same_bits_wherever_it_stands_in_a_batch():
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(37, 6))
+    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+    value, gradient = fast.value_and_grad(points)
+    for start in range(0, 9):  # every offset within a group, and batches of 1 to 29 points
+        part_value, part_gradient = fast.value_and_grad(points[start:])
+        assert_same_bits(part_value, value[start:])
+        assert_same_bits(part_gradient, gradient[start:])
+    for size in range(1, 10):
+        assert_same_bits(fast.value_and_grad(points[:size])[1], gradient[:size])
+    split = fast.value_and_grad(np.repeat(points, 200, axis=0), threads=2)[1]
+    assert_same_bits(split[::200], gradient)
+
+
+def ulps(actual, expected):
+    """How many doubles lie between ``actual`` and ``expected`` (0: the same)."""
+    order = lambda x: np.where(x.view(np.int64) < 0, -(x.view(np.int64) & 0x7FFFFFFFFFFFFFFF), x.view(np.int64))  # noqa: E731
+    return np.abs(order(actual) - order(expected))
+
+
+# Each vector function against libm's, on its domain: glibc documents libmvec's double
+# functions as accurate to 4 ulps.
+FUNCTIONS = [
+    ("exp", fa.exp, (-700.0, 700.0)),
+    ("log", fa.log, (1e-300, 1e300)),
+    ("sin", fa.sin, (-100.0, 100.0)),
+    ("cos", fa.cos, (-100.0, 100.0)),
+    ("tanh", fa.tanh, (-20.0, 20.0)),
+    ("log1p", fa.log1p, (-0.999, 1e6)),
+    ("expm1", fa.expm1, (-50.0, 50.0)),
+    ("atan", fa.arctan, (-1e4, 1e4)),
+    ("sinh", fa.sinh, (-700.0, 700.0)),
+    ("cosh", fa.cosh, (-700.0, 700.0)),
+    ("tan", fa.tan, (-1.5, 1.5)),
+    ("erf", fa.erf, (-6.0, 6.0)),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "domain"), FUNCTIONS, ids=[f[0] for f in FUNCTIONS])
+def test_each_vector_function_is_within_four_ulps_of_libm(name, op, domain):
+    assert HOST is not None, "this machine has no libmvec"
+    assert name in HOST.functions
+    rng = np.random.default_rng(len(name))
+    low, high = domain
+    if low > 0:  # spread over the exponents
+        x = np.exp(rng.uniform(np.log(low), np.log(high), 100_000))
+    else:
+        x = rng.uniform(low, high, 100_000)
+    plain, fast = compiled_pair(op, np.array([0.5]))
+    expected, actual = plain(x[:, None]), fast(x[:, None])
+    assert ulps(actual, expected).max() <= 4
+    assert (actual != expected).any(), f"{name}: libmvec gave libm's bits on every point"
+
+
+def test_pow_and_atan2_are_within_four_ulps_of_libm():
+    rng = np.random.default_rng(5)
+    points = np.column_stack([rng.uniform(0.01, 10.0, 50_000), rng.uniform(-20.0, 20.0, 50_000)])
+    for op in (lambda a, b: a**b, fa.arctan2):
+        plain, fast = compiled_pair(op, np.array([1.5, 2.0]))
+        assert ulps(fast(points), plain(points)).max() <= 4
+
+
+def test_example_2_agrees_with_libm_to_rounding():
+    rng = np.random.default_rng(6)
+    points = rng.normal(size=(10_007, 6))
+    plain, fast = compiled_pair(demo.example_2, EXAMPLE_2)
+    for mine, theirs in zip(fast.value_and_grad(points), plain.value_and_grad(points), strict=True):
+        theirs = theirs.reshape(theirs.shape[0], -1)
+        mine = mine.reshape(theirs.shape)
+        for column in range(theirs.shape[1]):  # relative to each column's magnitude
+            scale = np.abs(theirs[:, column]).max()
+            np.testing.assert_allclose(mine[:, column], theirs[:, column], rtol=1e-13, atol=1e-15 * scale)
+
+
+def test_nonfinite_derivatives_are_rechecked_with_the_exact_rules():
+    # sqrt's partial at 0 is inf: times a zero adjoint, nan in plain code; the exact
+    # rules (strong zeros) give 0. The recheck runs the interpreter: libm's bits.
+    function = lambda x, y: fa.sqrt(x) * 0.0 + fa.exp(y)  # noqa: E731
+    plain, fast = compiled_pair(function, np.array([1.0, 1.0]))
+    points = np.array([[0.0, 0.5], [4.0, 0.25], [0.0, -1.0]] * 5)
+    value, gradient = fast.value_and_grad(points)
+    expected_value, expected_gradient = plain.value_and_grad(points)
+    assert_same_bits(gradient[0::3], expected_gradient[0::3])  # rechecked points: exact
+    assert np.isfinite(gradient).all()
+    np.testing.assert_allclose(value, expected_value, rtol=1e-15)
+
+
+def test_guards_raise_the_same_branch_error():
+    plain, fast = compiled_pair(branchy, np.array([2.0, 1.0]))
+    points = np.array([[3.0, 1.0], [0.5, -1.0], [1.0, 2.0], [4.0, 9.0]] * 3)
+    messages = []
+    for f in (plain, fast):
+        with pytest.raises(fa.BranchError) as batch:
+            f.value_and_grad(points)
+        messages.append(str(batch.value))
+        (_, failed) = f.value_and_grad(points, errors="mask")
+        messages.append(str(failed.tolist()))
+    assert messages[0] == messages[2] and messages[1] == messages[3]
+
+
+def test_the_module_text_names_its_lanes_and_functions():
+    program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
+    text = scalar_source.module_source(program, "grad", ("batch",), 4, ("exp", "log"))
+    assert 'LANES = 4\nVECTOR_MATH = ("exp", "log", )' in text
+    ir = vector_ir.module_irs(text, "fastad_test", 2).texts
+    assert len(ir) == 1
+    assert "call <4 x double> @_ZGVdN4v_exp" in ir[0]
+    assert "define internal <4 x double> @sigmoid.v4(" in ir[0]
+    plain = scalar_source.module_source(program, "grad", ("batch",))
+    assert "LANES" not in plain and "<4 x double>" not in vector_ir.module_irs(plain, "m", 1).texts[0]
+
+
+def test_a_body_too_long_for_vectors_leaves_the_interpreter_with_the_reason(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(vector_ir, "MAX_STATEMENTS", 5)
+    # A module of its own name: none loaded or cached before.
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "refused as vectors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+        plain = fa.compile(demo.example_2, example=EXAMPLE_2, backend="interpret")
+        points = np.random.default_rng(7).normal(size=(20, 6))
+        assert_same_bits(fast.value_and_grad(points)[1], plain.value_and_grad(points)[1])
+    tier = fast.tier("grad")
+    assert tier.name == "interpret" and "fast math lowers at most 5" in tier.reason
+
+
+def test_fast_math_survives_pickling_and_files(tmp_path):
+    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+    path = tmp_path / "fast.npz"
+    fast.save(path)
+    for copy in (pickle.loads(pickle.dumps(fast)), fa.load(path)):
+        assert copy.fast_math
+        points = np.random.default_rng(8).normal(size=(50, 6))
+        assert_same_bits(copy.value_and_grad(points)[1], fast.value_and_grad(points)[1])
+    plain = fa.compile(demo.example_2, example=EXAMPLE_2)
+    assert not plain.fast_math
+
+
+def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, monkeypatch):
+    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+    path = tmp_path / "fast.npz"
+    fast.save(path)
+
+    def missing():
+        raise RuntimeError("fast math needs glibc's libmvec (libmvec.so.1), which was not found")
+
+    monkeypatch.setattr(native_code, "fast_math", missing)
+    with pytest.warns(RuntimeWarning, match="compiled with fast_math=True, but fast math needs"):
+        loaded = fa.load(path)
+    points = np.random.default_rng(9).normal(size=(20, 6))
+    plain = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
+    assert_same_bits(loaded.value_and_grad(points)[1], plain.value_and_grad(points)[1])
+    assert "fast math" not in loaded.tier("grad").reason
+    with pytest.raises(RuntimeError, match="libmvec"):
+        fa.compile(demo.example_2, fast_math=True)
+
+
+def test_bad_fast_math_requests_are_refused():
+    with pytest.raises(ValueError, match='backend="interpret" never runs'):
+        fa.compile(demo.example_2, backend="interpret", fast_math=True)
+    with pytest.raises(TypeError, match="fast_math must be True or False"):
+        fa.compile(demo.example_2, fast_math="yes")
+    with pytest.raises(TypeError, match="fast_math= applies to functions of scalars"):
+        fa.compile(lambda x: (x * x).sum(), example=(np.ones(3),), fast_math=True)
