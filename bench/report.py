@@ -254,6 +254,24 @@ def _batch_rows(table, add):
                 ">= 1.8",
                 speedup >= 1.8,
             )
+    fast = find(table, "test_batch_fastad_fast_math", points=10**6)
+    if fast:
+        for reference, label, goal in (
+            (columns, "NumPy, (6, N)", 0.35),
+            (limit, "straight-line @njit, by hand", None),
+        ):
+            if reference:
+                ratio = fast["ns_per_point"] / reference["ns_per_point"]
+                add(
+                    "example 2 value+grad, 1e6 points, 1 thread, codegen, fast math"
+                    if goal
+                    else "  ... against the straight-line limit",
+                    f"{fast['ns_per_point']:.1f} ns/pt",
+                    f"{reference['ns_per_point']:.1f} ns/pt ({label})",
+                    ratio,
+                    f"<= {goal}" if goal else "",
+                    ratio <= goal if goal else "a reference",
+                )
     casadi_latency = find(table, "test_latency_casadi")
     for tier in ("codegen", "interpret"):
         latency = find(table, "test_latency_value_and_grad", backend=tier)

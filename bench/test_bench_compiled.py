@@ -9,6 +9,8 @@ collects ``tests/``). Two groups:
   NumPy value and gradient (``example2.py``) on the ``(N, 6)`` points and
   on column-contiguous ``(6, N)`` arrays (the fastest NumPy layout), and
   the limit: a hand-written straight-line ``@njit`` loop of the function;
+- ``batch`` also times ``fast_math=True`` (one thread): the same generated
+  code on vectors of points with glibc's vector ``exp``;
 - ``latency``: one call at one point (a float64 array of shape ``(6,)``),
   ``value_and_grad`` and plain ``__call__``, for both tiers.
 
@@ -141,6 +143,26 @@ def test_batch_fastad(benchmark, compiled, points, numpy_reference, threads):
         serial = compiled.value_and_grad(points, threads=1)
         for got, want in zip(result, serial, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture(scope="module")
+def fast_math():
+    """``fa.compile(example_2, backend="codegen", fast_math=True)``, traced and warm."""
+    function = fa.compile(example_2, example=ONE_POINT, backend="codegen", fast_math=True)
+    function.value_and_grad(random_points(8192, seed=SEED + 1), threads=1)
+    return function
+
+
+@pytest.mark.benchmark(group="batch")
+def test_batch_fastad_fast_math(benchmark, fast_math, points, numpy_reference):
+    """Generated code on vectors of points with libmvec's exp (one thread)."""
+    result = benchmark(fast_math.value_and_grad, points, threads=1)
+    store_per_point(benchmark, points.shape[0])
+    benchmark.extra_info["threads"] = 1
+    tier = fast_math.tier("grad")
+    assert tier.name == "codegen" and "fast math" in tier.reason, tier.reason
+    benchmark.extra_info["backend"] = "codegen, fast math"
+    assert_matches(result, numpy_reference)
 
 
 @pytest.mark.benchmark(group="latency")

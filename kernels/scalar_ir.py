@@ -95,7 +95,7 @@ and integer literals (array indices, guard numbers) not after a sign; float lite
 (a rule's constants, exponents included) are part of the shape."""
 
 
-class _Bound(ast.stmt):
+class Bound(ast.stmt):
     """A simple statement as a shared template of its shape, and the names and
     integers that fill its placeholders (``__0``, ``__1``, ...)."""
 
@@ -114,7 +114,7 @@ class _Shapes:
         # shape -> (template, what it stores, what it loads: placeholder indices or names)
         self.known: dict[str, tuple[ast.stmt, list[int | str], list[int | str]]] = {}
 
-    def bound(self, line: str) -> _Bound:
+    def bound(self, line: str) -> Bound:
         names: list[str] = []
 
         def placeholder(match: re.Match[str]) -> str:
@@ -133,7 +133,7 @@ class _Shapes:
                     (stores if isinstance(node.ctx, ast.Store) else loads).append(which)
             found = self.known[shape] = (template, stores, loads)
         template, stores, loads = found
-        bound = _Bound()
+        bound = Bound()
         bound.template, bound.names = template, names
         bound.stores = [names[i] if isinstance(i, int) else i for i in stores]
         bound.loads = [names[i] if isinstance(i, int) else i for i in loads]
@@ -144,9 +144,9 @@ def _parse_kernel(text: str, shapes: _Shapes) -> ast.FunctionDef:
     """One kernel's text, as ``ast.parse`` would give it, its simple statements bound to
     shared templates: runs of them are cut out, the rest (the ``def``, loops, ``if``
     headers, returns, the docstring) parsed whole with a marker per run."""
-    runs: list[list[_Bound]] = []
+    runs: list[list[Bound]] = []
     kept: list[str] = []
-    current: list[_Bound] | None = None
+    current: list[Bound] | None = None
     indent = ""
     for line in text.split("\n"):
         stripped = line.lstrip()
@@ -197,7 +197,7 @@ _KERNEL_DEFINITION = re.compile(r"^def (?:batch|point)\(", re.MULTILINE)
 
 def _stores_and_loads(statement: ast.stmt) -> tuple[list[str], list[str]]:
     """The names a statement assigns and reads."""
-    if isinstance(statement, _Bound):
+    if isinstance(statement, Bound):
         return statement.stores, statement.loads
     stores: list[str] = []
     loads: list[str] = []
@@ -216,7 +216,7 @@ def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
     def visit(statements: Iterable[ast.stmt], nested: bool) -> None:
         for statement in statements:
             targets: list[ast.expr] = []
-            if isinstance(statement, _Bound):
+            if isinstance(statement, Bound):
                 for stored in statement.stores:
                     counts[stored] = counts.get(stored, 0) + (2 if nested else 1)
                 continue
@@ -278,7 +278,7 @@ def _straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             continue  # a docstring
         assignment = isinstance(statement, ast.Assign) or (
-            isinstance(statement, _Bound) and isinstance(statement.template, ast.Assign)
+            isinstance(statement, Bound) and isinstance(statement.template, ast.Assign)
         )
         stores, loads = _stores_and_loads(statement)
         if not assignment or any(name in mutable for name in (*stores, *loads)):
@@ -673,7 +673,7 @@ class FunctionLowering:
         return name
 
     def statement(self, node: ast.stmt) -> None:
-        if isinstance(node, _Bound):
+        if isinstance(node, Bound):
             self.names = node.names
             self.statement(node.template)
             return

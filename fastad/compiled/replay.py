@@ -186,13 +186,10 @@ class Replay:
     def tier(self, mode: int) -> Tier:
         """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
         found = self._tiers.tier(MODE_NAMES[mode])
-        vector = self._generated.fast_math
-        if vector is None or found.name != "codegen":
+        fast_math = self._generated.fast_math_reason(MODE_NAMES[mode])
+        if fast_math is None or found.name != "codegen":
             return found
-        return found._replace(
-            reason=f"{found.reason}; batches in fast math, {vector.lanes} points per vector "
-            "(glibc's libmvec; a single point runs libm)"
-        )
+        return found._replace(reason=f"{found.reason}; {fast_math}")
 
     def derivative_width(self, mode: int) -> int:
         """Derivative numbers per point in ``mode`` (the generator's rule, one place)."""
