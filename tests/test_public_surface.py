@@ -153,6 +153,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     "Block.var": [(ID, "X.var(axis=b)"), (ID, "X.var(ddof=b)"), (VALUE, "X.var(keepdims=b)")],
     # -- fa.CompiledFunction (f(a, b) = a * b + sin(a)) --------------------------------------
     "CompiledFunction.backend": [(GET, "f.backend")],
+    "CompiledFunction.fast_math": [(GET, "f.fast_math")],
     "CompiledFunction.grad": [
         (VALUE, "f.grad(b)"),
         (VALUE, "f.grad([1.0, b])"),
@@ -215,6 +216,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
         (VALUE, "fa.compile(lambda a: a * a, example=b)"),
         (VALUE, "fa.compile(lambda a: a * a, num_inputs=1, backend=b)"),
         (VALUE, "fa.compile(lambda a: a * a, num_inputs=1, optimize=b)"),
+        (VALUE, "fa.compile(lambda a: a * a, num_inputs=1, fast_math=b)"),
     ],
     "fa.concatenate": [(VALUE, "fa.concatenate([X, b])"), (ID, "fa.concatenate([X, X], axis=b)")],
     "fa.cross_entropy": [
