@@ -20,11 +20,12 @@ from test_codegen import (
     branchy,
     points_with_special_values,
     random_program,
+    wait_for_codegen,
 )
 
 import fastad as fa
 from fastad import demo
-from fastad.compiled import native_code
+from fastad.compiled import native_code, tiers
 from fastad.kernels import scalar_source, vector_ir
 
 try:
@@ -245,6 +246,26 @@ def test_a_body_too_long_for_vectors_runs_libms_generated_code_and_says_so(monke
     text = scalar_source.module_source(program, "grad", ("batch",), 4, ("exp",))
     with pytest.raises(NotImplementedError, match="lowered for at most 5"):
         vector_ir.module_irs(text, "fastad_test", 1)
+
+
+def test_auto_interprets_with_libm_then_runs_fast_math_in_the_background(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTAD_CACHE_DIR", str(tmp_path))  # nothing cached yet
+    monkeypatch.setattr(tiers, "HOT_NODE_POINTS", 1_000)
+
+    def unique(x, y):  # a program no other test compiles
+        return fa.exp(x * y) + 0.987654321 * x
+
+    f = fa.compile(unique, example=[0.5, 2.0], fast_math=True)
+    exact = fa.compile(unique, example=[0.5, 2.0], backend="interpret")
+    points = np.random.default_rng(11).uniform(0.1, 3.0, (2000, 2))  # no cancellation
+    first = f.value_and_grad(points)  # the interpreter, with libm; now hot
+    for mine, theirs in zip(first, exact.value_and_grad(points), strict=True):
+        assert_same_bits(mine, theirs)
+    wait_for_codegen(f, "grad")
+    assert "fast math" in f.tier("grad").reason
+    value, _ = f.value_and_grad(points)
+    assert (value != first[0]).any()  # libmvec's exp, a few ulps from libm's
+    np.testing.assert_allclose(value, first[0], rtol=1e-15)
 
 
 def test_fast_math_survives_pickling_and_files(tmp_path):
