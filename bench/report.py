@@ -212,7 +212,7 @@ def rows(table):
 def _batch_rows(table, add):
     """Example 2 at 10^6 points, one point, the Jacobian and the pendulum, both tiers."""
     numpy_batch = find(table, "test_batch_numpy[", points=10**6)
-    columns = find(table, "test_batch_numpy_columns", points=10**6)
+    columns = find(table, "test_batch_numpy_columns[", points=10**6)
     limit = find(table, "test_batch_limit", points=10**6)
     for tier in ("codegen", "interpret"):
         one = find(table, "test_batch_fastad", points=10**6, threads=1, backend=tier)
@@ -254,7 +254,19 @@ def _batch_rows(table, add):
                 ">= 1.8",
                 speedup >= 1.8,
             )
-    fast = find(table, "test_batch_fastad_fast_math", points=10**6)
+    fast = find(table, "test_batch_fastad_fast_math[", points=10**6)
+    fast_out = find(table, "test_batch_fastad_fast_math_out", points=10**6)
+    columns_out = find(table, "test_batch_numpy_columns_out", points=10**6)
+    if fast_out and columns_out:
+        ratio = fast_out["ns_per_point"] / columns_out["ns_per_point"]
+        add(
+            "example 2 value+grad, 1e6 points, 1 thread, fast math, out=",
+            f"{fast_out['ns_per_point']:.1f} ns/pt",
+            f"{columns_out['ns_per_point']:.1f} ns/pt (NumPy, (6, N), out=)",
+            ratio,
+            "<= 0.35",
+            ratio <= 0.35,
+        )
     if fast:
         for reference, label, goal in (
             (columns, "NumPy, (6, N)", 0.35),

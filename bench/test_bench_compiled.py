@@ -10,7 +10,9 @@ collects ``tests/``). Two groups:
   on column-contiguous ``(6, N)`` arrays (the fastest NumPy layout), and
   the limit: a hand-written straight-line ``@njit`` loop of the function;
 - ``batch`` also times ``fast_math=True`` (one thread): the same generated
-  code on vectors of points with glibc's vector ``exp``;
+  code on vectors of points with glibc's vector ``exp``, and the same with
+  ``out=`` (results into preallocated arrays) beside column NumPy writing
+  into preallocated arrays;
 - ``latency``: one call at one point (a float64 array of shape ``(6,)``),
   ``value_and_grad`` and plain ``__call__``, for both tiers.
 
@@ -163,6 +165,27 @@ def test_batch_fastad_fast_math(benchmark, fast_math, points, numpy_reference):
     assert tier.name == "codegen" and "fast math" in tier.reason, tier.reason
     benchmark.extra_info["backend"] = "codegen, fast math"
     assert_matches(result, numpy_reference)
+
+
+@pytest.mark.benchmark(group="batch")
+def test_batch_fastad_fast_math_out(benchmark, fast_math, points, numpy_reference):
+    """Fast math writing into the caller's arrays (``out=``): no page faults of new ones."""
+    out = (np.empty(points.shape[0]), np.empty_like(points))
+    result = benchmark(fast_math.value_and_grad, points, threads=1, out=out)
+    store_per_point(benchmark, points.shape[0])
+    assert result[0] is out[0] and result[1] is out[1]
+    assert_matches(result, numpy_reference)
+
+
+@pytest.mark.benchmark(group="batch")
+def test_batch_numpy_columns_out(benchmark, points, numpy_reference):
+    """Column NumPy writing into preallocated arrays: the counterpart of ``out=``."""
+    columns = np.ascontiguousarray(points.T)
+    out = (np.empty(points.shape[0]), np.empty_like(columns))
+    value, grad = benchmark(numpy_columns_value_and_grad, columns, out)
+    store_per_point(benchmark, points.shape[0])
+    assert value is out[0] and grad is out[1]
+    assert_matches((value, grad.T), numpy_reference)
 
 
 @pytest.mark.benchmark(group="latency")

@@ -347,3 +347,78 @@ def test_vjp_accepts_a_one_element_cotangent_for_a_scalar_output():
     value, pulled = f.vjp(np.array([2.0, 3.0]), np.array([2.0]))
     assert value == 6.0 and pulled.tolist() == [6.0, 4.0]
     assert math.isfinite(value)
+
+
+# -- results into the caller's arrays (out=) ----------------------------------------------
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_out_receives_the_same_bits_and_is_returned(backend, threads, rng):
+    f = fa.compile(demo.example_2, example=np.ones(6), backend=backend)
+    points = rng.normal(size=(5000, 6))
+    points[::7, 0] = 0.0  # exact zeros in the data
+    expected_value, expected_gradient = f.value_and_grad(points, threads=threads)
+    values, gradients = np.full(5000, 7.0), np.full((5000, 6), 7.0)
+    found = f.value_and_grad(points, threads=threads, out=(values, gradients))
+    assert found[0] is values and found[1] is gradients
+    np.testing.assert_array_equal(values, expected_value)
+    np.testing.assert_array_equal(gradients, expected_gradient)
+    only = np.empty((5000, 6))
+    assert f.grad(points, threads=threads, out=only) is only
+    np.testing.assert_array_equal(only, expected_gradient)
+    half = f.value_and_grad(points, threads=threads, out=(None, np.empty((5000, 6))))
+    np.testing.assert_array_equal(half[0], expected_value)
+    into = np.empty(5000)
+    assert f(points, threads=threads, out=into) is into
+    np.testing.assert_array_equal(into, f(points))
+
+
+def test_out_of_several_outputs_and_of_masked_and_rechecked_points():
+    wide = fa.compile(lambda a, b: [a * b, fa.sqrt(a) * 0.0 + b], example=[1.0, 2.0])
+    points = np.array([[1.0, 2.0], [0.0, 3.0], [4.0, -1.0]])  # sqrt'(0) is inf: rechecked
+    into = np.empty((3, 2))
+    assert wide(points, out=into) is into
+    np.testing.assert_array_equal(into, wide(points))
+
+    def branchy(x, y):
+        return x * y if x > y else x - y
+
+    f = fa.compile(branchy, example=[2.0, 1.0], backend="codegen")
+    points = np.array([[3.0, 1.0], [0.5, 1.0], [4.0, 2.0]])
+    values, gradients = np.zeros(3), np.zeros((3, 2))
+    (found, failed) = f.value_and_grad(points, errors="mask", out=(values, gradients))
+    assert found[0] is values and failed.tolist() == [False, True, False]
+    assert np.isnan(values[1]) and np.isnan(gradients[1]).all()
+    np.testing.assert_array_equal(gradients[[0, 2]], [[1.0, 3.0], [2.0, 4.0]])
+    with pytest.raises(fa.BranchError):
+        f.value_and_grad(points, out=(values, gradients))
+
+
+def test_bad_out_arrays_are_refused_by_name(example_2):
+    points = np.ones((4, 6))
+    f = example_2
+    cases = [
+        ((np.ones(4, np.float32), None), TypeError, r"out\[0\] must be a float64 NumPy array"),
+        (([0.0] * 4, None), TypeError, "got list"),
+        ((np.ones(5), None), ValueError, r"out\[0\] has shape \(5,\); this call writes \(4,\)"),
+        ((None, np.ones((4, 7))), ValueError, r"this call writes \(4, 6\)"),
+        ((None, np.ones((6, 4)).T), ValueError, "must be C-contiguous"),
+        ((None, points), ValueError, r"out\[1\] shares memory with the points"),
+    ]
+    for out, error, message in cases:
+        with pytest.raises(error, match=message):
+            f.value_and_grad(points, out=out)
+    shared = np.ones(4 * 7)
+    with pytest.raises(ValueError, match=r"out\[1\] shares memory with out\[0\]"):
+        f.value_and_grad(points, out=(shared[:4], shared[:24].reshape(4, 6)))
+    read_only = np.ones(4)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        f(points, out=read_only)
+    with pytest.raises(ValueError, match=r"out= takes the results of a batch, points of shape"):
+        f(np.ones(6), out=np.ones(1))
+    with pytest.raises(ValueError, match="one point returns a new float"):
+        f.value_and_grad(np.ones(6), out=(None, np.ones((1, 6))))
+    with pytest.raises(TypeError, match=r"out must be a tuple \(values, gradients\)"):
+        f.value_and_grad(points, out=np.ones((4, 6)))
+    with pytest.raises(ValueError, match=r"out has shape \(4, 1\)"):
+        f(points, out=np.ones((4, 1)))

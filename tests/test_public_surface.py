@@ -160,6 +160,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
         (ID, "f.grad([1.0, 2.0], threads=b)"),
         (VALUE, "f.grad([1.0, 2.0], errors=b)"),
         (VALUE, "f.grad([1.0, 2.0], check=b)"),
+        (VALUE, "f.grad(np.ones((3, 2)), out=b)"),
     ],
     "CompiledFunction.hessian": [(VALUE, "f.hessian(b)"), (ID, "f.hessian([1.0, 2.0], b)")],
     "CompiledFunction.hessp": [
@@ -179,7 +180,11 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     "CompiledFunction.save": [(PATH, "f.save(b)")],
     "CompiledFunction.tape": [(GET, "f.tape")],
     "CompiledFunction.tier": [(VALUE, "f.tier(b)")],
-    "CompiledFunction.value_and_grad": [(VALUE, "f.value_and_grad(b)")],
+    "CompiledFunction.value_and_grad": [
+        (VALUE, "f.value_and_grad(b)"),
+        (VALUE, "f.value_and_grad(np.ones((3, 2)), out=b)"),
+        (VALUE, "f.value_and_grad(np.ones((3, 2)), out=(b, None))"),
+    ],
     "CompiledFunction.vjp": [(VALUE, "f.vjp(b, 1.0)"), (VALUE, "f.vjp([1.0, 2.0], b)")],
     # -- fa.BlockFunction (g(A) = sum(A * A), A of shape (3,)) -------------------------------
     "BlockFunction.backend": [(GET, "g.backend")],

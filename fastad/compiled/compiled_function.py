@@ -131,6 +131,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> Values: ...
     @overload
     def __call__(
@@ -140,6 +141,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> tuple[Values, Failed]: ...
     def __call__(
         self,
@@ -148,6 +150,7 @@ class CompiledFunction:
         *,
         errors: str = "raise",
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> Any:
         """Output value(s) at one point or a batch.
 
@@ -166,8 +169,14 @@ class CompiledFunction:
           (``error.origin``: op, label, and the source line that recorded it
           when traced in this process). The batch runs at full speed; the
           check reads its results.
+
+        ``out``: for a batch, an array to write the values into and return
+        (float64, C-contiguous, ``(N,)`` for a scalar output, ``(N, m)``
+        otherwise), so a loop over batches allocates nothing; an array above
+        glibc's 32 MiB threshold costs page faults each time it is new.
+        ``value_and_grad`` and ``grad`` take one too.
         """
-        return self._calls.values(points, threads, errors, check)
+        return self._calls.values(points, threads, errors, check, out)
 
     @overload
     def value_and_grad(
@@ -177,6 +186,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
+        out: tuple[FloatArray | None, FloatArray | None] | None = None,
     ) -> tuple[Values, FloatArray]: ...
     @overload
     def value_and_grad(
@@ -186,6 +196,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
+        out: tuple[FloatArray | None, FloatArray | None] | None = None,
     ) -> tuple[tuple[Values, FloatArray], Failed]: ...
     def value_and_grad(
         self,
@@ -194,8 +205,14 @@ class CompiledFunction:
         *,
         errors: str = "raise",
         check: bool = False,
+        out: tuple[FloatArray | None, FloatArray | None] | None = None,
     ) -> Any:
-        """``(value, gradient)``; needs a scalar output. ``errors``, ``check``: see ``__call__``."""
+        """``(value, gradient)``; needs a scalar output. ``errors``, ``check``: see ``__call__``.
+
+        ``out``: for a batch, ``(values, gradients)`` arrays to write into and
+        return (float64, C-contiguous, ``(N,)`` and ``(N, k)``; either may be
+        None for a new one).
+        """
         calls = self._calls
         if (
             type(points) is np.ndarray
@@ -205,6 +222,7 @@ class CompiledFunction:
             and errors == "raise"
             and not check
             and threads is None
+            and out is None
         ):
             # The latency path: one float64 point, no conversion or copy, and
             # for a program without guards, once generated code runs it, one
@@ -215,7 +233,7 @@ class CompiledFunction:
                 kernel, address, work = fast
                 return kernel(address, work, points, gradient, calls.constants), gradient
             return calls.point(points, GRAD, gradient), gradient
-        return calls.value_and_grad(points, threads, errors, check)
+        return calls.value_and_grad(points, threads, errors, check, out)
 
     @overload
     def grad(
@@ -225,6 +243,7 @@ class CompiledFunction:
         *,
         errors: Literal["raise"] = "raise",
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> FloatArray: ...
     @overload
     def grad(
@@ -234,6 +253,7 @@ class CompiledFunction:
         *,
         errors: Literal["mask"],
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> tuple[FloatArray, Failed]: ...
     def grad(
         self,
@@ -242,15 +262,18 @@ class CompiledFunction:
         *,
         errors: str = "raise",
         check: bool = False,
+        out: FloatArray | None = None,
     ) -> Any:
-        """Gradient with respect to the inputs; needs a scalar output."""
+        """Gradient with respect to the inputs; needs a scalar output. ``out``: for a
+        batch, an ``(N, k)`` array to write the gradients into and return."""
+        both = None if out is None else (None, out)
         if errors == "mask":
             (_, gradients), failed = self.value_and_grad(
-                points, threads, errors="mask", check=check
+                points, threads, errors="mask", check=check, out=both
             )
             return gradients, failed
         check_errors(errors)
-        return self.value_and_grad(points, threads, check=check)[1]
+        return self.value_and_grad(points, threads, check=check, out=both)[1]
 
     @overload
     def vjp(

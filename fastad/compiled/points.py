@@ -37,6 +37,7 @@ from fastad.compiled.replay import (
     MODES,
     VALUES,
     VJP,
+    Outputs,
     Replay,
 )
 from fastad.compiled.tiers import Tier
@@ -247,8 +248,22 @@ class PointCalls:
         return kernel_array(u)
 
     # -- the calls ----------------------------------------------------------------------
-    def values(self, points: ArrayLike, threads: int | None, errors: str, check: bool) -> Any:
+    def values(
+        self,
+        points: ArrayLike,
+        threads: int | None,
+        errors: str,
+        check: bool,
+        out: FloatArray | None = None,
+    ) -> Any:
         """:meth:`fastad.CompiledFunction.__call__`."""
+        if out is not None:
+            points, _ = self.batch_points(points, "out")
+            shape = (points.shape[0],) if self.scalar_output else (points.shape[0], self.m)
+            given = output(out, "out", shape, [("the points", points)])
+            outputs = (given.reshape(points.shape[0], self.m), None)
+            _, _, failed = self.run(points, VALUES, None, threads, errors, check, outputs)
+            return with_failed(given, failed, False)
         if (
             type(points) is np.ndarray
             and points.dtype is FLOAT64
@@ -266,9 +281,17 @@ class PointCalls:
         return with_failed(self.shape_values(values, single), failed, single)
 
     def value_and_grad(
-        self, points: ArrayLike, threads: int | None, errors: str, check: bool
+        self,
+        points: ArrayLike,
+        threads: int | None,
+        errors: str,
+        check: bool,
+        out: tuple[FloatArray | None, FloatArray | None] | None = None,
     ) -> Any:
-        """:meth:`fastad.CompiledFunction.value_and_grad` past its latency path."""
+        """:meth:`fastad.CompiledFunction.value_and_grad` past its latency path; ``out``:
+        arrays for the values and the gradients (either None: a new one)."""
+        if out is not None:
+            return self._value_and_grad_into(points, threads, errors, check, out)
         points, single = self.points(points)
         self.require_scalar("value_and_grad")
         if single and errors == "raise" and not check and threads is None:
@@ -277,6 +300,45 @@ class PointCalls:
         values, gradients, failed = self.run(points, GRAD, None, threads, errors, check)
         result = (self.shape_values(values, single), gradients[0] if single else gradients)
         return with_failed(result, failed, single)
+
+    def _value_and_grad_into(
+        self,
+        points: ArrayLike,
+        threads: int | None,
+        errors: str,
+        check: bool,
+        out: tuple[FloatArray | None, FloatArray | None],
+    ) -> Any:
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(
+                "out must be a tuple (values, gradients) of arrays or None, got "
+                f"{type(out).__name__}"
+            )
+        points, _ = self.batch_points(points, "out")
+        self.require_scalar("value_and_grad")
+        n_points = points.shape[0]
+        avoid = [("the points", points)]
+        values = None if out[0] is None else output(out[0], "out[0]", (n_points,), avoid)
+        if values is not None:
+            avoid.append(("out[0]", values))
+        gradients = None if out[1] is None else output(out[1], "out[1]", (n_points, self.k), avoid)
+        outputs = (None if values is None else values.reshape(n_points, 1), gradients)
+        found, derivatives, failed = self.run(points, GRAD, None, threads, errors, check, outputs)
+        result = (
+            found[:, 0].copy() if values is None else values,
+            derivatives if gradients is None else gradients,
+        )
+        return with_failed(result, failed, False)
+
+    def batch_points(self, points: ArrayLike, what: str) -> tuple[FloatArray, bool]:
+        """:meth:`points`, refusing one point: ``what`` writes a batch."""
+        converted, single = self.points(points)
+        if single:
+            raise ValueError(
+                f"{what}= takes the results of a batch, points of shape (N, {self.k}); "
+                "one point returns a new float and gradient"
+            )
+        return converted, single
 
     def vjp(
         self,
@@ -376,14 +438,16 @@ class PointCalls:
         threads: int | None,
         errors: str = "raise",
         check: bool = False,
+        outputs: Outputs = (None, None),
     ) -> tuple[FloatArray, FloatArray, Failed | None]:
-        """``(values, derivatives, failed)``; ``failed`` is None unless ``errors="mask"``."""
+        """``(values, derivatives, failed)``; ``failed`` is None unless ``errors="mask"``.
+        ``outputs``: checked arrays to write the values and derivatives into."""
         self.require_traced()
         check_errors(errors)
         flag(check, "check")
         thread_count(threads)  # checked even where one point runs on the calling thread
         values, derivatives, status = self.replay.run(
-            points, mode, directions, thread_count(threads)
+            points, mode, directions, thread_count(threads), outputs
         )
         failed = None
         if errors == "mask":
@@ -467,6 +531,24 @@ class PointCalls:
 
     def _raise_branch_error(self, points: FloatArray, status: IdArray) -> NoReturn:
         raise branch_error(self.tape, self.program.guards, points, status)
+
+
+def output(
+    given: object, name: str, shape: tuple[int, ...], avoid: list[tuple[str, FloatArray]]
+) -> FloatArray:
+    """A caller's array for results of ``shape``, checked: float64, C-contiguous, aligned
+    and writeable, sharing no memory with the ``avoid`` arrays (named in the error)."""
+    if not isinstance(given, np.ndarray) or given.dtype != np.float64:
+        what = given.dtype if isinstance(given, np.ndarray) else type(given).__name__
+        raise TypeError(f"{name} must be a float64 NumPy array, got {what}")
+    if given.shape != shape:
+        raise ValueError(f"{name} has shape {given.shape}; this call writes {shape}")
+    if not given.flags.carray:
+        raise ValueError(f"{name} must be C-contiguous, aligned and writeable (np.empty{shape} is)")
+    for other_name, other in avoid:
+        if np.may_share_memory(given, other):
+            raise ValueError(f"{name} shares memory with {other_name}: give it an array of its own")
+    return given
 
 
 def with_failed(result: Any, failed: Failed | None, single: bool) -> Any:

@@ -59,6 +59,8 @@ MODES = {name: mode for mode, name in MODE_NAMES.items()}
 """A kind of call's name (``f.tier("grad")``) to its sweep mode."""
 NO_FAILED_GUARD = lane_sweeps.NO_FAILED_GUARD
 _NO_STATUS = np.empty(0, np.int64)  # programs without guards never write status
+Outputs = tuple["FloatArray | None", "FloatArray | None"]
+"""A caller's arrays for the values ``(N, m)`` and the derivatives ``(N, width)``."""
 
 # Lanes per block: enough points that one dispatch per node is amortised,
 # few enough that the work space (4 rows of 8 bytes per node and lane)
@@ -197,19 +199,26 @@ class Replay:
 
     # -- evaluation ------------------------------------------------------------------
     def run(
-        self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int
+        self,
+        points: FloatArray,
+        mode: int,
+        directions: FloatArray | None,
+        threads: int,
+        outputs: Outputs = (None, None),
     ) -> tuple[FloatArray, FloatArray, IdArray]:
         """``(values (N, m), derivatives (N, width), status)`` at every point.
 
         ``status`` holds each point's first failing guard or
         ``NO_FAILED_GUARD`` (an empty array for a program without guards).
+        ``outputs``: arrays of those shapes to write the values and the
+        derivatives into (the front end checked them), or None for new ones.
         Generated code flags the points whose fast derivatives hold a nan;
         the interpreter gives those again, so either tier's bits come out.
         """
         n_points = points.shape[0]
         if not self._tiers.ready(MODE_NAMES[mode], n_points * self._n):
-            return self._interpret(points, mode, directions, threads)
-        values, derivatives, status = self._outputs(n_points, mode)
+            return self._interpret(points, mode, directions, threads, outputs)
+        values, derivatives, status = self._outputs(n_points, mode, outputs)
         recheck = np.zeros(n_points, np.bool_)
         try:
             flagged = self._generated.run(
@@ -225,7 +234,7 @@ class Replay:
             )
         except GenerationError as error:  # the interpreter stays, and f.tier says why
             self._tiers.fail(MODE_NAMES[mode], error)
-            return self._interpret(points, mode, directions, threads)
+            return self._interpret(points, mode, directions, threads, outputs)
         if flagged:
             rows = np.flatnonzero(recheck)
             again = self._interpret(
@@ -236,18 +245,30 @@ class Replay:
                 status[rows] = again[2]
         return values, derivatives, status
 
-    def _outputs(self, n_points: int, mode: int) -> tuple[FloatArray, FloatArray, IdArray]:
-        values = np.empty((n_points, self.m))
-        derivatives = np.empty((n_points, max(1, self.derivative_width(mode))))
+    def _outputs(
+        self, n_points: int, mode: int, outputs: Outputs = (None, None)
+    ) -> tuple[FloatArray, FloatArray, IdArray]:
+        given_values, given_derivatives = outputs
+        values = np.empty((n_points, self.m)) if given_values is None else given_values
+        derivatives = (
+            np.empty((n_points, max(1, self.derivative_width(mode))))
+            if given_derivatives is None
+            else given_derivatives
+        )
         status = np.full(n_points, NO_FAILED_GUARD, np.int64) if self.g else _NO_STATUS
         return values, derivatives, status
 
     def _interpret(
-        self, points: FloatArray, mode: int, directions: FloatArray | None, threads: int
+        self,
+        points: FloatArray,
+        mode: int,
+        directions: FloatArray | None,
+        threads: int,
+        outputs: Outputs = (None, None),
     ) -> tuple[FloatArray, FloatArray, IdArray]:
         """The lanes interpreter over every point: ``run``'s result."""
         n_points = points.shape[0]
-        values, derivatives, status = self._outputs(n_points, mode)
+        values, derivatives, status = self._outputs(n_points, mode, outputs)
         if directions is None:
             directions = values  # not read in this mode; any float64 2-D array
         arrays: tuple[Any, ...] = (points, directions, values, derivatives, status)
