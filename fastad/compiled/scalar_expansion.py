@@ -181,15 +181,19 @@ def _scalar_or(x: Any) -> Expanded:
     return x[()] if isinstance(x, np.ndarray) and x.ndim == 0 else x
 
 
+def _nodes(rows: _Rows, x: Any) -> Expanded:
+    """A sum's, product's or running sum's result, any number in it a constant node."""
+    if not isinstance(x, np.ndarray):
+        return rows.node(x)
+    flat = x.reshape(-1)
+    for t, item in enumerate(flat):
+        flat[t] = rows.node(item)
+    return x
+
+
 def _reduce(x: np.ndarray, params: Any, rows: _Rows) -> Expanded:
     """``sum`` over a :class:`Reduction`'s axes, left to right; empty slices give 0.0."""
-    total = np.sum(x, axis=params.axes, keepdims=params.keepdims)
-    if isinstance(total, np.ndarray):
-        flat = total.reshape(-1)
-        for t, item in enumerate(flat):
-            flat[t] = rows.node(item)
-        return _scalar_or(total)
-    return rows.node(total)
+    return _scalar_or(_nodes(rows, np.sum(x, axis=params.axes, keepdims=params.keepdims)))
 
 
 def _mean(x: np.ndarray, params: Any, rows: _Rows) -> Expanded:
@@ -277,16 +281,6 @@ def _block_ops(rows: _Rows) -> dict[str, Callable[[list[Expanded], Any], Expande
         "softmax": lambda x, p: _softmax_family("softmax", x[0], p, rows),
         "log_softmax": lambda x, p: _softmax_family("log_softmax", x[0], p, rows),
     }
-
-
-def _nodes(rows: _Rows, x: Any) -> Expanded:
-    """A product's or running sum's result with any number in it (an empty sum) a constant."""
-    if not isinstance(x, np.ndarray):
-        return rows.node(x)
-    flat = x.reshape(-1)
-    for t, item in enumerate(flat):
-        flat[t] = rows.node(item)
-    return x
 
 
 def expand_blocks(
