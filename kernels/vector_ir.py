@@ -4,9 +4,12 @@ A generated module whose header sets ``LANES = n`` (``scalar_source.module_sourc
 with ``lanes=n``) has its ``batch`` kernel lowered here instead of by
 :mod:`fastad.kernels.scalar_ir`: the body of the loop over points runs on
 ``n`` points at once, every float an LLVM ``<n x double>``. The points of a
-batch are taken in groups of ``n``; the last, partial group reads its last
-point again in the missing lanes and writes only the lanes of real points, so
-a point's result never depends on where it stands in the batch or on how
+batch are taken in groups of ``n``, each group read and written straight
+from the arrays (an array's columns ``n`` at a time: a row's ``n`` neighbours
+in one load or store, transposed to and from the lanes by shuffles). The
+last, partial group is copied into the work buffer with its last point again
+in the missing lanes, runs there, and only its real points are copied back,
+so a point's result never depends on where it stands in the batch or on how
 threads share the batch out.
 
 Arithmetic and comparisons are the same IEEE instructions as the scalar
@@ -27,9 +30,9 @@ way, a ``return`` completing the lanes it is reached in.
 
 The subset is the scalar lowering's, inside the loop body: anything else (a
 nested loop, a subscript not by the point or by a literal) raises
-``NotImplementedError`` naming it. A body longer than ``MAX_STATEMENTS`` is
-refused the same way (``body_statements`` tells a caller beforehand): the
-group is one function, whose compile grows faster than its length, where the
+``NotImplementedError`` naming it. A body that costs more than ``MAX_COST``
+is refused the same way (``body_cost`` tells a caller beforehand): the group
+is one function, whose compile grows faster than its length, where the
 scalar kernels split long bodies into parts (``scalar_ir.PART_STATEMENTS``).
 """
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import NamedTuple
 
 from . import scalar_ir, scalar_source
 from .scalar_ir import BOOL, BYTE, DOUBLE, INT, FunctionLowering, ModuleLowering, Value
@@ -47,22 +51,29 @@ ISA = {2: "b", 4: "d", 8: "e"}
 EXACT = {"fabs", "copysign", "sqrt"}
 """Math functions that are single exact instructions on vectors (LLVM intrinsics)."""
 
-MAX_STATEMENTS = 12_000
-"""The longest loop body lowered here, in statements. The gradient of a random DAG of
-sin, tanh and arithmetic takes about 2.6 statements a node; measured on the 2-core
-machine (program compiled and first called): 1,600 nodes (4,225 statements) 0.8 s,
-4,000 nodes (10,598) 2.1 s, 10,000 nodes (26,388) 10.2 s."""
+MAX_COST = 12_000
+"""The costliest loop body lowered here: its statements, a store into a row of an array
+counted as four (its share of the transposes). Measured on the 2-core machine (program
+compiled and first called): the gradient of a random DAG of sin, tanh and arithmetic
+of 4,000 nodes (10,598 statements, a few stores) 2.1-2.8 s; the Hessian of a chain of
+48 sines (3,397 statements, 2,352 stores: cost 10,453) 2.1-3.1 s, of 96 (cost about
+39,000) 20-31 s, against 1.2 s without fast math."""
 
 _LOOP_BODY = re.compile(
     r"^    for p in range\(start, stop\):\n(.*?)^    return flagged$", re.MULTILINE | re.DOTALL
 )
+_ROW_STORE = re.compile(r"^\s+\w+\[p, \d+\] = ", re.MULTILINE)
 
 
-def body_statements(source: str) -> int:
-    """How many lines the batch kernel's loop body of generated module ``source`` has
-    (statements and ``if`` headers: what :data:`MAX_STATEMENTS` bounds)."""
+def body_cost(source: str) -> int:
+    """What :data:`MAX_COST` bounds for the batch kernel of generated module ``source``:
+    the lines of its loop body (statements and ``if`` headers), a store into a row of
+    an array four times."""
     found = _LOOP_BODY.search(source)
-    return 0 if found is None else found.group(1).count("\n")
+    if found is None:
+        return 0
+    body = found.group(1)
+    return body.count("\n") + 3 * len(_ROW_STORE.findall(body))
 
 
 def vector_symbol(name: str, lanes: int) -> str:
@@ -152,7 +163,6 @@ class _VectorLowering(FunctionLowering):
         self.done: Value | None = None  # a helper's lanes that returned
         self.result: Value | None = None  # a helper's returned values so far
         self.variable = ""  # the loop's variable: the point, in subscripts only
-        self.tail = False  # a group of fewer points than lanes (``active``)
         self.active: Value | None = None
         self.rows: list[Value] = []  # the row each lane reads and writes
         self.row_starts: dict[tuple[str, int], Value] = {}
@@ -161,7 +171,7 @@ class _VectorLowering(FunctionLowering):
         # Arrays read or written a group of rows at once, and their row widths (the
         # kernel calls such a group only where each array's stride is its width).
         self.tiles: dict[str, int] = {}
-        self.loaded: dict[str, Value] = {}
+        self.loaded: dict[tuple[str, int], Value] = {}  # (array, first column): its rows
         self.pending: dict[str, dict[int, Value]] = {}
 
     # -- masks -----------------------------------------------------------------------
@@ -171,7 +181,7 @@ class _VectorLowering(FunctionLowering):
             return value
         vector = self.vectors.of(value.type)
         if not value.text.startswith("%"):  # a literal
-            return Value(f"splat ({value.type} {value.text})", vector)
+            return Value(_vector(value.type, [value.text] * self.lanes), vector)
         first = self.instruction(
             f"insertelement {vector} poison, {value.type} {value.text}, i64 0", vector
         )
@@ -188,15 +198,17 @@ class _VectorLowering(FunctionLowering):
         return self.instruction(f"and {left.type} {left.text}, {right.text}", left.type)
 
     def negated(self, mask: Value) -> Value:
-        return self.instruction(f"xor {mask.type} {mask.text}, splat (i1 true)", mask.type)
+        every = _vector(BOOL, ["true"] * self.lanes)
+        return self.instruction(f"xor {mask.type} {mask.text}, {every}", mask.type)
 
     def current(self) -> Value | None:
         """The lanes the statement being lowered runs in."""
         return self.mask if self.done is None else self.both(self.mask, self.negated(self.done))
 
     def stored(self) -> Value | None:
-        """The lanes a store writes: the running lanes of real points."""
-        return self.both(self.current(), self.active)
+        """The lanes a store writes: those the statement runs in (a partial group's lanes
+        past its points write the work buffer's copy, never read back)."""
+        return self.current()
 
     def choose(self, mask: Value, chosen: Value, other: Value) -> Value:
         chosen, other = self.widen(chosen), self.widen(other)
@@ -292,7 +304,8 @@ class _VectorLowering(FunctionLowering):
         if name == "isfinite":
             magnitude = self.call("fabs", arguments)
             return self.instruction(
-                f"fcmp one {vector} {magnitude.text}, splat (double 0x7FF0000000000000)",
+                f"fcmp one {vector} {magnitude.text}, "
+                + _vector(DOUBLE, ["0x7FF0000000000000"] * self.lanes),
                 self.vectors.of(BOOL),
             )
         if name in self.vectors.definitions:
@@ -391,29 +404,63 @@ class _VectorLowering(FunctionLowering):
             )
         return found
 
-    def tile(self, array: str) -> str:
-        """The address of the group's first row of ``array``."""
-        return self.address(self.arrays[array], self.row_start(array, 0))
+    def chunk(self, array: str, column: int) -> tuple[int, int]:
+        """The first column and the width of the chunk of ``array``'s columns that holds
+        ``column``: as many columns as lanes (a square to transpose), fewer at the end."""
+        first = column - column % self.lanes
+        return first, min(self.lanes, self.tiles[array] - first)
+
+    def row_chunk(self, array: str, lane: int, first: int) -> str:
+        """The address of lane ``lane``'s row of ``array`` at column ``first``."""
+        start = self.row_start(array, lane)
+        offset = self.instruction(f"add i64 {start.text}, {first}", INT)
+        return self.address(self.arrays[array], offset)
+
+    def concatenated(self, parts: list[Value], size: int) -> Value:
+        """``parts`` (vectors of ``size`` doubles) end to end, as one vector: pairwise
+        concatenation, an odd one out padded."""
+        while len(parts) > 1:
+            if len(parts) % 2:
+                parts = [*parts, Value("poison", f"<{size} x double>")]
+            indices = ", ".join(f"i32 {i}" for i in range(2 * size))
+            parts = [
+                self.instruction(
+                    f"shufflevector <{size} x double> {a.text}, <{size} x double> {b.text}, "
+                    f"<{2 * size} x i32> <{indices}>",
+                    f"<{2 * size} x double>",
+                )
+                for a, b in zip(parts[::2], parts[1::2], strict=True)
+            ]
+            size *= 2
+        return parts[0]
+
+    def picked(self, whole: Value, indices: list[int]) -> Value:
+        """The elements ``indices`` of vector ``whole``, as a vector."""
+        listed = ", ".join(f"i32 {i}" for i in indices)
+        return self.instruction(
+            f"shufflevector {whole.type} {whole.text}, {whole.type} poison, "
+            f"<{len(indices)} x i32> <{listed}>",
+            f"<{len(indices)} x double>",
+        )
 
     def load(self, node: ast.Subscript) -> Value:
         found = self.column(node)
         if found is not None and found[0].name in self.tiles:
-            array, column = found
-            width = self.tiles[array.name]
-            if array.name in self.pending:
-                raise NotImplementedError(f"{self.definition.name}: {array.name} read and written")
-            whole = self.loaded.get(array.name)
-            if whole is None:  # the group's rows at once
-                whole = self.loaded[array.name] = self.instruction(
-                    f"load <{width * self.lanes} x double>, ptr {self.tile(array.name)}, align 8",
-                    f"<{width * self.lanes} x double>",
-                )
-            picks = ", ".join(f"i32 {column + lane * width}" for lane in range(self.lanes))
-            return self.instruction(
-                f"shufflevector {whole.type} {whole.text}, {whole.type} poison, "
-                f"<{self.lanes} x i32> <{picks}>",
-                self.vectors.of(DOUBLE),
-            )
+            array, column = found[0].name, found[1]
+            first, width = self.chunk(array, column)
+            rows = self.loaded.get((array, first))
+            if rows is None:  # the chunk's columns of every lane's row, one load a row
+                loaded = [
+                    self.instruction(
+                        f"load <{width} x double>, ptr {self.row_chunk(array, lane, first)}, "
+                        "align 8",
+                        f"<{width} x double>",
+                    )
+                    for lane in range(self.lanes)
+                ]
+                rows = self.loaded[array, first] = self.concatenated(loaded, width)
+            at = column - first
+            return self.picked(rows, [at + lane * width for lane in range(self.lanes)])
         addresses, element = self.addresses(node)
         if isinstance(addresses, str):  # one element for every lane
             return self.instruction(f"load {element}, ptr {addresses}", element)
@@ -433,7 +480,14 @@ class _VectorLowering(FunctionLowering):
             value = self.widen(value)
             if value.type != self.vectors.of(DOUBLE):
                 raise NotImplementedError(f"{self.definition.name}: {ast.unparse(target)}")
-            self.pending.setdefault(found[0].name, {})[found[1]] = value  # written at the end
+            array, column = found[0].name, found[1]
+            columns = self.pending.setdefault(array, {})
+            columns[column] = value
+            first, width = self.chunk(array, column)
+            if all(c in columns for c in range(first, first + width)):  # complete: now
+                self.write_chunk(
+                    array, first, width, [columns.pop(c) for c in range(first, first + width)]
+                )
             return
         addresses, element = self.addresses(target)
         if isinstance(addresses, str):
@@ -449,7 +503,9 @@ class _VectorLowering(FunctionLowering):
             )
         mask = self.stored()
         if mask is not None:  # only where a lane's mask is set; skipped when none is
-            bits = self.instruction(f"bitcast {mask.type} {mask.text} to i{self.lanes}", "int")
+            bits = self.instruction(
+                f"bitcast {mask.type} {mask.text} to i{self.lanes}", f"i{self.lanes}"
+            )
             some = self.instruction(f"icmp ne i{self.lanes} {bits.text}, 0", BOOL)
             lanes, after = self.label("lanes"), self.label("stored")
             self.emit(f"br i1 {some.text}, label %{lanes}, label %{after}")
@@ -498,13 +554,14 @@ class _VectorLowering(FunctionLowering):
             and node.value.value == 1
         ):
             raise NotImplementedError(f"{self.definition.name}: {ast.unparse(node)!r}")
-        mask = self.stored()
+        mask = self.both(self.current(), self.active)  # the group's real points only
         if mask is None:
             added = Value(str(self.lanes), INT)
         else:
-            bits = self.instruction(f"bitcast {mask.type} {mask.text} to i{self.lanes}", "int")
+            integer = f"i{self.lanes}"
+            bits = self.instruction(f"bitcast {mask.type} {mask.text} to {integer}", integer)
             count = self.instruction(
-                f"call i{self.lanes} @llvm.ctpop.i{self.lanes}(i{self.lanes} {bits.text})", "int"
+                f"call {integer} @llvm.ctpop.{integer}({integer} {bits.text})", integer
             )
             self.vectors.declare(
                 f"llvm.ctpop.i{self.lanes}",
@@ -522,45 +579,26 @@ class _VectorLowering(FunctionLowering):
         self.statements(node.orelse)
         self.mask = outer
 
-    def write_tile(self, array: str, columns: dict[int, Value]) -> None:
-        """Store the group's rows of ``array`` at once, interleaving its columns; where a
-        column was left unwritten, each value on its own."""
-        width = self.tiles.pop(array)  # from here on, stores of single values
-        if sorted(columns) != list(range(width)):
+    def write_chunk(self, array: str, first: int, width: int, values: list[Value]) -> None:
+        """Store the group's values of ``array``'s columns ``first:first + width`` a row at
+        a time, transposed."""
+        by_column = self.concatenated(values, self.lanes)
+        for lane in range(self.lanes):
+            row = self.picked(by_column, [c * self.lanes + lane for c in range(width)])
+            address = self.row_chunk(array, lane, first)
+            self.emit(f"store {row.type} {row.text}, ptr {address}, align 8")
+
+    def finish_tiles(self) -> None:
+        """Store what is left of the written tiles, a value a lane at a time (their
+        incomplete chunks)."""
+        for array, columns in self.pending.items():
+            del self.tiles[array]  # from here on, stores of single values
             for column, value in sorted(columns.items()):
                 subscript = ast.parse(f"{array}[{self.variable}, {column}]").body[0]
-                assert isinstance(subscript, ast.Expr) and isinstance(
-                    subscript.value, ast.Subscript
-                )
+                assert isinstance(subscript, ast.Expr)
+                assert isinstance(subscript.value, ast.Subscript)
                 self.store(subscript.value, value)
-            return
-        parts = [columns[column] for column in range(width)]
-        size = self.lanes
-        while len(parts) > 1:  # pairwise concatenation, an odd one out padded
-            if len(parts) % 2:
-                parts.append(Value("poison", f"<{size} x double>"))
-            indices = ", ".join(f"i32 {i}" for i in range(2 * size))
-            parts = [
-                self.instruction(
-                    f"shufflevector <{size} x double> {a.text}, <{size} x double> {b.text}, "
-                    f"<{2 * size} x i32> <{indices}>",
-                    f"<{2 * size} x double>",
-                )
-                for a, b in zip(parts[::2], parts[1::2], strict=True)
-            ]
-            size *= 2
-        (joined,) = parts
-        interleaved = ", ".join(
-            f"i32 {column * self.lanes + lane}"
-            for lane in range(self.lanes)
-            for column in range(width)
-        )
-        tile = self.instruction(
-            f"shufflevector {joined.type} {joined.text}, {joined.type} poison, "
-            f"<{width * self.lanes} x i32> <{interleaved}>",
-            f"<{width * self.lanes} x double>",
-        )
-        self.emit(f"store {tile.type} {tile.text}, ptr {self.tile(array)}, align 8")
+        self.pending = {}
 
     def return_(self, node: ast.expr) -> None:
         if isinstance(node, ast.Tuple):
@@ -572,7 +610,7 @@ class _VectorLowering(FunctionLowering):
         else:
             self.result = self.choose(mask, value, self.result)
         self.done = (
-            Value("splat (i1 true)", self.vectors.of(BOOL))
+            Value(_vector(BOOL, ["true"] * self.lanes), self.vectors.of(BOOL))
             if mask is None
             else (
                 mask
@@ -602,57 +640,67 @@ class _VectorLowering(FunctionLowering):
         variable: str,
         parameters: list[str],
         symbol: str,
-        tail: bool,
         tiles: dict[str, int],
     ) -> str:
-        """The loop body for one group of points from ``%group.first``: every lane a point
-        (``tail``: the points before ``%group.end``, the last one again in the other
-        lanes). Returns how many points it flagged. ``tiles``: the arrays whose group of
-        rows is read or written at once (the caller checks their strides)."""
+        """The text of the function that runs the loop body for the group of points from
+        ``%group.first``, one per lane, and returns how many of its first
+        ``%group.count`` points it flagged (a partial group's other lanes repeat its last
+        point: see ``_padded_group``). ``tiles``: the arrays read or written a row at a
+        time (``_access``)."""
         self.tiles = dict(tiles)
         self.arrays = {p.name: p for p in scalar_ir.BATCH if p.kind != "scalar"}
         for parameter in scalar_ir.BATCH:
             if parameter.kind == "scalar":
                 self.values[parameter.name] = Value(f"%{parameter.name}", INT)
         self.variable = variable
-        if tail:
-            self.emit("%group.last = sub i64 %group.end, 1")
         for lane in range(self.lanes):
-            row = self.instruction(f"add i64 %group.first, {lane}", INT)
-            if tail:
-                inside = self.instruction(f"icmp slt i64 {row.text}, %group.end", BOOL)
-                row = self.instruction(
-                    f"select i1 {inside.text}, i64 {row.text}, i64 %group.last", INT
-                )
-            self.rows.append(row)
-        listed = [*parameters, "i64 %group.first"]
-        if tail:
-            listed.append("i64 %group.end")
-            steps = ", ".join(f"i64 {lane}" for lane in range(self.lanes))
-            first = self.widen(Value("%group.first", INT))
-            lanes = self.instruction(f"add {first.type} {first.text}, <{steps}>", first.type)
-            end = self.widen(Value("%group.end", INT))
-            self.active = self.instruction(
-                f"icmp slt {lanes.type} {lanes.text}, {end.text}", self.vectors.of(BOOL)
-            )
+            self.rows.append(self.instruction(f"add i64 %group.first, {lane}", INT))
+        steps = _vector(INT, [str(lane) for lane in range(self.lanes)])
+        count = self.widen(Value("%group.count", INT))
+        self.active = self.instruction(
+            f"icmp slt {count.type} {steps}, {count.text}", self.vectors.of(BOOL)
+        )
         self.statements(body)
-        for array, columns in self.pending.items():
-            self.write_tile(array, columns)
+        self.finish_tiles()
         if self.result is not None:
             raise NotImplementedError(f"{self.definition.name}: a return inside the loop body")
         self.emit(f"ret i64 {self.flagged.text}")
-        header = f"define internal i64 @{symbol}({', '.join(listed)}) {{"
+        listed = ", ".join([*parameters, "i64 %group.first", "i64 %group.count"])
+        header = f"define internal i64 @{symbol}({listed}) {{"
         return "\n".join([header, "entry:", *self.lines, "}"])
 
 
-def _tiles(statements: list[ast.stmt], variable: str) -> dict[str, int]:
-    """The arrays of ``rows[variable, column]`` subscripts a whole group may read or write
-    at once, and their widths: read only, or written only and in every column."""
-    read: dict[str, set[int]] = {}
-    written: dict[str, set[int]] = {}
-    others: set[str] = set()  # arrays subscripted any other way
+def _vector(element: str, items: list[str]) -> str:
+    """A constant vector of ``items`` (LLVM's ``splat`` syntax is newer than LLVM 15)."""
+    return "<" + ", ".join(f"{element} {item}" for item in items) + ">"
 
-    def visit(node: ast.AST, names: list[str]) -> None:
+
+class _Access(NamedTuple):
+    """How a loop body subscripts the kernel's arrays by the point."""
+
+    rows: dict[str, int]  # 2-D arrays read or written at (point, column): their widths
+    read: set[str]
+    written: set[str]
+    points: set[str]  # 1-D arrays at the point
+    tiles: dict[str, int]  # the arrays a group reads or writes a row at a time: widths
+    row_stores: int  # stores at (point, column)
+
+
+def _access(statements: list[ast.stmt], variable: str) -> _Access:
+    """The arrays of ``statements`` subscripted at the point ``variable``, and which a whole
+    group reads or writes a row at a time: those only read, and those only written and
+    never under an ``if`` (a masked store is written at once, a tile's at the end of the
+    group)."""
+    columns_read: dict[str, set[int]] = {}
+    columns_written: dict[str, set[int]] = {}
+    points: set[str] = set()
+    others: set[str] = set()  # arrays subscripted any other way
+    masked: set[str] = set()  # written under an ``if``
+    row_stores = 0
+
+    def visit(node: ast.AST, names: list[str], nested: bool) -> None:
+        nonlocal row_stores
+
         def resolve(name: str) -> str:
             return names[int(name[2:])] if name.startswith("__") and name[2:].isdigit() else name
 
@@ -660,44 +708,156 @@ def _tiles(statements: list[ast.stmt], variable: str) -> dict[str, int]:
             if not (isinstance(found, ast.Subscript) and isinstance(found.value, ast.Name)):
                 continue
             array, index = found.value.id, found.slice
-            elements = index.elts if isinstance(index, ast.Tuple) else []
-            if (
-                len(elements) == 2
-                and isinstance(elements[0], ast.Name)
-                and resolve(elements[0].id) == variable
+            elements = index.elts if isinstance(index, ast.Tuple) else [index]
+            at_point = isinstance(elements[0], ast.Name) and resolve(elements[0].id) == variable
+            if isinstance(found.ctx, ast.Store) and nested:
+                masked.add(array)
+            if at_point and len(elements) == 1:
+                points.add(array)
+            elif (
+                at_point
+                and len(elements) == 2
                 and isinstance(elements[1], ast.Name)
                 and resolve(elements[1].id).isdigit()
             ):
-                target = written if isinstance(found.ctx, ast.Store) else read
-                target.setdefault(array, set()).add(int(resolve(elements[1].id)))
+                table = columns_written if isinstance(found.ctx, ast.Store) else columns_read
+                table.setdefault(array, set()).add(int(resolve(elements[1].id)))
+                row_stores += isinstance(found.ctx, ast.Store)
             else:
                 others.add(array)
 
-    def walk(body: list[ast.stmt]) -> None:
+    def walk(body: list[ast.stmt], nested: bool) -> None:
         for statement in body:
             if isinstance(statement, scalar_ir.Bound):
-                visit(statement.template, statement.names)
+                visit(statement.template, statement.names, nested)
             elif isinstance(statement, ast.If):
-                visit(statement.test, [])
-                walk(statement.body)
-                walk(statement.orelse)
+                visit(statement.test, [], nested)
+                walk(statement.body, True)
+                walk(statement.orelse, True)
             else:
-                visit(statement, [])
+                visit(statement, [], nested)
 
-    walk(statements)
-    tiles = {}
-    for array, columns in read.items():
-        if array not in written and array not in others:
-            tiles[array] = max(columns) + 1
-    for array, columns in written.items():
-        if array not in read and array not in others and columns == set(range(len(columns))):
-            tiles[array] = len(columns)
-    return tiles
+    walk(statements, False)
+    rows = {
+        array: max(columns_read.get(array, set()) | columns_written.get(array, set())) + 1
+        for array in {*columns_read, *columns_written}
+    }
+    mixed = sorted((set(rows) | points) & others)
+    if mixed:
+        raise NotImplementedError(f"batch: {mixed} subscripted by the point and otherwise")
+    tiles = {
+        array: width
+        for array, width in rows.items()
+        if (array in columns_read) != (array in columns_written) and array not in masked
+    }
+    return _Access(
+        rows, set(columns_read), set(columns_written) | masked, points, tiles, row_stores
+    )
+
+
+def _parameters() -> list[str]:
+    """The batch kernel's parameters as LLVM IR, without its work buffer."""
+    listed: list[str] = []
+    for parameter in scalar_ir.BATCH:
+        if parameter.kind == "scalar":
+            listed.append(f"i64 %{parameter.name}")
+            continue
+        noalias = "noalias " if parameter.noalias else ""
+        listed.append(f"ptr {noalias}%{parameter.name}")
+        if parameter.kind == "rows":
+            listed.append(f"i64 %{parameter.name}.stride")
+    return listed
+
+
+def _padded_group(lanes: int, access: _Access, symbol: str) -> tuple[str, int]:
+    """The function that runs points ``%first:%end`` (at most ``lanes``) through the group
+    function: their rows of every array the body subscripts at the point are copied to
+    the work buffer, each array's rows as wide as the body uses them (a tile), the last
+    point's again in the missing lanes; the group runs there; the rows of the real points
+    are copied back into the arrays it writes. Serves the last, partial group. Returns its
+    text and the work buffer's size in doubles."""
+    lines = [
+        f"define internal i64 @{symbol}.padded({', '.join(_parameters())}, "
+        "ptr noalias %work, i64 %first, i64 %end) {",
+        "entry:",
+        "  %count = sub i64 %end, %first",
+        "  %last = sub i64 %end, 1",
+    ]
+    for lane in range(lanes):  # each lane's row: its point's, or the last point's
+        lines += [
+            f"  %row.{lane}.at = add i64 %first, {lane}",
+            f"  %row.{lane}.in = icmp slt i64 %row.{lane}.at, %end",
+            f"  %row.{lane} = select i1 %row.{lane}.in, i64 %row.{lane}.at, i64 %last",
+        ]
+    offset = 0  # in doubles (8 bytes: an i64 or i8 element takes a double's place)
+    replaced: dict[str, str] = {}
+    copy_back: dict[int, list[str]] = {lane: [] for lane in range(lanes)}
+    arrays = {parameter.name: parameter for parameter in scalar_ir.BATCH}
+    for name in sorted(access.rows):
+        width = access.rows[name]
+        lines.append(f"  %{name}.pad = getelementptr inbounds double, ptr %work, i64 {offset}")
+        replaced[name] = f"%{name}.pad"
+        replaced[f"{name}.stride"] = str(width)
+        for lane in range(lanes):
+            source = f"%{name}.{lane}.src"
+            target = f"%{name}.{lane}.dst"
+            lines += [
+                f"  %{name}.{lane}.start = mul i64 %row.{lane}, %{name}.stride",
+                f"  {source} = getelementptr inbounds double, ptr %{name}, "
+                f"i64 %{name}.{lane}.start",
+                f"  {target} = getelementptr inbounds double, ptr %{name}.pad, i64 {lane * width}",
+                f"  call void @llvm.memcpy.p0.p0.i64(ptr {target}, ptr {source}, "
+                f"i64 {8 * width}, i1 false)",
+            ]
+            if name in access.written:
+                copy_back[lane].append(
+                    f"  call void @llvm.memcpy.p0.p0.i64(ptr {source}, ptr {target}, "
+                    f"i64 {8 * width}, i1 false)"
+                )
+        offset += lanes * width
+    for name in sorted(access.points):
+        element = arrays[name].element
+        lines.append(f"  %{name}.pad = getelementptr inbounds double, ptr %work, i64 {offset}")
+        replaced[name] = f"%{name}.pad"
+        for lane in range(lanes):
+            lines += [
+                f"  %{name}.{lane}.src = getelementptr inbounds {element}, ptr %{name}, "
+                f"i64 %row.{lane}",
+                f"  %{name}.{lane}.dst = getelementptr inbounds {element}, ptr %{name}.pad, "
+                f"i64 {lane}",
+                f"  %{name}.{lane}.value = load {element}, ptr %{name}.{lane}.src",
+                f"  store {element} %{name}.{lane}.value, ptr %{name}.{lane}.dst",
+            ]
+            if name in access.written:
+                copy_back[lane] += [
+                    f"  %{name}.{lane}.result = load {element}, ptr %{name}.{lane}.dst",
+                    f"  store {element} %{name}.{lane}.result, ptr %{name}.{lane}.src",
+                ]
+        offset += lanes
+    arguments = []
+    for parameter in _parameters():
+        kind, name = parameter.replace("noalias ", "").rsplit(" %", 1)
+        arguments.append(f"{kind} {replaced.get(name, '%' + name)}")
+    lines.append(
+        f"  %flagged = call i64 @{symbol}.group({', '.join(arguments)}, i64 0, i64 %count)"
+    )
+    # Back into the arrays: the real points' rows, lane by lane (a lane past the end
+    # holds a copy of the last point's results, written nowhere).
+    for lane in range(lanes):
+        lines += [
+            f"  %back.{lane} = icmp slt i64 {lane}, %count",
+            f"  br i1 %back.{lane}, label %copy.{lane}, label %done",
+            f"copy.{lane}:",
+            *copy_back[lane],
+        ]
+    lines += ["  br label %done", "done:", "  ret i64 %flagged", "}"]
+    return "\n".join(lines), offset
 
 
 def _batch_kernel(vectors: _Vectors, definition: ast.FunctionDef, symbol: str) -> str:
-    """The batch kernel: full groups of points, then the last, partial one; each group is
-    a function of its own (``_VectorLowering.lower_group``)."""
+    """The batch kernel: whole groups of points straight from the arrays, the last,
+    partial one through the work buffer (``_padded_group``); the group is one function
+    (``_VectorLowering.lower_group``)."""
     body = [
         s
         for s in definition.body
@@ -710,59 +870,30 @@ def _batch_kernel(vectors: _Vectors, definition: ast.FunctionDef, symbol: str) -
     if not isinstance(loop.target, ast.Name):
         raise NotImplementedError("batch: the loop's variable is not a name")
     statements = loop.body
-    if len(statements) > MAX_STATEMENTS:
+    access = _access(statements, loop.target.id)
+    cost = len(statements) + 3 * access.row_stores
+    if cost > MAX_COST:
         raise NotImplementedError(
-            f"batch: {len(statements):,} statements per point; vectors of points are "
-            f"lowered for at most {MAX_STATEMENTS:,}"
+            f"batch: a loop body of cost {cost:,}; vectors of points are lowered for at "
+            f"most {MAX_COST:,}"
         )
-    parameters: list[str] = []
-    for parameter in scalar_ir.BATCH:
-        if parameter.kind == "scalar":
-            parameters.append(f"i64 %{parameter.name}")
-            continue
-        noalias = "noalias " if parameter.noalias else ""
-        parameters.append(f"ptr {noalias}%{parameter.name}")
-        if parameter.kind == "rows":
-            parameters.append(f"i64 %{parameter.name}.stride")
-    variable = loop.target.id
-    tiles = _tiles(statements, variable)
-    for tail in (False, True):
-        group = _VectorLowering(vectors, definition)
-        name = f"{symbol}.{'tail' if tail else 'full'}"
-        vectors.module.extra.append(
-            group.lower_group(statements, variable, parameters, name, tail, {} if tail else tiles)
-        )
-    arguments = ", ".join(p.replace("noalias ", "") for p in parameters)
     lanes = vectors.lanes
-    # Whole groups read and write their rows at once where every array's rows are as
-    # wide as the kernel uses them (the front end's C-contiguous arrays); otherwise
-    # every group runs the lane-by-lane code of the last one.
-    checks = ["  %dense.0 = add i1 0, 1"]
-    for position, (array, width) in enumerate(sorted(tiles.items()), 1):
-        checks += [
-            f"  %width.{position} = icmp eq i64 %{array}.stride, {width}",
-            f"  %dense.{position} = and i1 %dense.{position - 1}, %width.{position}",
-        ]
+    parameters = _parameters()
+    group = _VectorLowering(vectors, definition)
+    vectors.module.extra.append(
+        group.lower_group(statements, loop.target.id, parameters, f"{symbol}.group", access.tiles)
+    )
+    padded, work = _padded_group(lanes, access, symbol)
+    vectors.module.extra.append(padded)
+    vectors.declare(
+        "llvm.memcpy.p0.p0.i64", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"
+    )
+    arguments = ", ".join(p.replace("noalias ", "") for p in parameters)
     return "\n".join(
         [
             f"define i64 @{symbol}({', '.join(parameters)}, ptr noalias %work) {{",
             "entry:",
-            *checks,
-            f"  br i1 %dense.{len(tiles)}, label %test, label %strided",
-            "strided:",
-            "  %at = phi i64 [%start, %entry], [%next, %strided.group]",
-            "  %counted = phi i64 [0, %entry], [%added, %strided.group]",
-            "  %more = icmp slt i64 %at, %stop",
-            "  br i1 %more, label %strided.group, label %strided.done",
-            "strided.group:",
-            f"  %next.unclipped = add i64 %at, {lanes}",
-            "  %inside = icmp slt i64 %next.unclipped, %stop",
-            "  %next = select i1 %inside, i64 %next.unclipped, i64 %stop",
-            f"  %some = call i64 @{symbol}.tail({arguments}, i64 %at, i64 %next)",
-            "  %added = add i64 %counted, %some",
-            "  br label %strided",
-            "strided.done:",
-            "  ret i64 %counted",
+            "  br label %test",
             "test:",
             "  %first = phi i64 [%start, %entry], [%after, %group]",
             "  %flagged = phi i64 [0, %entry], [%sum, %group]",
@@ -770,20 +901,20 @@ def _batch_kernel(vectors: _Vectors, definition: ast.FunctionDef, symbol: str) -
             "  %whole = icmp sle i64 %after, %stop",
             "  br i1 %whole, label %group, label %rest",
             "group:",
-            f"  %found = call i64 @{symbol}.full({arguments}, i64 %first)",
+            f"  %found = call i64 @{symbol}.group({arguments}, i64 %first, i64 {lanes})",
             "  %sum = add i64 %flagged, %found",
             "  br label %test",
             "rest:",
             "  %left = icmp slt i64 %first, %stop",
-            "  br i1 %left, label %tail, label %done",
-            "tail:",
-            f"  %last = call i64 @{symbol}.tail({arguments}, i64 %first, i64 %stop)",
-            "  %total = add i64 %flagged, %last",
+            "  br i1 %left, label %last, label %done",
+            "last:",
+            f"  %some = call i64 @{symbol}.padded({arguments}, ptr %work, i64 %first, i64 %stop)",
+            "  %total = add i64 %flagged, %some",
             "  ret i64 %total",
             "done:",
             "  ret i64 %flagged",
             "}",
             "",
-            f"@{symbol}_work = constant i64 0",
+            f"@{symbol}_work = constant i64 {work}",
         ]
     )

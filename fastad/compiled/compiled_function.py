@@ -102,7 +102,9 @@ class CompiledFunction:
 
     @property
     def fast_math(self) -> bool:
-        """Whether generated batch code runs in fast math (``fa.compile(fast_math=True)``)."""
+        """Whether fast math was asked for (``fa.compile(fast_math=True)``); ``f.tier(call)``
+        says whether a kind of call's batches run it (not where libmvec is missing, nor
+        in a loop body too long for it)."""
         return self._calls.definition.fast_math
 
     @property

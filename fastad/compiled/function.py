@@ -150,7 +150,8 @@ def compile(  # noqa: A001
         for the products.
     fast_math : bool
         For a function of scalars, off by default: generated batch code runs
-        several points at once (eight with AVX-512, four with AVX2) with
+        several points at once (eight with AVX-512, four with AVX2, two with
+        SSE2) with
         glibc's vector math functions (libmvec), accurate to a few units in
         the last place instead of libm's results bit for bit. Arithmetic,
         comparisons, strong zeros, guards and the recheck of non-finite

@@ -311,11 +311,12 @@ class GeneratedCode:
                 vector = self.fast_math if kernel == "batch" else None
                 lanes, functions = vector or (0, ())
                 text = generator.module_source(self._program, mode, (kernel,), lanes, functions)
-                statements = vector_ir.body_statements(text)
-                if lanes and statements > vector_ir.MAX_STATEMENTS:
+                cost = vector_ir.body_cost(text)
+                if lanes and cost > vector_ir.MAX_COST:
                     self._scalar_batches[mode] = (
-                        f"fast math takes loop bodies of up to {vector_ir.MAX_STATEMENTS:,} "
-                        f"statements, this one has {statements:,}: batches run libm"
+                        f"fast math takes loop bodies of cost up to {vector_ir.MAX_COST:,} "
+                        f"(statements, a store into a row four), this one costs {cost:,}: "
+                        "batches run libm"
                     )
                     text = generator.module_source(self._program, mode, (kernel,))
             found = self._sources[mode, kernel] = (text, native_code.module_name(text))

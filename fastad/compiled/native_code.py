@@ -119,7 +119,6 @@ class FastMath(NamedTuple):
     functions: tuple[str, ...]
 
 
-@functools.cache
 def fast_math() -> FastMath:
     """The host's fast math: eight lanes with AVX-512, four with AVX2, two with SSE2;
     libmvec loaded into the process, so the code that calls it links.
@@ -129,17 +128,25 @@ def fast_math() -> FastMath:
     RuntimeError
         Not an x86-64 machine, or no libmvec (glibc before 2.22, or not glibc), named.
     """
+    found = _fast_math()
+    if isinstance(found, str):
+        raise RuntimeError(found)
+    return found
+
+
+@functools.cache
+def _fast_math() -> FastMath | str:
+    """:func:`fast_math`'s answer, or why not: looked up once per process."""
     triple, _, features = _host()
     if not triple.startswith("x86_64"):
-        raise RuntimeError(f"fast math needs an x86-64 CPU (glibc's libmvec); this is {triple}")
-    path = ctypes.util.find_library("mvec")
-    if path is None:
-        raise RuntimeError("fast math needs glibc's libmvec (libmvec.so.1), which was not found")
+        return f"fast math needs an x86-64 CPU (glibc's libmvec); this is {triple}"
+    # find_library asks ldconfig or a compiler; glibc's soname is the fallback.
+    path = ctypes.util.find_library("mvec") or "libmvec.so.1"
     try:
         library = ctypes.CDLL(path)
         llvm.load_library_permanently(path)
     except (OSError, RuntimeError) as error:
-        raise RuntimeError(f"fast math: cannot load {path} ({error})") from None
+        return f"fast math needs glibc's libmvec, and {path} did not load ({error})"
     flags = set(features.split(","))
     lanes = 8 if "+avx512f" in flags else 4 if "+avx2" in flags else 2
     functions = tuple(
