@@ -207,7 +207,7 @@ def _stores_and_loads(statement: ast.stmt) -> tuple[list[str], list[str]]:
     return stores, loads
 
 
-def _assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
+def assigned_names(body: Iterable[ast.stmt]) -> dict[str, int]:
     """How often each name is assigned in ``body``, a name assigned under an ``if`` (or
     with ``+=``, or a loop's variable) counted twice: those live in stack slots, the
     others are SSA values."""
@@ -271,7 +271,7 @@ def block_points(slots: int) -> int:
     return max(1, min(MAX_BLOCK_POINTS, BLOCK_DOUBLES // max(1, slots)))
 
 
-def _straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
+def straight_prefix(body: list[ast.stmt], mutable: set[str]) -> int:
     """How many of ``body``'s first statements are plain assignments that touch no
     mutable name: the statements that may move into parts."""
     for position, statement in enumerate(body):
@@ -349,7 +349,7 @@ class FunctionLowering:
         self.terminated = False
         self.returns: list[str] = []  # the return type(s)
         if in_slots is None:
-            counts = _assigned_names(definition.body)
+            counts = assigned_names(definition.body)
             in_slots = {name for name, count in counts.items() if count > 1}
         self.in_slots = in_slots
 
@@ -821,7 +821,7 @@ class FunctionLowering:
             body = loops[0].body if loops else definition.body
             if loops and isinstance(loops[0].target, ast.Name):
                 self.loop_variable = loops[0].target.id
-            prefix = _straight_prefix(body, self.in_slots - {self.loop_variable or ""})
+            prefix = straight_prefix(body, self.in_slots - {self.loop_variable or ""})
             if prefix > 2 * PART_STATEMENTS:
                 self.split, self.prefix = body, prefix
                 self.spilled = spill_plan(body, prefix, PART_STATEMENTS)

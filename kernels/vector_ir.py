@@ -30,10 +30,9 @@ way, a ``return`` completing the lanes it is reached in.
 
 The subset is the scalar lowering's, inside the loop body: anything else (a
 nested loop, a subscript not by the point or by a literal) raises
-``NotImplementedError`` naming it. A body that costs more than ``MAX_COST``
-is refused the same way (``body_cost`` tells a caller beforehand): the group
-is one function, whose compile grows faster than its length, where the
-scalar kernels split long bodies into parts (``scalar_ir.PART_STATEMENTS``).
+``NotImplementedError`` naming it. A long body runs in parts, as in the
+scalar kernels (``scalar_ir.PART_STATEMENTS``), so the compile stays linear
+in the program.
 """
 
 from __future__ import annotations
@@ -50,30 +49,6 @@ ISA = {2: "b", 4: "d", 8: "e"}
 
 EXACT = {"fabs", "copysign", "sqrt"}
 """Math functions that are single exact instructions on vectors (LLVM intrinsics)."""
-
-MAX_COST = 12_000
-"""The costliest loop body lowered here: its statements, a store into a row of an array
-counted as four (its share of the transposes). Measured on the 2-core machine (program
-compiled and first called): the gradient of a random DAG of sin, tanh and arithmetic
-of 4,000 nodes (10,598 statements, a few stores) 2.1-2.8 s; the Hessian of a chain of
-48 sines (3,397 statements, 2,352 stores: cost 10,453) 2.1-3.1 s, of 96 (cost about
-39,000) 20-31 s, against 1.2 s without fast math."""
-
-_LOOP_BODY = re.compile(
-    r"^    for p in range\(start, stop\):\n(.*?)^    return flagged$", re.MULTILINE | re.DOTALL
-)
-_ROW_STORE = re.compile(r"^\s+\w+\[p, \d+\] = ", re.MULTILINE)
-
-
-def body_cost(source: str) -> int:
-    """What :data:`MAX_COST` bounds for the batch kernel of generated module ``source``:
-    the lines of its loop body (statements and ``if`` headers), a store into a row of
-    an array four times."""
-    found = _LOOP_BODY.search(source)
-    if found is None:
-        return 0
-    body = found.group(1)
-    return body.count("\n") + 3 * len(_ROW_STORE.findall(body))
 
 
 def vector_symbol(name: str, lanes: int) -> str:
@@ -168,6 +143,7 @@ class _VectorLowering(FunctionLowering):
         self.row_starts: dict[tuple[str, int], Value] = {}
         self.flagged = Value("0", INT)
         self.arrays: dict[str, scalar_ir.Parameter] = {}
+        self.spilled: dict[str, int] = {}  # names that cross parts: their vector slots
         # Arrays read or written a group of rows at once, and their row widths (the
         # kernel calls such a group only where each array's stride is its width).
         self.tiles: dict[str, int] = {}
@@ -227,11 +203,29 @@ class _VectorLowering(FunctionLowering):
         value = self.widen(value)
         mask, old = self.current(), self.values.get(name)
         self.values[name] = value if mask is None or old is None else self.choose(mask, value, old)
+        slot = self.spilled.get(name)
+        if slot is not None:  # read by a later part: through the work buffer
+            if value.type != self.vectors.of(DOUBLE) or mask is not None:
+                raise NotImplementedError(f"{self.definition.name}: {name} crosses parts")
+            self.emit(f"store {value.type} {value.text}, ptr {self.slot(slot)}, align 8")
+
+    def slot(self, slot: int) -> str:
+        """The address of the work buffer's vector ``slot``."""
+        return self.instruction(
+            f"getelementptr inbounds double, ptr %spill, i64 {slot * self.lanes}", "ptr"
+        ).text
 
     def read(self, name: str) -> Value:
         value = self.values.get(name)
         if value is not None:
             return value
+        slot = self.spilled.get(name)
+        if slot is not None:  # made by an earlier part: loaded once per function
+            vector = self.vectors.of(DOUBLE)
+            loaded = self.values[name] = self.instruction(
+                f"load {vector}, ptr {self.slot(slot)}, align 8", vector
+            )
+            return loaded
         constant = self.module.constants.get(name)
         if constant is not None:
             return Value(scalar_ir.double_literal(constant), DOUBLE)
@@ -634,20 +628,11 @@ class _VectorLowering(FunctionLowering):
         header = f"define internal {self.result.type} @{symbol}({listed}) {{"
         return "\n".join([header, "entry:", *self.lines, "}"]), self.result.type
 
-    def lower_group(
-        self,
-        body: list[ast.stmt],
-        variable: str,
-        parameters: list[str],
-        symbol: str,
-        tiles: dict[str, int],
-    ) -> str:
-        """The text of the function that runs the loop body for the group of points from
-        ``%group.first``, one per lane, and returns how many of its first
-        ``%group.count`` points it flagged (a partial group's other lanes repeat its last
-        point: see ``_padded_group``). ``tiles``: the arrays read or written a row at a
-        time (``_access``)."""
+    def enter_group(self, variable: str, tiles: dict[str, int], spilled: dict[str, int]) -> None:
+        """Start a function of the group from ``%group.first`` (``%group.count`` real
+        points): the kernel's arrays, each lane's row, the lanes of real points."""
         self.tiles = dict(tiles)
+        self.spilled = spilled
         self.arrays = {p.name: p for p in scalar_ir.BATCH if p.kind != "scalar"}
         for parameter in scalar_ir.BATCH:
             if parameter.kind == "scalar":
@@ -660,14 +645,65 @@ class _VectorLowering(FunctionLowering):
         self.active = self.instruction(
             f"icmp slt {count.type} {steps}, {count.text}", self.vectors.of(BOOL)
         )
-        self.statements(body)
+
+    def lower_group(
+        self,
+        body: list[ast.stmt],
+        variable: str,
+        parameters: list[str],
+        symbol: str,
+        tiles: dict[str, int],
+    ) -> tuple[str, int]:
+        """The text of the function that runs the loop body for the group of points from
+        ``%group.first``, one per lane, and returns how many of its first
+        ``%group.count`` points it flagged (a partial group's other lanes repeat its last
+        point: see ``_padded_group``); and how many doubles of the work buffer it takes.
+        ``tiles``: the arrays read or written a row at a time (``_access``).
+
+        A long body's straight-line start runs as functions of
+        ``scalar_ir.PART_STATEMENTS`` statements each (``noinline``), called in order,
+        as in the scalar kernels: a value one part makes and a later one reads crosses
+        in the work buffer, a vector a slot (``scalar_ir.spill_plan``).
+        """
+        counts = scalar_ir.assigned_names(body)
+        mutable = {name for name, count in counts.items() if count > 1} - {variable}
+        size = scalar_ir.PART_STATEMENTS
+        prefix = scalar_ir.straight_prefix(body, mutable)
+        if prefix <= 2 * size:
+            prefix = 0  # short enough to be one function
+        spilled = scalar_ir.spill_plan(body, prefix, size) if prefix else {}
+        listed = ", ".join([*parameters, "ptr %spill", "i64 %group.first", "i64 %group.count"])
+        arguments = ", ".join(
+            [*(p.replace("noalias ", "") for p in parameters), "ptr %spill"]
+            + ["i64 %group.first", "i64 %group.count"]
+        )
+        for start in range(0, prefix, size):
+            part = _VectorLowering(self.vectors, self.definition)
+            part.enter_group(variable, tiles, spilled)
+            part.statements(body[start : min(prefix, start + size)])
+            part.finish_tiles()
+            part.emit("ret void")
+            self.vectors.module.extra.append(
+                "\n".join(
+                    [
+                        f"define internal void @{symbol}.part{start}({listed}) noinline {{",
+                        "entry:",
+                        *part.lines,
+                        "}",
+                    ]
+                )
+            )
+        self.enter_group(variable, tiles, spilled)
+        for start in range(0, prefix, size):
+            self.emit(f"call void @{symbol}.part{start}({arguments})")
+        self.statements(body[prefix:])
         self.finish_tiles()
         if self.result is not None:
             raise NotImplementedError(f"{self.definition.name}: a return inside the loop body")
         self.emit(f"ret i64 {self.flagged.text}")
-        listed = ", ".join([*parameters, "i64 %group.first", "i64 %group.count"])
         header = f"define internal i64 @{symbol}({listed}) {{"
-        return "\n".join([header, "entry:", *self.lines, "}"])
+        slots = max(spilled.values(), default=-1) + 1
+        return "\n".join([header, "entry:", *self.lines, "}"]), slots * self.lanes
 
 
 def _vector(element: str, items: list[str]) -> str:
@@ -683,7 +719,6 @@ class _Access(NamedTuple):
     written: set[str]
     points: set[str]  # 1-D arrays at the point
     tiles: dict[str, int]  # the arrays a group reads or writes a row at a time: widths
-    row_stores: int  # stores at (point, column)
 
 
 def _access(statements: list[ast.stmt], variable: str) -> _Access:
@@ -696,11 +731,8 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
     points: set[str] = set()
     others: set[str] = set()  # arrays subscripted any other way
     masked: set[str] = set()  # written under an ``if``
-    row_stores = 0
 
     def visit(node: ast.AST, names: list[str], nested: bool) -> None:
-        nonlocal row_stores
-
         def resolve(name: str) -> str:
             return names[int(name[2:])] if name.startswith("__") and name[2:].isdigit() else name
 
@@ -722,7 +754,6 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
             ):
                 table = columns_written if isinstance(found.ctx, ast.Store) else columns_read
                 table.setdefault(array, set()).add(int(resolve(elements[1].id)))
-                row_stores += isinstance(found.ctx, ast.Store)
             else:
                 others.add(array)
 
@@ -750,9 +781,7 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
         for array, width in rows.items()
         if (array in columns_read) != (array in columns_written) and array not in masked
     }
-    return _Access(
-        rows, set(columns_read), set(columns_written) | masked, points, tiles, row_stores
-    )
+    return _Access(rows, set(columns_read), set(columns_written) | masked, points, tiles)
 
 
 def _parameters() -> list[str]:
@@ -769,13 +798,14 @@ def _parameters() -> list[str]:
     return listed
 
 
-def _padded_group(lanes: int, access: _Access, symbol: str) -> tuple[str, int]:
+def _padded_group(lanes: int, access: _Access, symbol: str, spill: int) -> tuple[str, int]:
     """The function that runs points ``%first:%end`` (at most ``lanes``) through the group
     function: their rows of every array the body subscripts at the point are copied to
     the work buffer, each array's rows as wide as the body uses them (a tile), the last
     point's again in the missing lanes; the group runs there; the rows of the real points
-    are copied back into the arrays it writes. Serves the last, partial group. Returns its
-    text and the work buffer's size in doubles."""
+    are copied back into the arrays it writes. Serves the last, partial group. The work
+    buffer's first ``spill`` doubles are the group's own. Returns its text and the work
+    buffer's size in doubles."""
     lines = [
         f"define internal i64 @{symbol}.padded({', '.join(_parameters())}, "
         "ptr noalias %work, i64 %first, i64 %end) {",
@@ -789,7 +819,7 @@ def _padded_group(lanes: int, access: _Access, symbol: str) -> tuple[str, int]:
             f"  %row.{lane}.in = icmp slt i64 %row.{lane}.at, %end",
             f"  %row.{lane} = select i1 %row.{lane}.in, i64 %row.{lane}.at, i64 %last",
         ]
-    offset = 0  # in doubles (8 bytes: an i64 or i8 element takes a double's place)
+    offset = spill  # in doubles (8 bytes: an i64 or i8 element takes a double's place)
     replaced: dict[str, str] = {}
     copy_back: dict[int, list[str]] = {lane: [] for lane in range(lanes)}
     arrays = {parameter.name: parameter for parameter in scalar_ir.BATCH}
@@ -839,7 +869,8 @@ def _padded_group(lanes: int, access: _Access, symbol: str) -> tuple[str, int]:
         kind, name = parameter.replace("noalias ", "").rsplit(" %", 1)
         arguments.append(f"{kind} {replaced.get(name, '%' + name)}")
     lines.append(
-        f"  %flagged = call i64 @{symbol}.group({', '.join(arguments)}, i64 0, i64 %count)"
+        f"  %flagged = call i64 @{symbol}.group({', '.join(arguments)}, ptr %work, i64 0, "
+        "i64 %count)"
     )
     # Back into the arrays: the real points' rows, lane by lane (a lane past the end
     # holds a copy of the last point's results, written nowhere).
@@ -871,19 +902,14 @@ def _batch_kernel(vectors: _Vectors, definition: ast.FunctionDef, symbol: str) -
         raise NotImplementedError("batch: the loop's variable is not a name")
     statements = loop.body
     access = _access(statements, loop.target.id)
-    cost = len(statements) + 3 * access.row_stores
-    if cost > MAX_COST:
-        raise NotImplementedError(
-            f"batch: a loop body of cost {cost:,}; vectors of points are lowered for at "
-            f"most {MAX_COST:,}"
-        )
     lanes = vectors.lanes
     parameters = _parameters()
     group = _VectorLowering(vectors, definition)
-    vectors.module.extra.append(
-        group.lower_group(statements, loop.target.id, parameters, f"{symbol}.group", access.tiles)
+    text, spill = group.lower_group(
+        statements, loop.target.id, parameters, f"{symbol}.group", access.tiles
     )
-    padded, work = _padded_group(lanes, access, symbol)
+    vectors.module.extra.append(text)
+    padded, work = _padded_group(lanes, access, symbol, spill)
     vectors.module.extra.append(padded)
     vectors.declare(
         "llvm.memcpy.p0.p0.i64", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"
@@ -901,7 +927,7 @@ def _batch_kernel(vectors: _Vectors, definition: ast.FunctionDef, symbol: str) -
             "  %whole = icmp sle i64 %after, %stop",
             "  br i1 %whole, label %group, label %rest",
             "group:",
-            f"  %found = call i64 @{symbol}.group({arguments}, i64 %first, i64 {lanes})",
+            f"  %found = call i64 @{symbol}.group({arguments}, ptr %work, i64 %first, i64 {lanes})",
             "  %sum = add i64 %flagged, %found",
             "  br label %test",
             "rest:",

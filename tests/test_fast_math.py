@@ -26,7 +26,7 @@ from test_codegen import (
 import fastad as fa
 from fastad import demo
 from fastad.compiled import native_code, tiers
-from fastad.kernels import scalar_source, vector_ir
+from fastad.kernels import scalar_ir, scalar_source, vector_ir
 
 try:
     HOST = native_code.fast_math()
@@ -117,15 +117,35 @@ def test_wide_outputs_give_the_interpreters_bits(monkeypatch, lanes):
     assert_fast_math_tier(fast, "hessian")
 
 
-def test_a_body_too_costly_for_vectors_says_so_before_compiling():
-    # The Hessian of 96 inputs stores 9,216 numbers a point: its vector code would take
-    # tens of seconds to compile, so it is never made.
-    f = fa.compile(sine_chain, example=np.full(96, 0.5), num_inputs=96, backend="interpret")
-    program = f._calls.replay._generated.program
-    text = scalar_source.module_source(program, "hessian", ("batch",), 8, ("sin",))
-    assert vector_ir.body_cost(text) > vector_ir.MAX_COST
-    small = scalar_source.module_source(program, "grad", ("batch",), 8, ("sin",))
-    assert vector_ir.body_cost(small) < vector_ir.MAX_COST
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_long_bodies_run_in_parts_with_the_interpreters_bits(monkeypatch, tmp_path, lanes):
+    # Parts of 7 statements: every group function of these programs is split, and
+    # vectors cross from part to part through the work buffer.
+    monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 7)
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "vector parts of 7 statements")
+    lanes_without_vector_math(monkeypatch, lanes)
+    program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
+    text = scalar_source.module_source(program, "grad", ("batch",), lanes, ())
+    (ir,) = vector_ir.module_irs(text, "fastad_test", 1).texts
+    assert ir.count("define internal void @fastad_test_batch.group.part") > 2
+    rng = np.random.default_rng(lanes)
+    function = random_program(40 + lanes)
+    plain, fast = compiled_pair(function, rng.uniform(0.5, 1.5, 4), num_inputs=4)
+    points = points_with_special_values(rng, 61, 4)
+    tangents = rng.normal(size=(61, 4))
+    assert_same_bits(fast(points), plain(points))
+    for mine, theirs in zip(fast.jvp(points, tangents), plain.jvp(points, tangents), strict=True):
+        assert_same_bits(mine, theirs)
+    assert_same_bits(fast.jacobian(points, mode="rev"), plain.jacobian(points, mode="rev"))
+    plain, fast = compiled_pair(sine_chain, np.full(9, 0.5), num_inputs=9)
+    chain_points = rng.normal(size=(21, 9))
+    assert_same_bits(fast.hessian(chain_points), plain.hessian(chain_points))
+    for mine, theirs in zip(
+        fast.value_and_grad(chain_points), plain.value_and_grad(chain_points), strict=True
+    ):
+        assert_same_bits(mine, theirs)
+    assert_fast_math_tier(fast, "hessian")
 
 
 def test_a_point_gets_the_same_bits_wherever_it_stands_in_a_batch():
@@ -266,22 +286,6 @@ def test_the_module_text_names_its_lanes_and_functions():
     assert (
         "LANES" not in plain and "<4 x double>" not in vector_ir.module_irs(plain, "m", 1).texts[0]
     )
-
-
-def test_a_body_too_long_for_vectors_runs_libms_generated_code_and_says_so(monkeypatch, tmp_path):
-    monkeypatch.setattr(vector_ir, "MAX_COST", 5)
-    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
-    plain = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
-    points = np.random.default_rng(7).normal(size=(20, 6))
-    assert_same_bits(fast.value_and_grad(points)[1], plain.value_and_grad(points)[1])
-    tier = fast.tier("grad")
-    assert tier.name == "codegen"
-    assert "fast math takes loop bodies of cost up to 5 (statements" in tier.reason
-    # The lowering itself refuses such a body, naming it.
-    program = fast._calls.replay._generated.program
-    text = scalar_source.module_source(program, "grad", ("batch",), 4, ("exp",))
-    with pytest.raises(NotImplementedError, match="lowered for at most 5"):
-        vector_ir.module_irs(text, "fastad_test", 1)
 
 
 def test_auto_interprets_with_libm_then_runs_fast_math_in_the_background(monkeypatch, tmp_path):

@@ -103,8 +103,7 @@ class CompiledFunction:
     @property
     def fast_math(self) -> bool:
         """Whether fast math was asked for (``fa.compile(fast_math=True)``); ``f.tier(call)``
-        says whether a kind of call's batches run it (not where libmvec is missing, nor
-        in a loop body too long for it)."""
+        says whether a kind of call's batches run it (not where libmvec is missing)."""
         return self._calls.definition.fast_math
 
     @property

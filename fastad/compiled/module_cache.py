@@ -40,7 +40,7 @@ import numpy as np
 
 from fastad.compiled import native_code
 from fastad.compiled.parallel import threaded_region
-from fastad.kernels import native_calls, vector_ir
+from fastad.kernels import native_calls
 from fastad.kernels import scalar_source as generator
 from fastad.kernels.jit import JIT_OPTIONS, cache_directory
 from fastad.util.progress import progress
@@ -289,7 +289,6 @@ class GeneratedCode:
         self._program = program
         self._title = title  # for progress reports only: never part of the code
         self.fast_math = fast_math  # batch kernels on vectors of points (``vector_ir``)
-        self._scalar_batches: dict[str, str] = {}  # mode -> why its batch runs libm
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
@@ -311,23 +310,14 @@ class GeneratedCode:
                 vector = self.fast_math if kernel == "batch" else None
                 lanes, functions = vector or (0, ())
                 text = generator.module_source(self._program, mode, (kernel,), lanes, functions)
-                cost = vector_ir.body_cost(text)
-                if lanes and cost > vector_ir.MAX_COST:
-                    self._scalar_batches[mode] = (
-                        f"fast math takes loop bodies of cost up to {vector_ir.MAX_COST:,} "
-                        f"(statements, a store into a row four), this one costs {cost:,}: "
-                        "batches run libm"
-                    )
-                    text = generator.module_source(self._program, mode, (kernel,))
             found = self._sources[mode, kernel] = (text, native_code.module_name(text))
         return found
 
-    def fast_math_reason(self, mode: str) -> str | None:
-        """How ``mode``'s batches run under fast math: None without fast math."""
+    def fast_math_reason(self) -> str | None:
+        """How batches run under fast math: None without fast math."""
         if self.fast_math is None:
             return None
-        self._source(mode)
-        return self._scalar_batches.get(mode) or (
+        return (
             f"batches in fast math, {self.fast_math.lanes} points per vector (glibc's "
             "libmvec; a single point runs libm)"
         )

@@ -188,7 +188,7 @@ class Replay:
     def tier(self, mode: int) -> Tier:
         """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
         found = self._tiers.tier(MODE_NAMES[mode])
-        fast_math = self._generated.fast_math_reason(MODE_NAMES[mode])
+        fast_math = self._generated.fast_math_reason()
         if fast_math is None or found.name != "codegen":
             return found
         return found._replace(reason=f"{found.reason}; {fast_math}")
