@@ -144,8 +144,7 @@ class _VectorLowering(FunctionLowering):
         self.flagged = Value("0", INT)
         self.arrays: dict[str, scalar_ir.Parameter] = {}
         self.spilled: dict[str, int] = {}  # names that cross parts: their vector slots
-        # Arrays read or written a group of rows at once, and their row widths (the
-        # kernel calls such a group only where each array's stride is its width).
+        # Arrays read or written a square of columns at a time (``_access``): widths.
         self.tiles: dict[str, int] = {}
         self.loaded: dict[tuple[str, int], Value] = {}  # (array, first column): its rows
         self.pending: dict[str, dict[int, Value]] = {}
@@ -731,6 +730,7 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
     points: set[str] = set()
     others: set[str] = set()  # arrays subscripted any other way
     masked: set[str] = set()  # written under an ``if``
+    stored: set[str] = set()  # 1-D arrays written at the point
 
     def visit(node: ast.AST, names: list[str], nested: bool) -> None:
         def resolve(name: str) -> str:
@@ -746,6 +746,8 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
                 masked.add(array)
             if at_point and len(elements) == 1:
                 points.add(array)
+                if isinstance(found.ctx, ast.Store):
+                    stored.add(array)
             elif (
                 at_point
                 and len(elements) == 2
@@ -781,7 +783,8 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
         for array, width in rows.items()
         if (array in columns_read) != (array in columns_written) and array not in masked
     }
-    return _Access(rows, set(columns_read), set(columns_written) | masked, points, tiles)
+    written = set(columns_written) | masked | stored
+    return _Access(rows, set(columns_read), written, points, tiles)
 
 
 def _parameters() -> list[str]:

@@ -77,6 +77,8 @@ def test_without_vector_functions_every_mode_gives_the_interpreters_bits(monkeyp
         assert_same_bits(fast.jacobian(points, mode=mode), plain.jacobian(points, mode=mode))
     for call in ("values", "vjp", "jvp", "jacobian_fwd", "jacobian_rev"):
         assert_fast_math_tier(fast, call)
+    for size in range(1, lanes + 2):  # a partial group alone, a whole one, one more
+        assert_same_bits(fast.jacobian(points[:size]), plain.jacobian(points[:size]))
 
 
 @pytest.mark.parametrize("lanes", [4, 8])
@@ -259,6 +261,26 @@ def test_nonfinite_derivatives_are_rechecked_with_the_exact_rules():
     assert_same_bits(gradient[0::3], expected_gradient[0::3])  # rechecked points: exact
     assert np.isfinite(gradient).all()
     np.testing.assert_allclose(value, expected_value, rtol=1e-15)
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 9, 17, 4099])
+def test_the_kernel_counts_the_points_it_flags(size):
+    # The batch kernel returns how many points it flagged for the exact rules: the real
+    # points of a partial group only, not its lanes that repeat the last point.
+    function = lambda x, y: fa.sqrt(x) * 0.0 + fa.exp(y)  # noqa: E731
+    fast = fa.compile(function, example=np.array([1.0, 1.0]), backend="codegen", fast_math=True)
+    points = np.ones((size, 2))
+    points[::3, 0] = 0.0  # sqrt's partial inf, times 0: nan in plain code
+    points[-1, 0] = 0.0  # the last point, whose copies fill a partial group
+    code = fast._calls.replay._generated
+    values, derivatives = np.empty((size, 1)), np.empty((size, 2))
+    status, recheck = np.empty(0, np.int64), np.zeros(size, np.bool_)
+    for threads in (1, 2):
+        recheck[:] = False
+        flagged = code.run(
+            "grad", points, values, values, derivatives, status, recheck, threads, threads > 1
+        )
+        assert flagged == recheck.sum() == len(range(0, size, 3)) + ((size - 1) % 3 != 0)
 
 
 def test_guards_raise_the_same_branch_error():

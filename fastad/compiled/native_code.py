@@ -339,6 +339,7 @@ def load(name: str, kernel: str, code: bytes) -> Native:
         try:
             if _ENGINE is None:
                 _ENGINE = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+            _fast_math()  # libmvec in the process where there is one: fast math's calls link
             objects = [llvm.ObjectFileRef.from_data(data) for data in _unpack(code)]
             for found_object in objects:  # all read first: a bad one adds none
                 _ENGINE.add_object_file(found_object)
