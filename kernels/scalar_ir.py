@@ -421,15 +421,17 @@ class FunctionLowering:
             f"getelementptr inbounds double, ptr %work, i64 {offset.text}", "ptr"
         ).text
 
+    def load_spilled(self, slot: int) -> Value:
+        """The value an earlier part left in the work buffer's ``slot``."""
+        return self.instruction(f"load double, ptr {self.work_address(slot)}", DOUBLE)
+
     def read(self, name: str) -> Value:
         value = self.values.get(name)
         if value is not None:
             return value
         spilled = self.spilled.get(name)
         if spilled is not None:  # made by an earlier part: loaded once per part
-            loaded = self.values[name] = self.instruction(
-                f"load double, ptr {self.work_address(spilled)}", DOUBLE
-            )
+            loaded = self.values[name] = self.load_spilled(spilled)
             return loaded
         slot = self.mutable.get(name)
         if slot is not None:

@@ -180,11 +180,6 @@ class _VectorLowering(FunctionLowering):
         """The lanes the statement being lowered runs in."""
         return self.mask if self.done is None else self.both(self.mask, self.negated(self.done))
 
-    def stored(self) -> Value | None:
-        """The lanes a store writes: those the statement runs in (a partial group's lanes
-        past its points write the work buffer's copy, never read back)."""
-        return self.current()
-
     def choose(self, mask: Value, chosen: Value, other: Value) -> Value:
         chosen, other = self.widen(chosen), self.widen(other)
         if chosen.type != other.type:
@@ -214,21 +209,9 @@ class _VectorLowering(FunctionLowering):
             f"getelementptr inbounds double, ptr %spill, i64 {slot * self.lanes}", "ptr"
         ).text
 
-    def read(self, name: str) -> Value:
-        value = self.values.get(name)
-        if value is not None:
-            return value
-        slot = self.spilled.get(name)
-        if slot is not None:  # made by an earlier part: loaded once per function
-            vector = self.vectors.of(DOUBLE)
-            loaded = self.values[name] = self.instruction(
-                f"load {vector}, ptr {self.slot(slot)}, align 8", vector
-            )
-            return loaded
-        constant = self.module.constants.get(name)
-        if constant is not None:
-            return Value(scalar_ir.double_literal(constant), DOUBLE)
-        raise NotImplementedError(f"{self.definition.name}: unknown name {name!r}")
+    def load_spilled(self, slot: int) -> Value:
+        vector = self.vectors.of(DOUBLE)
+        return self.instruction(f"load {vector}, ptr {self.slot(slot)}, align 8", vector)
 
     # -- expressions -----------------------------------------------------------------
     def expression(self, node: ast.expr) -> Value:
@@ -469,7 +452,7 @@ class _VectorLowering(FunctionLowering):
 
     def store(self, target: ast.Subscript, value: Value) -> None:
         found = self.column(target)
-        if found is not None and found[0].name in self.tiles and self.stored() is None:
+        if found is not None and found[0].name in self.tiles and self.current() is None:
             value = self.widen(value)
             if value.type != self.vectors.of(DOUBLE):
                 raise NotImplementedError(f"{self.definition.name}: {ast.unparse(target)}")
@@ -494,7 +477,9 @@ class _VectorLowering(FunctionLowering):
             raise NotImplementedError(
                 f"{self.definition.name}: a {value.type} stored into {ast.unparse(target)}"
             )
-        mask = self.stored()
+        # Only the lanes the statement runs in (a partial group's lanes past its points
+        # write the work buffer's copy, never read back).
+        mask = self.current()
         if mask is not None:  # only where a lane's mask is set; skipped when none is
             bits = self.instruction(
                 f"bitcast {mask.type} {mask.text} to i{self.lanes}", f"i{self.lanes}"
@@ -714,7 +699,6 @@ class _Access(NamedTuple):
     """How a loop body subscripts the kernel's arrays by the point."""
 
     rows: dict[str, int]  # 2-D arrays read or written at (point, column): their widths
-    read: set[str]
     written: set[str]
     points: set[str]  # 1-D arrays at the point
     tiles: dict[str, int]  # the arrays a group reads or writes a row at a time: widths
@@ -784,7 +768,7 @@ def _access(statements: list[ast.stmt], variable: str) -> _Access:
         if (array in columns_read) != (array in columns_written) and array not in masked
     }
     written = set(columns_written) | masked | stored
-    return _Access(rows, set(columns_read), written, points, tiles)
+    return _Access(rows, written, points, tiles)
 
 
 def _parameters() -> list[str]:
