@@ -190,6 +190,7 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     "BlockFunction.backend": [(GET, "g.backend")],
     "BlockFunction.batch": [(GET, "g.batch")],
     "BlockFunction.blas_calls": [(VALUE, "g.blas_calls(b)")],
+    "BlockFunction.fast_math": [(GET, "g.fast_math")],
     "BlockFunction.generated_source": [(VALUE, "g.generated_source(b)")],
     "BlockFunction.grad": [
         (VALUE, "g.grad(b)"),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from fastad.compiled import array_kernel
+from fastad.compiled import array_kernel, native_code
 from fastad.compiled.array_interpreter import unit
 from fastad.compiled.definition import ArrayDefinition
 from fastad.compiled.tiers import HOT_CALLS, HOT_NODE_POINTS, Tier, Tiers
@@ -73,6 +73,9 @@ class Generated:
                 definition.integers,
                 f"the function of arrays {definition.name!r}",
                 definition.batch_axes,
+                native_code.fast_math_for(definition.name, stacklevel=5)
+                if definition.fast_math
+                else None,
             )
         except array_kernel.Unsupported as error:
             if backend == "codegen":
@@ -100,7 +103,11 @@ class Generated:
             if call == "jvp":
                 return Tier("interpret", "the output is an argument: its JVP is the direction")
             return Tier("interpret", "the output is an argument: its VJP is the cotangent")
-        return self._tiers.tier(call)
+        found = self._tiers.tier(call)
+        fast_math = self.code.fast_math_reason()
+        if fast_math is None or found.name != "codegen":
+            return found
+        return found._replace(reason=f"{found.reason}; {fast_math}")
 
     def of(self, call: str) -> array_kernel.BlockCode:
         """The generated code for ``call``, else raises naming the tier's reason."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from fastad.compiled import batch_axis, module_cache
+from fastad.compiled import batch_axis, module_cache, native_code
 from fastad.core.reduction_rules import Reduction
 from fastad.kernels import array_program, array_source, blas, optable
 
@@ -163,14 +163,18 @@ class BlockCode:
         integers: Sequence[bool],
         title: str,
         batch_axes: dict[int, tuple[int, ...]] | None = None,
+        fast_math: native_code.FastMath | None = None,
     ) -> None:
         """``integers``: per argument, whether the example held integers (its class
         labels, if it is only ever labels, are compiled for int64). ``batch_axes``: per
-        array node, the axes along which a call's number of rows runs (``batch=``)."""
+        array node, the axes along which a call's number of rows runs (``batch=``).
+        ``fast_math``: the host's vector math, which the loops' math functions may use
+        where LLVM vectorises them (``fastad.kernels.vector_math``); None: libm."""
         reason = blas.unavailable()
         if reason is not None:
             raise Unsupported(reason)
         self.program = program
+        self.fast_math = fast_math
         self._constants = constants
         labels = label_inputs(program)
         # Per argument: how a call passes it (a float, a float64 array, or labels,
@@ -271,7 +275,9 @@ class BlockCode:
     def _source(self, mode: str) -> tuple[str, str]:
         found = self._sources.get(mode)
         if found is None:
-            text, self._parameters[mode] = array_source.module_source(self.program, mode)
+            text, self._parameters[mode] = array_source.module_source(
+                self.program, mode, *self._vector_math()
+            )
             found = self._sources[mode] = (text, f"fastad_{module_cache.module_key(text)}")
         return found
 
@@ -285,7 +291,22 @@ class BlockCode:
             else node
             for i, node in enumerate(self.program.nodes)
         )
-        return array_source.module_source(self.program._replace(nodes=nodes), mode)
+        return array_source.module_source(
+            self.program._replace(nodes=nodes), mode, *self._vector_math()
+        )
+
+    def _vector_math(self) -> tuple[int, tuple[str, ...]]:
+        """``(lanes, functions)`` of fast math for the module text; ``(0, ())`` without."""
+        return self.fast_math or (0, ())
+
+    def fast_math_reason(self) -> str | None:
+        """How the loops run under fast math: None without fast math."""
+        if self.fast_math is None:
+            return None
+        return (
+            f"fast math: the loops LLVM vectorises call glibc's libmvec, up to "
+            f"{self.fast_math.lanes} elements per vector"
+        )
 
     def source(self, mode: str) -> str:
         """The text of ``mode``'s generated module."""
@@ -676,11 +697,12 @@ def build(
     integers: Sequence[bool],
     title: str,
     batch_axes: dict[int, tuple[int, ...]] | None = None,
+    fast_math: native_code.FastMath | None = None,
 ) -> BlockCode:
     """The generated code of a traced tape, its array constants in place; raises
     :class:`Unsupported` naming what it cannot run."""
     program = program_of(tape, inputs, output, wrt, guards)
-    code = BlockCode(program, tape.val.copy(), integers, title, batch_axes)
+    code = BlockCode(program, tape.val.copy(), integers, title, batch_axes, fast_math)
     for i, node in enumerate(program.nodes):
         value = tape.block_value(i)
         if node.op == "array" and value is not None:

@@ -86,8 +86,11 @@ class BlockFunction:
         debug: bool = False,
         backend: str = "auto",
         batch: int | Sequence[int] | None = None,
+        fast_math: bool = False,
     ) -> None:
-        self._setup(trace.array_definition(function, example, wrt, debug, backend, batch))
+        self._setup(
+            trace.array_definition(function, example, wrt, debug, backend, batch, fast_math)
+        )
 
     def _setup(self, definition: ArrayDefinition) -> None:
         """The one constructor: tracing, :func:`fastad.load` and unpickling all end here."""
@@ -126,6 +129,12 @@ class BlockFunction:
     def num_inputs(self) -> int:
         """The number of arguments a call takes."""
         return len(self._definition.inputs)
+
+    @property
+    def fast_math(self) -> bool:
+        """Whether fast math was asked for (``fa.compile(fast_math=True)``); ``f.tier(call)``
+        says whether generated code runs it."""
+        return self._definition.fast_math
 
     @property
     def batch(self) -> tuple[int, ...]:

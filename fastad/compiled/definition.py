@@ -113,6 +113,8 @@ class ArrayDefinition:
         ``"auto"``, ``"interpret"`` or ``"codegen"``.
     integers : list of bool
         Which arguments were integer arrays in the example (labels).
+    fast_math : bool
+        Whether generated code's math functions may run libmvec's vector forms.
     """
 
     name: str
@@ -126,6 +128,7 @@ class ArrayDefinition:
     batch_axes: dict[int, Axes]
     backend: str
     integers: list[bool]
+    fast_math: bool = False
 
 
 class Unavailable:

@@ -106,6 +106,7 @@ def array_state(definition: ArrayDefinition) -> dict[str, Any]:
                 "wrt": None if wrt is None else wrt[0],
                 "wrt_single": wrt is not None and wrt[1],
                 "backend": definition.backend,
+                "fast_math": definition.fast_math,
                 "integers": definition.integers,
                 "batch": list(batch),
                 "rows": definition.shapes[batch[0]][0] if batch else None,
@@ -312,8 +313,11 @@ def array_definition(state: Mapping[str, Any], source: str) -> ArrayDefinition:
     shapes = [np.shape(tape.value(node.id)) for node in nodes]
     backend = meta.get("backend", "auto")
     integers = meta.get("integers", [False] * inputs.size)
+    fast_math = meta.get("fast_math", False)
     if backend not in BACKENDS:
         raise ValueError(f"{source}: metadata backend must be one of {BACKENDS}, got {backend!r}")
+    if not isinstance(fast_math, bool):
+        raise ValueError(f"{source}: metadata fast_math must be true or false, got {fast_math!r}")
     if (
         not isinstance(integers, list)
         or len(integers) != inputs.size
@@ -341,6 +345,7 @@ def array_definition(state: Mapping[str, Any], source: str) -> ArrayDefinition:
         batch_axes=batch_axes,
         backend=backend,
         integers=integers,
+        fast_math=fast_math,
     )
 
 

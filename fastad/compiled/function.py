@@ -149,11 +149,12 @@ def compile(  # noqa: A001
         generated code is one kernel per kind of call, with NumPy's BLAS
         for the products.
     fast_math : bool
-        For a function of scalars, off by default: generated batch code runs
+        Off by default. Generated code calls glibc's vector math functions
+        (libmvec), accurate to a few units in the last place instead of
+        libm's results bit for bit: for a function of scalars, batches run
         several points at once (eight with AVX-512, four with AVX2, two with
-        SSE2) with
-        glibc's vector math functions (libmvec), accurate to a few units in
-        the last place instead of libm's results bit for bit. Arithmetic,
+        SSE2); for a function of arrays, the elementwise loops that LLVM
+        vectorises call them on as many elements at once. Arithmetic,
         comparisons, strong zeros, guards and the recheck of non-finite
         derivatives are unchanged; a single point, the interpreter and the
         recheck still run libm. x86-64 with glibc only (an error says what
@@ -188,12 +189,7 @@ def compile(  # noqa: A001
     flag(optimize, "optimize")
     flag(debug, "debug")
     if _has_arrays(example):
-        if flag(fast_math, "fast_math"):
-            raise TypeError(
-                "fast_math= applies to functions of scalars (their generated batch code); a "
-                "function of arrays runs NumPy's and BLAS's kernels"
-            )
-        return BlockFunction(function, example, wrt, debug, backend, batch)
+        return BlockFunction(function, example, wrt, debug, backend, batch, fast_math)
     if batch is not None:
         raise TypeError(
             "batch= names arguments of a function of arrays (example=(X, W, ...)); a "

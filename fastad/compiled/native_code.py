@@ -40,7 +40,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from fastad.kernels import scalar_source, vector_ir
+from fastad.kernels import scalar_source, vector_ir, vector_math
 from fastad.kernels.jit import cache_directory, kernels_source_stamp
 from fastad.util.threads import on_threads
 
@@ -112,8 +112,9 @@ def module_name(source: str) -> str:
 
 
 class FastMath(NamedTuple):
-    """The vector math this process can run: points per vector and the math functions
-    glibc's libmvec has for that width (``vector_ir``)."""
+    """The vector math this process can run: doubles per vector and the math functions
+    glibc's libmvec has at that width and every narrower one (``vector_ir``,
+    ``vector_math``)."""
 
     lanes: int
     functions: tuple[str, ...]
@@ -134,6 +135,23 @@ def fast_math() -> FastMath:
     return found
 
 
+def fast_math_for(name: str, stacklevel: int = 2) -> FastMath | None:
+    """:func:`fast_math` for the function ``name``, compiled with ``fast_math=True``;
+    None, with a warning, on a machine without it (a function saved where it was,
+    loaded where it is not): its generated code then runs libm's math.
+    ``stacklevel`` counts from the caller, as :func:`warnings.warn`'s."""
+    try:
+        return fast_math()
+    except RuntimeError as error:
+        warnings.warn(
+            f"fastad: {name!r} was compiled with fast_math=True, but {error}; its "
+            "generated code runs libm's math",
+            RuntimeWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return None
+
+
 @functools.cache
 def _fast_math() -> FastMath | str:
     """:func:`fast_math`'s answer, or why not: looked up once per process."""
@@ -149,10 +167,14 @@ def _fast_math() -> FastMath | str:
         return f"fast math needs glibc's libmvec, and {path} did not load ({error})"
     flags = set(features.split(","))
     lanes = 8 if "+avx512f" in flags else 4 if "+avx2" in flags else 2
-    functions = tuple(
+    functions = tuple(  # those at every width up to the lanes: LLVM may pick any
         name
         for name in scalar_source.MATH_NAMES
-        if name not in vector_ir.EXACT and hasattr(library, vector_ir.vector_symbol(name, lanes))
+        if name not in vector_ir.EXACT
+        and all(
+            hasattr(library, vector_ir.vector_symbol(name, width))
+            for width in vector_math.widths(lanes)
+        )
     )
     return FastMath(lanes, functions)
 

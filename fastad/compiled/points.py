@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numba
@@ -122,17 +121,7 @@ class PointCalls:
         here (a function saved where it was, loaded where it is not, warns and runs libm)."""
         if not self.definition.fast_math:
             return False
-        try:
-            native_code.fast_math()
-        except RuntimeError as error:
-            warnings.warn(
-                f"fastad: {self.definition.name!r} was compiled with fast_math=True, but "
-                f"{error}; its batches run libm's math",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            return False
-        return True
+        return native_code.fast_math_for(self.definition.name, stacklevel=4) is not None
 
     def trace(self, point: FloatArray) -> None:
         """Trace the function at ``point`` (once: later calls do nothing)."""

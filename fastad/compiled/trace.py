@@ -53,6 +53,18 @@ def check_backend(backend: object) -> None:
         )
 
 
+def check_fast_math(fast_math: bool, backend: str) -> None:
+    """Refuse ``fast_math=True`` where it cannot apply: ``backend="interpret"``, or a
+    machine without libmvec (named)."""
+    if flag(fast_math, "fast_math"):
+        if backend == "interpret":
+            raise ValueError(
+                'fast_math=True applies to generated code, which backend="interpret" never '
+                'runs: use backend="auto" or "codegen"'
+            )
+        native_code.fast_math()  # raises, naming what this machine lacks
+
+
 # -- functions of scalars -------------------------------------------------------------------
 def scalar_definition(
     function: Traceable,
@@ -85,13 +97,7 @@ def scalar_definition(
     if not callable(function):
         raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
     check_backend(backend)
-    if flag(fast_math, "fast_math"):
-        if backend == "interpret":
-            raise ValueError(
-                'fast_math=True applies to generated code, which backend="interpret" never '
-                'runs: use backend="auto" or "codegen"'
-            )
-        native_code.fast_math()  # raises, naming what this machine lacks
+    check_fast_math(fast_math, backend)
     names, _ = signature(function, num_inputs)
     return ScalarDefinition(function, names, backend, optimize, debug, None, fast_math)
 
@@ -213,6 +219,7 @@ def array_definition(
     debug: bool,
     backend: str,
     batch: int | Sequence[int] | None,
+    fast_math: bool = False,
 ) -> ArrayDefinition:
     """Trace a function of arrays at ``example`` (one value per argument): its record.
 
@@ -223,6 +230,7 @@ def array_definition(
     """
     if not callable(function):
         raise TypeError(f"fa.compile needs a callable, got {type(function).__name__}")
+    check_fast_math(fast_math, backend)
     names = argument_names(function, len(example))
     positions = wrt_positions(wrt, len(example))
     batch_positions = () if batch is None else batch_axis.positions(batch, example)
@@ -264,6 +272,7 @@ def array_definition(
         batch_axes=axes,
         backend=backend,
         integers=integers,
+        fast_math=fast_math,
     )
 
 
