@@ -252,11 +252,12 @@ def logreg_loss(w, b, X, y):
     return (fa.softplus(z) - y * z).mean()
 
 
-def compile_logreg(w, b, X, y):
+def compile_logreg(w, b, X, y, fast_math=False):
+    """``(f, arguments)``: the compiled loss (with libmvec's math under ``fast_math``),
+    running its generated kernel, and the argument tuple its calls take."""
     arguments = (w, b, X, y)
-    return generated(
-        fa.compile(logreg_loss, example=arguments, wrt=LOGREG_WRT), arguments
-    ), arguments
+    compiled = fa.compile(logreg_loss, example=arguments, wrt=LOGREG_WRT, fast_math=fast_math)
+    return generated(compiled, arguments), arguments
 
 
 def compiled_logreg(f, arguments):

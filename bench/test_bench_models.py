@@ -12,7 +12,9 @@ each ``zeros`` or ``digits`` row should take its ``dense`` row's time.
   fresh tape per step), fastad compiled (``fa.compile`` of the function of
   arrays), PyTorch float64 eager (skipped, saying why, without torch);
 - ``logreg``: logistic-regression value and gradient, X (2000, 20): fastad
-  compiled against NumPy by hand;
+  compiled, by default and with ``fast_math=True`` (libmvec's exp and log1p
+  in the vectorised loops, as NumPy's own SIMD loops run them), against
+  NumPy by hand;
 - ``cross_entropy``: fastad's fused ``fa.cross_entropy`` against the same
   loss composed from blocks (on the fused ``log_softmax``, and on
   primitives), forward+backward on a tape, logits (256, 10) and (256, 1000).
@@ -104,14 +106,15 @@ def logreg(request):
     return request.param, inputs, models.numpy_logreg(*inputs)
 
 
-@pytest.mark.parametrize("way", ["numpy", "compiled"])
+@pytest.mark.parametrize("way", ["numpy", "compiled", "fast_math"])
 def test_logreg(benchmark, logreg, way):
     data, inputs, expected = logreg
     if way == "numpy":
         function, arguments = models.numpy_logreg, inputs
         expected = models.textbook_logreg(*inputs)
     else:
-        function, arguments = models.compiled_logreg, models.compile_logreg(*inputs)
+        fast_math = way == "fast_math"
+        function, arguments = models.compiled_logreg, models.compile_logreg(*inputs, fast_math)
     assert_same_step(function(*arguments), expected, way)
     N, k = models.LOGREG_SIZE
     benchmark.group = f"logreg {data}"
