@@ -485,11 +485,13 @@ class ForwardWriter(WriterBase):
         self.emit("break", 4)
         self.emit("if x > m:", 3)
         self.emit("m = x", 4)
+        # The exponentials in a loop of their own, which LLVM can vectorise (a sum in
+        # order cannot be), then their sum: the same operations in the same order.
+        self.emit(f"for i1 in range({a}.shape[1]):", 2)
+        self.emit(f"{E}[i0, i1] = exp({a}[i0, i1] - m)", 3)
         self.emit("total = 0.0", 2)
         self.emit(f"for i1 in range({a}.shape[1]):", 2)
-        self.emit(f"e = exp({a}[i0, i1] - m)", 3)
-        self.emit(f"{E}[i0, i1] = e", 3)
-        self.emit("total += e", 3)
+        self.emit(f"total += {E}[i0, i1]", 3)
         self.emit(f"{M}[i0] = m", 2)
         self.emit(f"{S}[i0] = total", 2)
         self.emit(f"{L}[i0] = log(total)", 2)
