@@ -450,6 +450,16 @@ class BackwardWriter(ForwardWriter):
     def softmax_of(self, i: int) -> str:
         return f"(s_{i}_exp[i0, i1] / s_{i}_total[i0])"
 
+    def moved_by_softmax(self, i: int, a: int) -> str:
+        """Opens a loop over the rows (``i0``): per row, ``P tX`` into a scratch buffer
+        and ``inner``, its sum (pairwise); the lines after it at depth 2 run per row."""
+        moved = self.scratch(f"{i}_moved", self.shape(a))
+        self.emit(f"for i0 in range(v{a}.shape[0]):")
+        self.emit(f"for i1 in range(v{a}.shape[1]):", 2)
+        self.emit(f"{moved}[i0, i1] = {self.softmax_of(i)} * t{a}[i0, i1]", 3)
+        self.emit(f"inner = 0.0 + pairwise({moved}[i0], 0, {moved}.shape[1])", 2)
+        return moved
+
     def backward_log_softmax(self, i: int, node: Node) -> None:
         (a,) = node.operands
         if not self.needs[a]:

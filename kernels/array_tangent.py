@@ -183,15 +183,6 @@ class TangentWriter(BackwardWriter):
         self.emit(f"w{i}[i0] = {' + '.join(moved)}", 2)
         self.emit(f"t{i} = 0.0 + pairwise(w{i}, 0, w{i}.size)")
 
-    def moved_by_softmax(self, i: int, a: int) -> str:
-        """Per row, ``P tX`` into a scratch buffer and ``inner``, its sum (pairwise)."""
-        moved = self.scratch(f"{i}_moved", self.shape(a))
-        self.emit(f"for i0 in range(v{a}.shape[0]):")
-        self.emit(f"for i1 in range(v{a}.shape[1]):", 2)
-        self.emit(f"{moved}[i0, i1] = {self.softmax_of(i)} * t{a}[i0, i1]", 3)
-        self.emit(f"inner = 0.0 + pairwise({moved}[i0], 0, {moved}.shape[1])", 2)
-        return moved
-
     def tangent_log_softmax(self, i: int, node: Node) -> None:
         """log_softmax: ``tX - inner``; softmax: ``P tX + (-P) inner``, per row."""
         (a,) = node.operands
