@@ -330,19 +330,29 @@ class ForwardWriter(WriterBase):
         self.emit(f"total = total * {element}", depth + 1)
         self.emit(f"{self.reduced(i, node, kind)} = total", depth)
 
-    def others_loops(self, i: int, node: Node, statement: Callable[[str], str]) -> str:
+    def others_loops(
+        self, i: int, node: Node, statement: Callable[[str], str], tangent: bool = False
+    ) -> str:
         """Per slice of a prod: per element ``others``, the product of the other elements
         as the interpreter makes it (the product of those before it times that of those
         after it, each multiplied in order from 1.0; exactly 0.0 where another element is
-        0.0 and none is nan), then ``statement(position)``. Returns the reduction's kind."""
+        0.0 and none is nan), then ``statement(position)``. With ``tangent`` (mode hvp's
+        second pass), also ``d_others``, its tangent along the operand's: the prefix and
+        suffix products carried with their tangents, exactly 0.0 where two others are
+        0.0 and none is nan. Returns the reduction's kind."""
         (a,) = node.operands
         kind = self.reduction(i, node)
         after = self.scratch(f"{i}_after", self.shape(a))
-        x = f"v{a}"
+        d_after = self.scratch(f"{i}_d_after", self.shape(a)) if tangent else ""
+        x, t = f"v{a}", f"t{a}"
         if kind == "all":
             self.emit(f"xf{i} = {x}.reshape({x}.size)")
             self.emit(f"af{i} = {after}.reshape({after}.size)")
             x, after = f"xf{i}", f"af{i}"
+            if tangent:
+                self.emit(f"tf{i} = {t}.reshape({t}.size)")
+                self.emit(f"daf{i} = {d_after}.reshape({d_after}.size)")
+                t, d_after = f"tf{i}", f"daf{i}"
             outer: list[str] = []
             walk, at, following = "i0", "i0", "i0 + 1"
             length = f"{x}.size"
@@ -366,21 +376,32 @@ class ForwardWriter(WriterBase):
         self.emit("if e != e:", depth + 1)
         self.emit("nans += 1", depth + 2)
         self.emit(f"for {walk} in range({length} - 1, -1, -1):", depth)
+        last = f"{walk} == {length} - 1"
         self.emit(
-            f"{after}[{at}] = 1.0 if {walk} == {length} - 1 else "
-            f"{after}[{following}] * {x}[{following}]",
+            f"{after}[{at}] = 1.0 if {last} else {after}[{following}] * {x}[{following}]",
             depth + 1,
         )
+        if tangent:
+            self.emit(
+                f"{d_after}[{at}] = 0.0 if {last} else {d_after}[{following}] * "
+                f"{x}[{following}] + {after}[{following}] * {t}[{following}]",
+                depth + 1,
+            )
+            self.emit("d_before = 0.0", depth)
         self.emit("before = 1.0", depth)
         self.emit(f"for {walk} in range({length}):", depth)
         self.emit(f"e = {x}[{at}]", depth + 1)
         self.emit(f"others = before * {after}[{at}]", depth + 1)
-        self.emit(
-            "if zeros - (1 if e == 0.0 else 0) > 0 and nans - (1 if e != e else 0) == 0:",
-            depth + 1,
-        )
+        clean = "nans - (1 if e != e else 0) == 0"
+        self.emit(f"if zeros - (1 if e == 0.0 else 0) > 0 and {clean}:", depth + 1)
         self.emit("others = 0.0", depth + 2)
+        if tangent:
+            self.emit(f"d_others = d_before * {after}[{at}] + before * {d_after}[{at}]", depth + 1)
+            self.emit(f"if zeros - (1 if e == 0.0 else 0) > 1 and {clean}:", depth + 1)
+            self.emit("d_others = 0.0", depth + 2)
         self.emit(statement(at), depth + 1)
+        if tangent:
+            self.emit(f"d_before = d_before * e + before * {t}[{at}]", depth + 1)
         self.emit("before = before * e", depth + 1)
         return kind
 

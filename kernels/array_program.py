@@ -25,10 +25,9 @@ SUPPORTED = (
     "cross_entropy log_softmax softmax logsumexp mse_loss reshape transpose index concatenate "
     "max min prod cumsum"
 ).split()
-"""The node kinds generated code has rules for; a program with another op
-(products of two stacks where one broadcasts, linear algebra) stays on the
-interpreter (and ``prod``, whose derivative moves with the values, has no
-rule in mode hvp)."""
+"""The node kinds generated code has rules for, in every mode; a program with
+another op (products of two stacks where one broadcasts, linear algebra)
+stays on the interpreter."""
 
 
 class Node(NamedTuple):

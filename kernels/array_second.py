@@ -33,7 +33,7 @@ class SecondWriter(BackwardWriter):
             "cumsum",
         )
         rows = ("log_softmax", "softmax", "logsumexp", "cross_entropy")
-        own_rules = ("scalar", "elementwise", "matmul", "linear", "linear_relu", "mse_loss")
+        own_rules = ("scalar", "elementwise", "matmul", "linear", "linear_relu", "mse_loss", "prod")
         if op not in (*own_rules, *linear, *rows):
             raise Unsupported(
                 f"the block op {op!r} has no second-order rule in generated code (the "
@@ -51,6 +51,8 @@ class SecondWriter(BackwardWriter):
             self.second_linear(i, node, op == "linear_relu")
         elif op == "mse_loss":
             self.second_mse_loss(i, node)
+        elif op == "prod":
+            self.second_prod(i, node)
         elif op == "cross_entropy":
             self.second_cross_entropy(i, node)
         elif op in rows:
@@ -149,6 +151,33 @@ class SecondWriter(BackwardWriter):
         for _, j, target, added, _ in sinks:
             if added:
                 self.add_into(j, target)
+
+    def second_prod(self, i: int, node: Node) -> None:
+        """Each element's ``others * k + d(others) * g`` per slice, ``d(others)`` the
+        tangent of the product of the other elements: prefix and suffix products carried
+        with their tangents (dual numbers), never a division; exactly 0 where two others
+        are zero and none is nan (the interpreter's ``vjp_change``)."""
+        (a,) = node.operands
+        on_k = self.written[i]
+        on_g = self.first.written[i] and self.moves[a]
+        if not self.needs[a] or not (on_k or on_g):
+            return
+        target, added = self.sink(a, f"{i}_prod")
+        kind = self.reduction(i, node)
+        written = target
+        if kind == "all":
+            written = f"bp{self.p.tag}{i}"
+            self.emit(f"{written} = {target}.reshape({target}.size)")
+        parts = []
+        if on_k:
+            k = self.reduced(i, node, kind, self.p.array) if node.shape else self.own(i)
+            parts.append(f"others * {k}")
+        if on_g:
+            g = self.reduced(i, node, kind, self.first.array) if node.shape else self.first_own(i)
+            parts.append(f"d_others * {g}")
+        self.others_loops(i, node, lambda at: f"{written}[{at}] = {' + '.join(parts)}", on_g)
+        if added:
+            self.add_into(a, target)
 
     # The softmax family and the cross-entropy, per row of the logits X: the VJP of k
     # (the backward step with k for g) plus the change of the VJP of g along X's tangent,
