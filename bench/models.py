@@ -252,6 +252,15 @@ def logreg_loss(w, b, X, y):
     return (fa.softplus(z) - y * z).mean()
 
 
+def fast_math_missing():
+    """Why this machine has no fast math (``fa.compile(fast_math=True)``), or ""."""
+    try:
+        fa.compile(lambda x: x * x, num_inputs=1, fast_math=True)
+    except RuntimeError as error:
+        return str(error)
+    return ""
+
+
 def compile_logreg(w, b, X, y, fast_math=False):
     """``(f, arguments)``: the compiled loss (with libmvec's math under ``fast_math``),
     running its generated kernel, and the argument tuple its calls take."""

@@ -151,18 +151,19 @@ class BackwardWriter(ForwardWriter):
         ranks = (len(self.shape(a)), len(self.shape(b)))
 
         def first(target: str) -> None:
-            if ranks in ((3, 3), (3, 2)):  # per matrix of the stack: G B^T
-                B = f"{other}[b_]" if ranks[1] == 3 else other
-                self.emit(f"for b_ in range({target}.shape[0]):")
-                self.emit(f"gemm(False, True, {G}[b_], {B}, {target}[b_])", 2)
-            elif ranks == (2, 3):  # a matrix times a stack: sum G B^T over the stack
+            B = self.at_matrix(node, b, other) if ranks[0] == 3 or ranks[1] == 3 else other
+            if ranks == (2, 3) or (ranks == (3, 3) and self.broadcast_stack(node, a)):
+                # a matrix (or a stack of one) times a stack: sum G B^T over the stack
                 self.summed(
-                    target,
-                    self.shape(j),
-                    lambda into: f"gemm(False, True, {G}[b_], {other}[b_], {into})",
+                    self.matrix_of(target, ranks[0], slot),
+                    self.shape(j)[-2:],
+                    lambda into: f"gemm(False, True, {G}[b_], {B}, {into})",
                     G,
                     node.shape[0],
                 )
+            elif ranks in ((3, 3), (3, 2)):  # per matrix of the stack: G B^T
+                self.emit(f"for b_ in range({target}.shape[0]):")
+                self.emit(f"gemm(False, True, {G}[b_], {B}, {target}[b_])", 2)
             elif ranks == (2, 2):
                 self.product(f"gemm(False, True, {G}, {other}, {target})", target, j, (G, other))
             elif ranks == (1, 1):  # one term per element
@@ -176,18 +177,19 @@ class BackwardWriter(ForwardWriter):
                 self.product(f"gemv(False, {other}, {G}, {target})", target, j, (other, G))
 
         def second(target: str) -> None:
-            if ranks in ((3, 3), (2, 3)):  # per matrix of the stack: A^T G
-                A = f"{other}[b_]" if ranks[0] == 3 else other
-                self.emit(f"for b_ in range({target}.shape[0]):")
-                self.emit(f"gemm(True, False, {A}, {G}[b_], {target}[b_])", 2)
-            elif ranks == (3, 2):  # a stack times a matrix: sum A^T G over the stack
+            A = self.at_matrix(node, a, other) if ranks[0] == 3 or ranks[1] == 3 else other
+            if ranks == (3, 2) or (ranks == (3, 3) and self.broadcast_stack(node, b)):
+                # a stack times a matrix (or a stack of one): sum A^T G over the stack
                 self.summed(
-                    target,
-                    self.shape(j),
-                    lambda into: f"gemm(True, False, {other}[b_], {G}[b_], {into})",
+                    self.matrix_of(target, ranks[1], slot),
+                    self.shape(j)[-2:],
+                    lambda into: f"gemm(True, False, {A}, {G}[b_], {into})",
                     G,
                     node.shape[0],
                 )
+            elif ranks in ((3, 3), (2, 3)):  # per matrix of the stack: A^T G
+                self.emit(f"for b_ in range({target}.shape[0]):")
+                self.emit(f"gemm(True, False, {A}, {G}[b_], {target}[b_])", 2)
             elif ranks == (2, 2):
                 self.product(f"gemm(True, False, {other}, {G}, {target})", target, j, (other, G))
             elif ranks == (1, 1):
@@ -201,6 +203,15 @@ class BackwardWriter(ForwardWriter):
                 self.emit(f"{target}[i0, i1] = {other}[i0] * {G}[i1]", 3)
 
         return first if slot == 0 else second
+
+    def matrix_of(self, target: str, rank: int, slot: int) -> str:
+        """``target`` as a matrix: itself, or the only matrix of a stack of one (a name
+        for the view, emitted here)."""
+        if rank == 2:
+            return target
+        view = f"{target}_m{slot}"
+        self.emit(f"{view} = {target}[0]")
+        return view
 
     def summed(
         self,

@@ -98,23 +98,35 @@ class ForwardWriter(WriterBase):
 
     def per_matrix(self, node: Node, x: str, y: str) -> tuple[str, str]:
         """A stacked product's operands (or what stands for them) at matrix ``b_`` of the
-        stack: a matrix that broadcasts is itself at every ``b_``."""
+        stack: a matrix, or a stack of one that broadcasts, is itself at every ``b_``."""
         a, b = node.operands
-        return (
-            f"{x}[b_]" if len(self.shape(a)) == 3 else x,
-            f"{y}[b_]" if len(self.shape(b)) == 3 else y,
-        )
+        return self.at_matrix(node, a, x), self.at_matrix(node, b, y)
+
+    def at_matrix(self, node: Node, j: int, name: str) -> str:
+        """Operand ``j`` of stacked product ``node`` (``name``: its values, tangents or
+        adjoint) at matrix ``b_``: a matrix is itself, a stack of one its only matrix."""
+        if len(self.shape(j)) == 2:
+            return name
+        return f"{name}[0]" if self.broadcast_stack(node, j) else f"{name}[b_]"
+
+    def broadcast_stack(self, node: Node, j: int) -> bool:
+        """Whether operand ``j`` of stacked product ``node`` is a stack of one matrix
+        against a longer stack: NumPy's matmul broadcasts it."""
+        own = self.shape(j)
+        return len(own) == 3 and own[0] == 1 and node.shape[0] != 1
 
     def stacked(self, node: Node) -> bool:
         """Whether matmul ``node`` is a stack of matrix products (a stack of three axes by
-        one of the same length, or by a matrix that broadcasts against it, either side);
-        :class:`Unsupported` for any other shapes."""
+        one of the same length or of one matrix, or by a matrix that broadcasts against
+        it, either side); :class:`Unsupported` for any other shapes."""
         a, b = (self.shape(j) for j in node.operands)
-        if (len(a), len(b)) in ((3, 2), (2, 3)) or (len(a) == 3 and len(b) == 3 and a[0] == b[0]):
+        if (len(a), len(b)) in ((3, 2), (2, 3)):
+            return True
+        if len(a) == 3 and len(b) == 3 and (a[0] == b[0] or 1 in (a[0], b[0])):
             return True
         raise Unsupported(
             f"generated code has no rule for a product of operands of shapes {a} and {b} "
-            "(matrices, vectors, stacks of matrices of one length, a stack by a matrix)"
+            "(matrices, vectors, stacks of matrices, a stack by a matrix)"
         )
 
     def forward_reshape(self, i: int, node: Node, prefix: str = "v") -> None:

@@ -25,16 +25,17 @@ calls link.
 from __future__ import annotations
 
 import functools
-import hashlib
+import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .jit import kernels_source_stamp
 from .scalar_ir import ARITY
 from .vector_ir import ISA, vector_symbol
 
@@ -48,9 +49,10 @@ def widths(lanes: int) -> tuple[int, ...]:
 
 
 def stamp() -> str:
-    """A hash of this file: generated code that calls these functions names it in its
-    text, so a change here is a new module (its cache key is a hash of its text)."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """A hash of fastad's kernel files (this one and those it reads its names from):
+    generated code that calls these functions names it in its text, so a change to
+    them is a new module (its cache key is a hash of its text)."""
+    return kernels_source_stamp()[:16]
 
 
 def variants(name: str, lanes: int) -> str:
@@ -67,7 +69,10 @@ def variants(name: str, lanes: int) -> str:
 def libmvec(name: str, lanes: int) -> Callable[..., float]:
     """libm's ``name`` (one float argument, two for ``pow`` and ``atan2``) as an
     intrinsic whose calls LLVM may vectorise with libmvec, at widths up to ``lanes``.
-    The same object for the same arguments, so a module's text names one function."""
+    The same object for the same arguments, so a module's text names one function.
+    Under ``NUMBA_DISABLE_JIT`` (kernels run as Python) it is :mod:`math`'s function."""
+    if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # set at import
+        return cast("Callable[..., float]", getattr(math, name))
     arity = ARITY.get(name, 1)
     attribute = f'"vector-function-abi-variant"="{variants(name, lanes)}"'
 

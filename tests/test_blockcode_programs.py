@@ -441,10 +441,10 @@ def test_stacked_products_give_the_interpreters_bits(rng, buffers):
     compare_calls(
         generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
     )
-    with pytest.raises(NotImplementedError, match=r"shapes \(3, 4, 5\) and \(1, 5, 2\)"):
+    with pytest.raises(NotImplementedError, match=r"shapes \(2, 3, 4, 5\) and \(5, 2\)"):
         fa.compile(
             lambda X, W: (X @ W).sum(),
-            example=(np.ones((3, 4, 5)), np.ones((1, 5, 2))),
+            example=(np.ones((2, 3, 4, 5)), np.ones((5, 2))),
             backend="codegen",
         )
 
@@ -674,6 +674,38 @@ def test_a_stack_by_a_matrix_gives_the_interpreters_bits(rng, buffers):
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [sequence_arguments(rng, first) for first in (3, 1, 6)]
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+
+def stacks_of_one(A, B, C):
+    H = fa.tanh(A @ B)  # (1, 4, 5) @ (3, 5, 6): one matrix's stack broadcast
+    S = fa.sin(H) @ C  # (3, 4, 6) @ (1, 6, 2): the other side
+    return (H * H).sum() + (S * S).mean() + (C * C).sum()
+
+
+def stacks_of_one_arguments(rng, stack=3):
+    return sparse(rng, (1, 4, 5)), rng.normal(size=(stack, 5, 6)), sparse(rng, (1, 6, 2))
+
+
+def test_two_stacks_where_one_broadcasts_give_the_interpreters_bits(rng, buffers):
+    generated, interpreted = both(stacks_of_one, stacks_of_one_arguments(rng))
+    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    calls = [stacks_of_one_arguments(rng) for _ in range(4)]
+    compare_calls(
+        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
+    )
+    # The stack along the batch axis: any number of matrices against the one broadcast.
+    generated, interpreted = both(stacks_of_one, stacks_of_one_arguments(rng), batch=1)
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    calls = [stacks_of_one_arguments(rng, stack) for stack in (3, 2, 7)]
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    # One-element matrices: NumPy sums a (stack, 1, 1) array's stack pairwise.
+    generated, interpreted = both(
+        lambda s, m: fa.sin(s @ m).sum() + (m * m).sum(),
+        (sparse(rng, (9, 2, 1)), np.ones((1, 1, 1))),
+    )
+    calls = [(rng.normal(size=(9, 2, 1)), rng.normal(size=(1, 1, 1))) for _ in range(4)]
+    compare_calls(generated, interpreted, calls, ("grad", "vjp", "jvp", "hvp"), True, buffers, rng)
 
 
 def test_a_broadcast_column_that_no_second_order_term_reaches():

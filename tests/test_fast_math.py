@@ -10,6 +10,7 @@ libm's, and whole programs within the rounding that implies.
 
 import ctypes
 import ctypes.util
+import json
 import pickle
 
 import numpy as np
@@ -49,6 +50,16 @@ def without_libmvec(monkeypatch):
         raise RuntimeError("fast math needs glibc's libmvec (libmvec.so.1), which was not found")
 
     monkeypatch.setattr(native_code, "fast_math", missing)
+
+
+def with_metadata(path, **changes):
+    """Rewrite the saved function at ``path`` with ``changes`` to its JSON metadata."""
+    with np.load(path) as saved:
+        arrays = {key: saved[key] for key in saved.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta.update(changes)
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
 
 
 def compiled_pair(function, example, **options):
@@ -357,14 +368,26 @@ def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, 
     fast.save(path)
 
     without_libmvec(monkeypatch)
-    with pytest.warns(RuntimeWarning, match="compiled with fast_math=True, but fast math needs"):
+    with pytest.warns(
+        RuntimeWarning, match="compiled with fast_math=True, but fast math needs"
+    ) as w:
         loaded = fa.load(path)
+    assert w[0].filename == __file__  # the line that loaded it
     points = np.random.default_rng(9).normal(size=(20, 6))
     plain = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
     assert_same_bits(loaded.value_and_grad(points)[1], plain.value_and_grad(points)[1])
     assert "fast math" not in loaded.tier("grad").reason
     with pytest.raises(RuntimeError, match="libmvec"):
         fa.compile(demo.example_2, fast_math=True)
+
+
+def test_a_file_asking_fast_math_of_the_interpreter_is_refused(tmp_path):
+    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+    path = tmp_path / "fast.npz"
+    fast.save(path)
+    with_metadata(path, backend="interpret")
+    with pytest.raises(ValueError, match="fast_math with backend 'interpret'"):
+        fa.load(path)
 
 
 def test_bad_fast_math_requests_are_refused():

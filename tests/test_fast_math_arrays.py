@@ -9,9 +9,11 @@ machine code calls the vector functions (checked in code compiled in the
 test, not loaded from the cache).
 """
 
+import math
 import pickle
 import re
 
+import numba
 import numpy as np
 import pytest
 from test_fast_math import (
@@ -20,6 +22,7 @@ from test_fast_math import (
     WIDTHS,
     lanes_with_vector_math,
     ulps,
+    with_metadata,
     without_libmvec,
 )
 
@@ -200,8 +203,14 @@ def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, 
     fast.save(path)
 
     without_libmvec(monkeypatch)
-    with pytest.warns(RuntimeWarning, match="compiled with fast_math=True, but fast math needs"):
+    with pytest.warns(
+        RuntimeWarning, match="compiled with fast_math=True, but fast math needs"
+    ) as w:
         loaded = fa.load(path)
+    assert w[0].filename == __file__  # the line that loaded it
+    with pytest.warns(RuntimeWarning, match="fast math needs") as w:
+        pickle.loads(pickle.dumps(fast))
+    assert w[0].filename == __file__
     plain = fa.compile(logistic, example=arguments, wrt=(0, 1), backend="codegen")
     for mine, theirs in zip(
         loaded.value_and_grad(arguments)[1], plain.value_and_grad(arguments)[1], strict=True
@@ -210,6 +219,22 @@ def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, 
     assert "fast math" not in loaded.tier("grad").reason
     with pytest.raises(RuntimeError, match="libmvec"):
         fa.compile(logistic, example=arguments, fast_math=True)
+
+
+def test_a_file_asking_fast_math_of_the_interpreter_is_refused(tmp_path):
+    arguments = logistic_arguments(np.random.default_rng(7))
+    fast = fa.compile(logistic, example=arguments, wrt=(0, 1), backend="codegen", fast_math=True)
+    path = tmp_path / "fast.npz"
+    fast.save(path)
+    with_metadata(path, backend="interpret")
+    with pytest.raises(ValueError, match="fast_math with backend 'interpret'"):
+        fa.load(path)
+
+
+def test_without_the_jit_the_functions_are_maths(monkeypatch):
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert vector_math.libmvec.__wrapped__("exp", 8) is math.exp
+    assert vector_math.libmvec.__wrapped__("atan2", 4) is math.atan2
 
 
 def test_bad_fast_math_requests_are_refused():

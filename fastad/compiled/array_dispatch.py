@@ -73,7 +73,7 @@ class Generated:
                 definition.integers,
                 f"the function of arrays {definition.name!r}",
                 definition.batch_axes,
-                native_code.fast_math_for(definition.name, stacklevel=5)
+                native_code.fast_math_for(definition.name, stacklevel=4)  # load's caller
                 if definition.fast_math
                 else None,
             )

@@ -318,6 +318,7 @@ def array_definition(state: Mapping[str, Any], source: str) -> ArrayDefinition:
         raise ValueError(f"{source}: metadata backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fast_math, bool):
         raise ValueError(f"{source}: metadata fast_math must be true or false, got {fast_math!r}")
+    _check_fast_math(fast_math, backend, source)
     if (
         not isinstance(integers, list)
         or len(integers) != inputs.size
@@ -457,9 +458,19 @@ def _metadata(text: str, source: str) -> dict[str, Any]:
         checked[key] = value
     if checked["backend"] not in BACKENDS:
         raise ValueError(f"{source}: metadata field 'backend' must be one of {BACKENDS}")
+    _check_fast_math(checked["fast_math"], checked["backend"], source)
     if not all(isinstance(name, str) for name in checked["input_names"]):
         raise ValueError(f"{source}: metadata input_names must be strings")
     return checked
+
+
+def _check_fast_math(fast_math: bool, backend: str, source: str) -> None:
+    """Refuse what ``fa.compile`` refuses: fast math with the interpreter alone."""
+    if fast_math and backend == "interpret":
+        raise ValueError(
+            f"{source}: metadata asks for fast_math with backend 'interpret', which runs no "
+            "generated code (fa.compile refuses the pair)"
+        )
 
 
 def _guard_rows(guards: ArrayLike, n: int, source: str) -> IdArray:

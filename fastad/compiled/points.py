@@ -121,7 +121,8 @@ class PointCalls:
         here (a function saved where it was, loaded where it is not, warns and runs libm)."""
         if not self.definition.fast_math:
             return False
-        return native_code.fast_math_for(self.definition.name, stacklevel=4) is not None
+        # The warning names the line that called fa.load or pickle.loads.
+        return native_code.fast_math_for(self.definition.name, stacklevel=6) is not None
 
     def trace(self, point: FloatArray) -> None:
         """Trace the function at ``point`` (once: later calls do nothing)."""
