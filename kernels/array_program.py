@@ -26,8 +26,8 @@ SUPPORTED = (
     "max min prod cumsum"
 ).split()
 """The node kinds generated code has rules for, in every mode; a program with
-another op (products of two stacks where one broadcasts, linear algebra)
-stays on the interpreter."""
+another op (linear algebra) or shape (a product of stacks of more than three
+axes) stays on the interpreter."""
 
 
 class Node(NamedTuple):
