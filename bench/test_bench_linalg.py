@@ -16,6 +16,10 @@ log-hyperparameters (length, signal, noise), one BLAS thread:
 
 Every row is checked once against the NumPy row's gradient and against
 central differences of its value.
+
+``python -m pytest bench/test_bench_linalg.py -k jax`` also checks every
+``fa.linalg`` op (value, gradient and Hessian-vector product) against
+JAX's, where JAX is installed: a cross-check, not a timing.
 """
 
 import os
@@ -123,3 +127,66 @@ def test_gp_value_and_grad(benchmark, way):
         assert want_gradient[i] == pytest.approx((up - down) / (2 * h), rel=1e-5)
     benchmark.extra_info.update(way=way, points=POINTS)
     benchmark(function, THETA, squared, y)
+
+
+# -- every linear-algebra op against JAX ------------------------------------------------------
+# Not a timing: a cross-check of fastad's linear algebra (value, gradient, Hessian-vector
+# product and Jacobian) against JAX's, where JAX is installed (an optional peer, so it
+# lives with the peers' rows, skipped without it). Each case is a scalar function of a
+# matrix A (and a second matrix B), whose matrices are made symmetric positive definite
+# (or triangular) from A inside, so every direction keeps them so.
+SIZE, COLUMNS = 5, 3
+
+
+def linear_algebra_cases(np_, linalg, solve_triangular):
+    """``{name: f(A, B)}`` written once for either library (``np_``: ``np`` or ``jnp``)."""
+    rng = np.random.default_rng(7)
+    W, V = rng.normal(size=(SIZE, SIZE)), rng.normal(size=(SIZE, COLUMNS))
+    lower = np.tril(np.ones((SIZE, SIZE)))
+
+    def spd(A):
+        return A @ A.T + SIZE * np.eye(SIZE)
+
+    def eigh(A, B):
+        values, vectors = linalg.eigh(spd(A))
+        return (values * W[0]).sum() + (vectors * vectors * W).sum()  # signs cancel
+
+    return {
+        "cholesky": lambda A, B: (linalg.cholesky(spd(A)) * W).sum(),
+        "solve": lambda A, B: (linalg.solve(spd(A), B) * V).sum(),
+        "solve_triangular": lambda A, B: (
+            solve_triangular(A * lower + SIZE * np.eye(SIZE), B, lower=True) * V
+        ).sum(),
+        "inv": lambda A, B: (linalg.inv(spd(A)) * W).sum(),
+        "det": lambda A, B: linalg.det(spd(A)) / SIZE**SIZE,
+        "slogdet": lambda A, B: linalg.slogdet(spd(A))[1],
+        "eigh": eigh,
+        "norm": lambda A, B: linalg.norm(A) + linalg.norm(B[:, 0]) * linalg.norm(A @ B),
+    }
+
+
+CASE_NAMES = ["cholesky", "solve", "solve_triangular", "inv", "det", "slogdet", "eigh", "norm"]
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_linear_algebra_agrees_with_jax(name):
+    jax = pytest.importorskip("jax", reason="JAX is an optional peer: pip install jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import jax.scipy.linalg
+
+    mine = linear_algebra_cases(np, fa.linalg, fa.linalg.solve_triangular)[name]
+    theirs = linear_algebra_cases(jnp, jnp.linalg, jax.scipy.linalg.solve_triangular)[name]
+    rng = np.random.default_rng(len(name))
+    A, B = rng.normal(size=(SIZE, SIZE)), rng.normal(size=(SIZE, COLUMNS))
+    dA, dB = rng.normal(size=A.shape), rng.normal(size=B.shape)
+    value, (gA, gB) = fa.value_and_grad(mine, argnums=(0, 1))(A, B)
+    want_value, (want_gA, want_gB) = jax.value_and_grad(theirs, argnums=(0, 1))(A, B)
+    assert value == pytest.approx(float(want_value), rel=1e-12)
+    np.testing.assert_allclose(gA, want_gA, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gB, want_gB, rtol=1e-10, atol=1e-12)
+    products = fa.hvp(mine, argnums=(0, 1))((A, B), [dA, dB])  # forward over reverse
+    grad = jax.grad(theirs, argnums=(0, 1))
+    want_products = jax.jvp(lambda a, b: grad(a, b), (A, B), (dA, dB))[1]
+    for got, want in zip(products, want_products, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)

@@ -199,6 +199,20 @@ def test_the_tape_forms_keep_working():
         (lambda: fa.hessian(2.0), TypeError, "wrt None"),
         (lambda: fa.hvp(lambda x: x * x)(2.0, 1.0), TypeError, "primals is a tuple"),
         (lambda: fa.hvp(lambda x: x * x, 0, 1.0), TypeError, "give the direction to h"),
+        (
+            lambda: fa.hvp(lambda a, b: a.sum() * b.sum())(
+                (np.ones(2), np.ones(3)), [np.ones(2), np.ones(3)]
+            ),
+            ValueError,
+            "has a ragged sequence, the argument has shape (2,) (one per gradient",
+        ),
+        (
+            lambda: fa.hvp(lambda a, b: (a * b).sum())(
+                (np.ones(2), np.ones(2)), [np.ones(2), np.ones(2)]
+            ),
+            ValueError,
+            "has shape (2, 2), the argument has shape (2,) (one per gradient",
+        ),
     ],
 )
 def test_bad_input_names_what_is_wrong(call, error, words):

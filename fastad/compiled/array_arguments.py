@@ -153,10 +153,16 @@ class Arguments:
                 f"expected {len(positions)} directions, one per gradient, got {len(along)}"
             )
         for position, direction in zip(positions, along, strict=True):
-            if np.shape(direction) != shapes[position]:
+            try:
+                shape = np.shape(direction)
+            except ValueError:  # a ragged sequence: several directions given for one
+                shape = None
+            if shape != shapes[position]:
+                found = f"shape {shape}" if shape is not None else "a ragged sequence"
+                several = " (one per gradient: a list where several are differentiated)"
                 raise ValueError(
-                    f"the direction for argument {position} has shape {np.shape(direction)}, "
-                    f"the argument has {shapes[position]}"
+                    f"the direction for argument {position} has {found}, the argument has "
+                    f"shape {shapes[position]}{several if single else ''}"
                 )
         return along
 
