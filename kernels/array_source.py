@@ -35,7 +35,7 @@ same operations run in the same order: the products (the BLAS routine
 np.matmul picks for the shapes, ``ddot``, ``dgemv`` or ``dgemm``, with the
 arguments it passes), elementwise ops and their partials (the same
 expressions, the same libm), the sums (NumPy's pairwise summation, restated
-in :data:`PAIRWISE`; sums over the first of two axes row by row, as NumPy
+in ``array_helpers.pairwise``; sums over the first of two axes row by row, as NumPy
 adds them), the fused layers' passes. They differ in the softmax family and
 the cross-entropy, whose interpreter takes NumPy's vectorised ``exp`` (not
 libm's, a last-bit difference per element) and reads the softmax as
@@ -57,9 +57,9 @@ argument.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from . import blas, scalar_source, vector_math
+from . import jit, scalar_source, vector_math
 from .array_program import MODES, OK, SUPPORTED, BlockProgram, Parameter, Unsupported
 from .array_second import SecondWriter
 from .array_tangent import TangentWriter
@@ -204,164 +204,6 @@ class KernelWriter(SecondWriter, TangentWriter):
             self.emit("flagged |= x != x", depth + 1)
 
 
-PAIRWISE = '''\
-@kernel
-def pairwise_block(a, start, n):
-    """NumPy's sum of ``a[start:start + n]`` for ``n <= 128``: in order below 8 terms,
-    else eight running sums, combined as a tree, then the rest in order."""
-    if n < 8:
-        res = 0.0
-        for i in range(start, start + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
-    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
-    i = 8
-    stop = n - n % 8
-    while i < stop:
-        k = start + i
-        r0 += a[k]
-        r1 += a[k + 1]
-        r2 += a[k + 2]
-        r3 += a[k + 3]
-        r4 += a[k + 4]
-        r5 += a[k + 5]
-        r6 += a[k + 6]
-        r7 += a[k + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[start + i]
-        i += 1
-    return res
-
-
-@kernel
-def pairwise(a, start, n):
-    """NumPy's pairwise summation of ``a[start:start + n]``, in its order (NumPy adds the
-    result to 0.0): blocks of up to 128 (:func:`pairwise_block`), halves (rounded down to
-    a multiple of 8) above, added as NumPy's recursion adds them. Written with a stack,
-    not recursion: Numba cannot load a cached recursive function."""
-    if n <= 128:
-        return pairwise_block(a, start, n)
-    starts = np.empty(64, np.int64)  # frames: 64 halvings reach past any array's size
-    counts = np.empty(64, np.int64)
-    stages = np.empty(64, np.int64)
-    results = np.empty(64)
-    top, held = 0, 0
-    starts[0], counts[0], stages[0] = start, n, 0
-    while top >= 0:
-        first, count = starts[top], counts[top]
-        if count <= 128:
-            results[held] = pairwise_block(a, first, count)
-            held += 1
-            top -= 1
-            continue
-        half = count // 2
-        half -= half % 8
-        if stages[top] == 0:  # the left half first
-            stages[top] = 1
-            top += 1
-            starts[top], counts[top], stages[top] = first, half, 0
-        elif stages[top] == 1:  # then the right
-            stages[top] = 2
-            top += 1
-            starts[top], counts[top], stages[top] = first + half, count - half, 0
-        else:  # both done: left + right
-            held -= 1
-            results[held - 1] = results[held - 1] + results[held]
-            top -= 1
-    return results[0]'''
-
-PRODUCTS = f'''\
-@kernel
-def gemm(trans_a, trans_b, A, B, C):
-    """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked, with
-    the BLAS routine np.matmul picks: ``ddot`` when ``C`` is one element, ``dgemv`` when
-    it is one row or one column, else ``dgemm``; the vectors are passed with their
-    strides, as NumPy passes them."""
-    m = A.shape[1] if trans_a else A.shape[0]
-    k = A.shape[0] if trans_a else A.shape[1]
-    n = B.shape[0] if trans_b else B.shape[1]
-    if m == 0 or n == 0:
-        return
-    if k == 0:
-        C[:, :] = 0.0
-        return
-    a_step = A.shape[1] if trans_a else 1  # along a row of op(A)
-    b_step = 1 if trans_b else B.shape[1]  # along a column of op(B)
-    if m == 1 and n == 1:
-        C[0, 0] = ddot(k, A.ctypes, a_step, B.ctypes, b_step)
-    elif n == 1:  # op(A) times a column
-        dgemv(
-            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS}, A.shape[0],
-            A.shape[1], 1.0, A.ctypes, A.shape[1], B.ctypes, b_step, 0.0, C.ctypes, 1,
-        )
-    elif m == 1:  # a row times op(B): op(B)^T times the row
-        dgemv(
-            {blas.ROW_MAJOR}, {blas.NO_TRANS} if trans_b else {blas.TRANS}, B.shape[0],
-            B.shape[1], 1.0, B.ctypes, B.shape[1], A.ctypes, a_step, 0.0, C.ctypes, 1,
-        )
-    else:
-        dgemm(
-            {blas.ROW_MAJOR}, {blas.TRANS} if trans_a else {blas.NO_TRANS},
-            {blas.TRANS} if trans_b else {blas.NO_TRANS}, m, n, k, 1.0, A.ctypes, A.shape[1],
-            B.ctypes, B.shape[1], 0.0, C.ctypes, n,
-        )
-
-
-@kernel
-def gemv(trans, A, x, y):
-    """``y = op(A) @ x`` for a C-contiguous matrix: NumPy's cblas_dgemv, or ``ddot``
-    where ``y`` is one element."""
-    rows, columns = A.shape
-    if y.size == 0:
-        return
-    if x.size == 0:
-        y[:] = 0.0
-        return
-    if y.size == 1:
-        y[0] = ddot(x.size, A.ctypes, columns if trans else 1, x.ctypes, 1)
-        return
-    dgemv(
-        {blas.ROW_MAJOR}, {blas.TRANS} if trans else {blas.NO_TRANS}, rows, columns, 1.0,
-        A.ctypes, max(1, columns), x.ctypes, 1, 0.0, y.ctypes, 1,
-    )
-
-
-@kernel
-def magnitude(a):
-    """The bits of the largest ``|element|`` of ``a`` (an int64, ordered as the magnitudes
-    are): at least those of inf where ``a`` holds an inf or a nan. One integer pass."""
-    bits = a.reshape(a.size).view(np.int64)
-    top = 0
-    for i in range(bits.size):
-        top = max(top, bits[i] & 0x7FFFFFFFFFFFFFFF)
-    return top
-
-
-@kernel
-def bounded(P, Q):
-    """Whether every sum of products of an element of ``P`` and one of ``Q`` (at most
-    ``P.size + Q.size`` terms) stays far below overflow, so the product BLAS makes of
-    them holds no nan and no inf: both finite, and the count times the two largest
-    magnitudes under 2^1000 (rounding can at most double a sum's bound)."""
-    found = np.empty(2, np.int64)
-    found[0], found[1] = magnitude(P), magnitude(Q)
-    if found[0] >= 0x7FF0000000000000 or found[1] >= 0x7FF0000000000000:
-        return False
-    largest = found.view(np.float64)
-    return (P.size + Q.size) * largest[0] * largest[1] < 2.0**1000
-
-
-@kernel
-def dot(x, y):
-    """``x @ y`` for two vectors: NumPy's cblas_ddot."""
-    if x.size == 0:
-        return 0.0
-    return ddot(x.size, x.ctypes, 1, y.ctypes, 1)'''
-
-
 def kernel_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter]]:
     """The kernel's source and its parameters, in order."""
     if mode not in MODES:
@@ -371,12 +213,6 @@ def kernel_source(program: BlockProgram, mode: str) -> tuple[str, list[Parameter
             raise Unsupported(f"generated code has no rule for the op {node.op!r}")
     writer = KernelWriter(program, mode)
     return writer.write(), writer.parameters
-
-
-def _helpers() -> Iterator[str]:
-    yield from scalar_source.helper_sources()
-    yield PAIRWISE
-    yield PRODUCTS
 
 
 def module_source(
@@ -401,16 +237,16 @@ def module_source(
         *_vector_math(lanes, vector_math),
         "",
         "import numpy as np  # noqa: F401",
-        "from numba import types",
         "",
-        "import fastad.kernels.blas  # noqa: F401  (registers the BLAS routines)",
+        "# NumPy's summation order and BLAS calls, compiled once in fastad's kernel cache;",
+        f"# this text changes with them (kernels {jit.kernels_source_stamp()[:16]}).",
+        "from fastad.kernels.array_helpers import bounded, dot, gemm, gemv, pairwise  # noqa: F401",
         "from fastad.kernels.jit import kernel",
         "",
         "UNREACHED = -0.0",
-        "",
-        blas.DECLARATIONS,
     ]
-    return "\n\n\n".join(["\n".join(header), *_helpers(), text]) + "\n", parameters
+    sections = ["\n".join(header), *scalar_source.helper_sources(), text]
+    return "\n\n\n".join(sections) + "\n", parameters
 
 
 def _vector_math(lanes: int, names: Sequence[str]) -> list[str]:
