@@ -28,8 +28,10 @@ The options and why:
   ``*.py`` file there (:func:`kernels_source_stamp`): a change to any kernel
   file, a generated rule included, invalidates every entry, and a package
   upgrade that changes any file can never hit a stale one. Kernels defined
-  elsewhere (the generated modules of compiled functions, which call no
-  kernel of another file) keep Numba's stamp of their own file. The folder
+  elsewhere (the generated modules of compiled functions) keep Numba's
+  stamp of their own file; a module whose kernels call fastad's (the array
+  helpers, the fast-math functions) names this stamp in its text, so its
+  file, and its cache key, change with them. The folder
   is also keyed by the source folder's absolute path, so two installs never
   share entries.
 - ``nogil=True``: compiled calls release the GIL so Python threads can run

@@ -43,11 +43,13 @@ RECHECK = -3
 MODES = array_program.MODES
 
 # The cold compile time of a generated kernel for a function of arrays, measured
-# on the 2-core machine (`python bench/blockcode_curve.py`, the README's table):
-# about COMPILE_SECONDS_PER_ROW per row (a node in one pass), 3.3 s for the
-# 9-node MLP's gradient (18 rows) to 35 s at 204 rows, type inference and LLVM
-# about half each. `auto` builds code up to BUDGET_ROWS rows (about ten seconds
-# in a background thread, once per machine thanks to the cache).
+# on the 2-core machine (`python bench/blockcode_curve.py`, the table of
+# docs/performance.md): about COMPILE_SECONDS_PER_ROW per row (a node in one
+# pass), 1.6-1.9 s for the 9-node MLP's gradient (18 rows) to 40 s at 204 rows,
+# type inference and LLVM about half each, once the array helpers are in the
+# kernel cache (about 1.5 s more, once per machine). `auto` builds code up to
+# BUDGET_ROWS rows (about ten seconds in a background thread, once per machine
+# thanks to the cache).
 COMPILE_SECONDS_FIXED = 0.5
 COMPILE_SECONDS_PER_ROW = 0.165
 BUDGET_ROWS = 60
