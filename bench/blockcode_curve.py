@@ -62,7 +62,9 @@ CHILD = textwrap.dedent(
     def warm(X, W, b, y):
         return fa.cross_entropy(fa.linear_relu(X, W, b), y) + (fa.tanh(X) * 2.0).mean()
 
-    warm_arguments = (rng.normal(size=(8, 4)), rng.normal(size=(4, 3)), np.zeros(3), np.arange(8) % 3)
+    warm_arguments = (
+        rng.normal(size=(8, 4)), rng.normal(size=(4, 3)), np.zeros(3), np.arange(8) % 3
+    )
     fa.compile(warm, example=warm_arguments, wrt=(1, 2), backend="codegen").value_and_grad(
         warm_arguments
     )
