@@ -126,6 +126,18 @@ def compare_calls(generated, interpreted, calls, modes, exact, buffers, rng):
     assert array_kernel.recheck_count() == before
 
 
+ALL_MODES = ("grad", "values", "vjp", "jvp", "hvp")
+
+
+def every_mode_matches(generated, interpreted, make, buffers, rng, calls=4):
+    """Every mode runs generated code, and gives the interpreter's bits on ``calls``
+    argument tuples from ``make(rng)``."""
+    for mode in ALL_MODES:
+        assert generated.tier(mode).name == "codegen", generated.tier(mode)
+    arguments = [make(rng) for _ in range(calls)]
+    compare_calls(generated, interpreted, arguments, ALL_MODES, True, buffers, rng)
+
+
 def both(function, example, **options):
     generated = fa.compile(function, example=example, backend="codegen", **options)
     interpreted = fa.compile(function, example=example, backend="interpret", **options)
@@ -394,12 +406,7 @@ def reshaped_arguments(rng):
 
 def test_reshapes_and_transposes_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(reshaped, reshaped_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [reshaped_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, reshaped_arguments, buffers, rng)
     generated, interpreted = both(square, (sparse(rng, (6, 6)),))
     calls = [(sparse(rng, (6, 6)),) for _ in range(3)]
     compare_calls(
@@ -474,12 +481,7 @@ def indexed_arguments(rng):
 
 def test_indexing_gives_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(indexed, indexed_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [indexed_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, indexed_arguments, buffers, rng)
     # An array output that is an index: its VJP and JVP.
     generated, interpreted = both(lambda X: fa.tanh(X)[1:, ::-2], (sparse(rng, (5, 4)),))
     calls = [(sparse(rng, (5, 4)),) for _ in range(3)]
@@ -541,12 +543,7 @@ def joined_arguments(rng, rows=B):
 
 def test_joining_gives_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(joined, joined_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [joined_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, joined_arguments, buffers, rng)
     # Along the features of a batch: the operands' lengths along the axis are fixed.
     generated, interpreted = both(
         lambda X, W: (fa.concatenate([X, fa.tanh(X @ W)], axis=1) ** 2.0).sum(),
@@ -590,12 +587,7 @@ def extremes_arguments(rng, rows=B):
 
 def test_maxima_and_minima_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(extremes, extremes_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [extremes_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, extremes_arguments, buffers, rng)
     # A nan in a slice: its result is nan and the call goes back to the interpreter.
     X, W = extremes_arguments(rng)
     X[3, 1] = np.nan
@@ -631,12 +623,7 @@ def running_arguments(rng, rows=B):
 
 def test_running_sums_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(running, running_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [running_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, running_arguments, buffers, rng)
     # Along the batch axis and across it, at several numbers of rows.
     generated, interpreted = both(
         lambda X, W: (np.cumsum(fa.sin(X @ W), axis=0) * np.cumsum(X @ W, axis=1)).sum(),
@@ -663,12 +650,7 @@ def sequence_arguments(rng, first=3):
 
 def test_a_stack_by_a_matrix_gives_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(sequence_layer, sequence_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [sequence_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, sequence_arguments, buffers, rng)
     # The stack along the batch axis: any number of sequences.
     generated, interpreted = both(sequence_layer, sequence_arguments(rng), batch=0)
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
@@ -688,12 +670,7 @@ def stacks_of_one_arguments(rng, stack=3):
 
 def test_two_stacks_where_one_broadcasts_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(stacks_of_one, stacks_of_one_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [stacks_of_one_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, stacks_of_one_arguments, buffers, rng)
     # The stack along the batch axis: any number of matrices against the one broadcast.
     generated, interpreted = both(stacks_of_one, stacks_of_one_arguments(rng), batch=1)
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
@@ -746,12 +723,7 @@ def products_arguments(rng, rows=6):
 
 def test_products_give_the_interpreters_bits(rng, buffers):
     generated, interpreted = both(products, products_arguments(rng))
-    for mode in ("grad", "values", "vjp", "jvp", "hvp"):
-        assert generated.tier(mode).name == "codegen", generated.tier(mode)
-    calls = [products_arguments(rng) for _ in range(4)]
-    compare_calls(
-        generated, interpreted, calls, ("grad", "values", "vjp", "jvp", "hvp"), True, buffers, rng
-    )
+    every_mode_matches(generated, interpreted, products_arguments, buffers, rng)
     # An inf beside a zero: the exact rules give 0 where the plain product gives nan,
     # so the call goes back to the interpreter and returns its numbers.
     X, w = products_arguments(rng)
