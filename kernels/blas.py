@@ -6,9 +6,9 @@ SciPy's copy of OpenBLAS, a second BLAS beside NumPy's, and two OpenBLAS
 thread pools spinning on the same cores made threaded steps 10-80x slower
 (``bench/threads.py``). So this module finds the BLAS library NumPy itself
 loaded and registers its ``cblas_dgemm``, ``cblas_dgemv`` and ``cblas_ddot`` with LLVM
-under the names in ``SYMBOLS``; the generated modules declare those names
-as external functions (:data:`DECLARATIONS`), so their cached machine code
-refers to the symbol by name and each process resolves it anew. The routine
+under the names in ``SYMBOLS``; ``array_helpers.py`` declares those names
+as external functions, so cached machine code refers to the symbol by name
+and each process resolves it anew. The routine
 np.matmul picks for the shapes, with the arguments it passes: a product in
 generated code is NumPy's, bit for bit, and it runs on NumPy's thread pool (``threadpoolctl`` and
 ``OPENBLAS_NUM_THREADS`` set its size as they do for NumPy).
@@ -27,6 +27,7 @@ import glob
 import os
 
 import llvmlite.binding as llvm
+import numba
 import numpy as np
 
 SYMBOLS = {
@@ -42,20 +43,6 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
 # The names a 64-bit-integer OpenBLAS gives the routines: NumPy's wheels
 # bundle scipy-openblas64 (the first); a plain ILP64 build has the second.
 _NAMES = ("scipy_cblas_{}64_", "cblas_{}64_")
-
-DECLARATIONS = """\
-_i = types.int64
-_p = types.voidptr
-_f = types.float64
-dgemm = types.ExternalFunction(
-    "{dgemm}", types.void(_i, _i, _i, _i, _i, _i, _f, _p, _i, _p, _i, _f, _p, _i)
-)
-dgemv = types.ExternalFunction(
-    "{dgemv}", types.void(_i, _i, _i, _i, _f, _p, _i, _p, _i, _f, _p, _i)
-)
-ddot = types.ExternalFunction("{ddot}", types.float64(_i, _p, _i, _p, _i))""".format(**SYMBOLS)
-"""The generated modules' declarations of the registered routines (after
-``from numba import types``): CBLAS's arguments, integers as int64."""
 
 
 @functools.cache
@@ -90,7 +77,11 @@ def _register() -> str | None:
 
 
 def unavailable() -> str | None:
-    """None when the routines are registered (done once); else the reason they are not."""
+    """None when the routines are registered (done once) and compiled code can call
+    them; else the reason not (``NUMBA_DISABLE_JIT`` runs kernels as Python, where an
+    external function is only its declaration)."""
+    if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # set at import
+        return "NUMBA_DISABLE_JIT is set: generated code calls NumPy's BLAS from compiled code"
     return _register()
 
 

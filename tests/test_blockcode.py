@@ -12,7 +12,11 @@ goes back.
 """
 
 import math
+import os
 import pickle
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -983,3 +987,31 @@ def test_a_refused_call_leaves_a_function_that_saves_and_loads(rng, backend, tmp
     f.save(path)
     for g in (fa.load(path), pickle.loads(pickle.dumps(f))):
         np.testing.assert_array_equal(g.grad((X, y)), f.grad((X, y)))
+
+
+def test_without_the_jit_generated_code_is_refused_not_wrong():
+    # NUMBA_DISABLE_JIT runs kernels as Python, where NumPy's BLAS, an external
+    # function of compiled code, is only a declaration: generated code is refused
+    # (named), and the interpreter gives the numbers.
+    script = textwrap.dedent(
+        """
+        import numpy as np, fastad as fa
+        X, W = np.ones((3, 2)), np.ones((2, 4))
+        try:
+            fa.compile(lambda X, W: (X @ W).sum(), example=(X, W), backend="codegen")
+        except NotImplementedError as error:
+            print(error)
+        f = fa.compile(lambda X, W: (X @ W).sum(), example=(X, W))
+        print(f.tier("grad").reason)
+        print(f((X, W)))
+        """
+    )
+    environment = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    refused, reason, value = done.stdout.strip().splitlines()
+    assert 'backend="codegen": NUMBA_DISABLE_JIT is set' in refused
+    assert "NUMBA_DISABLE_JIT is set" in reason
+    assert float(value) == 24.0
