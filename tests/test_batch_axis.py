@@ -108,7 +108,8 @@ def test_transforms_take_the_calls_rows(rng):
     hessian = f.hessian(arguments)
     assert hessian[1][1].shape == (rows, IN, rows, IN)
     with pytest.raises(
-        ValueError, match=r"direction for argument 1 has shape \(16, 6\), the argument has shape \(5, 6\)"
+        ValueError,
+        match=r"direction for argument 1 has shape \(16, 6\), the argument has shape \(5, 6\)",
     ):
         f.jvp(arguments, [directions[0], rng.normal(size=(ROWS, IN))])
 
