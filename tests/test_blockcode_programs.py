@@ -676,6 +676,12 @@ def test_two_stacks_where_one_broadcasts_give_the_interpreters_bits(rng, buffers
     assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [stacks_of_one_arguments(rng, stack) for stack in (3, 2, 7)]
     compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    # Traced with one matrix along the batch axis, the product's code would change with
+    # the rows (a stack of one broadcasts): refused, saying how to trace it.
+    with pytest.raises(NotImplementedError, match="trace the example with at least two rows"):
+        fa.compile(
+            stacks_of_one, example=stacks_of_one_arguments(rng, 1), batch=1, backend="codegen"
+        )
     # One-element matrices: NumPy sums a (stack, 1, 1) array's stack pairwise.
     generated, interpreted = both(
         lambda s, m: fa.sin(s @ m).sum() + (m * m).sum(),

@@ -241,7 +241,11 @@ class BlockCode:
         rows = cast(int, self._rows)
         other_text, other = self._source_at(mode, rows + 1)
         if other_text != text:
-            raise Unsupported(f"the generated {mode} kernel differs at another number of rows")
+            raise Unsupported(
+                f"the generated {mode} kernel differs at another number of rows: the traced "
+                "rows choose some of its code (a stack of one matrix against another is "
+                "broadcast, of two or more not); trace the example with at least two rows"
+            )
         axes = []
         for traced, moved in zip(self._parameters[mode], other, strict=True):
             changed = tuple(
