@@ -138,6 +138,13 @@ def every_mode_matches(generated, interpreted, make, buffers, rng, calls=4):
     compare_calls(generated, interpreted, arguments, ALL_MODES, True, buffers, rng)
 
 
+def rows_match(generated, interpreted, calls, buffers, rng):
+    """Under ``batch=``: the gradient runs generated code, and the gradients and values
+    of ``calls`` (argument tuples of several numbers of rows) are the interpreter's bits."""
+    assert generated.tier("grad").name == "codegen", generated.tier("grad")
+    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+
+
 def both(function, example, **options):
     generated = fa.compile(function, example=example, backend="codegen", **options)
     interpreted = fa.compile(function, example=example, backend="interpret", **options)
@@ -510,9 +517,8 @@ def test_indexing_along_the_batch_axis_stays_interpreted(rng, buffers):
 
     theta = sparse(rng, (16,))
     generated, interpreted = both(sliced, (theta, sparse(rng, (5, 3))), batch=1)
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [(sparse(rng, (16,)), sparse(rng, (n, 3))) for n in (5, 2, 7)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
 
     def columns(X):
         return fa.sin(X[:, ::2]).sum()
@@ -550,9 +556,8 @@ def test_joining_gives_the_interpreters_bits(rng, buffers):
         joined_arguments(rng)[:2],
         batch=0,
     )
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [joined_arguments(rng, rows)[:2] for rows in (B, 3, 7)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
     # An array output that is a concatenate: its VJP and JVP.
     generated, interpreted = both(
         lambda X, W: fa.concatenate([X @ W, np.zeros((B, 1)), fa.exp(X)], axis=1),
@@ -601,9 +606,8 @@ def test_maxima_and_minima_give_the_interpreters_bits(rng, buffers):
         extremes_arguments(rng),
         batch=0,
     )
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [extremes_arguments(rng, rows) for rows in (B, 4, 9)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
 
 
 # -- running sums along any axis ----------------------------------------------------------
@@ -630,9 +634,8 @@ def test_running_sums_give_the_interpreters_bits(rng, buffers):
         running_arguments(rng),
         batch=0,
     )
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [running_arguments(rng, rows) for rows in (B, 2, 7)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
 
 
 # -- a stack of matrices by one matrix, either side (a sequence through a layer) -----------
@@ -653,9 +656,8 @@ def test_a_stack_by_a_matrix_gives_the_interpreters_bits(rng, buffers):
     every_mode_matches(generated, interpreted, sequence_arguments, buffers, rng)
     # The stack along the batch axis: any number of sequences.
     generated, interpreted = both(sequence_layer, sequence_arguments(rng), batch=0)
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [sequence_arguments(rng, first) for first in (3, 1, 6)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
 
 
 def stacks_of_one(A, B, C):
@@ -673,9 +675,8 @@ def test_two_stacks_where_one_broadcasts_give_the_interpreters_bits(rng, buffers
     every_mode_matches(generated, interpreted, stacks_of_one_arguments, buffers, rng)
     # The stack along the batch axis: any number of matrices against the one broadcast.
     generated, interpreted = both(stacks_of_one, stacks_of_one_arguments(rng), batch=1)
-    assert generated.tier("grad").name == "codegen", generated.tier("grad")
     calls = [stacks_of_one_arguments(rng, stack) for stack in (3, 2, 7)]
-    compare_calls(generated, interpreted, calls, ("grad", "values"), True, buffers, rng)
+    rows_match(generated, interpreted, calls, buffers, rng)
     # Traced with one matrix along the batch axis, the product's code would change with
     # the rows (a stack of one broadcasts): refused, saying how to trace it.
     with pytest.raises(NotImplementedError, match="trace the example with at least two rows"):

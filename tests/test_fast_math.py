@@ -362,17 +362,23 @@ def test_fast_math_survives_pickling_and_files(tmp_path):
     assert not plain.fast_math
 
 
-def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, monkeypatch):
-    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+def loaded_without_libmvec(fast, tmp_path, monkeypatch):
+    """``fast`` saved, then loaded in this process made a machine without libmvec: the
+    warning, naming the line that called ``fa.load`` (``load``, here), is checked."""
     path = tmp_path / "fast.npz"
     fast.save(path)
-
     without_libmvec(monkeypatch)
     with pytest.warns(
         RuntimeWarning, match="compiled with fast_math=True, but fast math needs"
     ) as w:
         loaded = fa.load(path)
-    assert w[0].filename == __file__  # the line that loaded it
+    assert w[0].filename == __file__
+    return loaded
+
+
+def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, monkeypatch):
+    fast = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen", fast_math=True)
+    loaded = loaded_without_libmvec(fast, tmp_path, monkeypatch)
     points = np.random.default_rng(9).normal(size=(20, 6))
     plain = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
     assert_same_bits(loaded.value_and_grad(points)[1], plain.value_and_grad(points)[1])

@@ -21,9 +21,9 @@ from test_fast_math import (
     HOST,
     WIDTHS,
     lanes_with_vector_math,
+    loaded_without_libmvec,
     ulps,
     with_metadata,
-    without_libmvec,
 )
 
 import fastad as fa
@@ -199,15 +199,7 @@ def test_fast_math_survives_pickling_and_files(tmp_path):
 def test_a_file_loaded_where_fast_math_is_missing_warns_and_runs_libm(tmp_path, monkeypatch):
     arguments = logistic_arguments(np.random.default_rng(6))
     fast = fa.compile(logistic, example=arguments, wrt=(0, 1), backend="codegen", fast_math=True)
-    path = tmp_path / "fast.npz"
-    fast.save(path)
-
-    without_libmvec(monkeypatch)
-    with pytest.warns(
-        RuntimeWarning, match="compiled with fast_math=True, but fast math needs"
-    ) as w:
-        loaded = fa.load(path)
-    assert w[0].filename == __file__  # the line that loaded it
+    loaded = loaded_without_libmvec(fast, tmp_path, monkeypatch)
     with pytest.warns(RuntimeWarning, match="fast math needs") as w:
         pickle.loads(pickle.dumps(fast))
     assert w[0].filename == __file__
