@@ -529,8 +529,7 @@ class BlockCode:
                 # Labels as the kernel was compiled for (int64 where traced as integers).
                 value = kernel_argument(value, labels=integers[position])
             else:
-                flags = value.flags
-                if not (flags.c_contiguous and flags.writeable and flags.aligned):
+                if not value.flags.carray:  # C-contiguous, writable and aligned
                     # The kernel is compiled for writable, aligned C arrays: a read-only
                     # one (a memory map) would compile a second kernel in the call.
                     value = np.array(value, order="C")

@@ -109,25 +109,26 @@ class Elementwise(BlockRule):
 
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
-        shape = _shape(a)
-        ufunc = _IEEE_UFUNCS.get(self.code)
-        if ufunc is not None and _ieee_operand(a) and _ieee_operand(values[1]):
-            shape = broadcast_shape(shape, _shape(values[1]))
-            if math.prod(shape) >= _UFUNC_FROM:
-                out = np.empty(shape)
-                with np.errstate(all="ignore"):  # inf - inf is nan here, as in the kernel
-                    ufunc(a, values[1], out=out)
-                return out
-        a_full = flat(a, shape)
         if self.arity == 1:
-            b_full = a_full
+            if type(a) is np.ndarray and a.dtype is _FLOAT64:  # the common case: a view
+                out = np.empty(a.shape)  # owns its memory: stored as it is
+                flat_a = a.reshape(-1)
+                map_rules.map_forward(self.code, flat_a, flat_a, out.reshape(-1))
+                return out
+            shape = _shape(a)
+            a_full = b_full = flat(a, shape)
         else:
             b = values[1]
-            b_shape = _shape(b)
-            if b_shape != shape:
-                shape = broadcast_shape(shape, b_shape)
-                a_full = flat(a, shape)
-            b_full = flat(b, shape)
+            shape_a, shape_b = _shape(a), _shape(b)
+            shape = shape_a if shape_a == shape_b else broadcast_shape(shape_a, shape_b)
+            if math.prod(shape) >= _UFUNC_FROM:
+                ufunc = _IEEE_UFUNCS.get(self.code)
+                if ufunc is not None and _ieee_operand(a) and _ieee_operand(b):
+                    out = np.empty(shape)
+                    with np.errstate(all="ignore"):  # inf - inf is nan here, as in the kernel
+                        ufunc(a, b, out=out)
+                    return out
+            a_full, b_full = flat(a, shape), flat(b, shape)
         out = np.empty(shape)  # owns its memory: stored as it is
         map_rules.map_forward(self.code, a_full, b_full, out.reshape(-1))
         return out

@@ -131,17 +131,18 @@ class TapeStorage(NodeArrays):
     ) -> int:
         """Append a node computed by a block rule: an array value, or a float (a sum), and
         what its forward saved for the VJP (None: nothing)."""
+        # Every block op an eager program records passes here: two calls, the row's
+        # push and the table's entry.
         blocks = self.blocks
         ops = blocks.ops
         in1 = operands[1] if len(operands) > 1 else -1
-        if isinstance(value, np.ndarray):
-            node = self.push(code, operands[0], in1, 0.0)
-            self._add_block(node, value)
-        else:
-            node = self.push(code, operands[0], in1, value)
+        array = isinstance(value, np.ndarray)
+        node = self.push(code, operands[0], in1, 0.0 if array else value)
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self.refuse_concurrent()
-        blocks.add_op(node, operands, params)
+        blocks.add_op(node, operands, params, value if array else None)
+        if array and blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
+            self.warn_growth()
         if saved is not None:
             blocks.keep_saved(node, saved)
         return node
@@ -387,10 +388,15 @@ def as_stored(value: Any) -> FloatArray:
     someone else's array is copied, since freezing it would freeze theirs.
     Callers storing a user's array copy it first (``Tape.input``).
     """
-    if type(value) is np.ndarray and value.dtype == np.float64 and value.flags.c_contiguous:
-        array = value
-    else:
-        array = np.ascontiguousarray(value, dtype=np.float64)
+    if type(value) is np.ndarray and value.dtype is _FLOAT64:
+        flags = value.flags  # read once: each read makes a new flags object
+        if flags.c_contiguous:
+            if not flags.writeable:
+                return value
+            if fresh(value):  # a rule's new output: the common case
+                flags.writeable = False
+                return value
+    array = np.ascontiguousarray(value, dtype=np.float64)
     flags = array.flags
     if flags.writeable:
         if not fresh(array):
@@ -398,6 +404,9 @@ def as_stored(value: Any) -> FloatArray:
             flags = array.flags
         flags.writeable = False
     return array
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 # fastad/ itself (this file is fastad/core/storage.py), with the separator, so that
