@@ -136,12 +136,12 @@ class TapeStorage(NodeArrays):
         blocks = self.blocks
         ops = blocks.ops
         in1 = operands[1] if len(operands) > 1 else -1
-        array = isinstance(value, np.ndarray)
-        node = self.push(code, operands[0], in1, 0.0 if array else value)
+        array = value if isinstance(value, np.ndarray) else None
+        node = self.push(code, operands[0], in1, 0.0 if array is not None else float(value))
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self.refuse_concurrent()
-        blocks.add_op(node, operands, params, value if array else None)
-        if array and blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
+        blocks.add_op(node, operands, params, array)
+        if array is not None and blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
             self.warn_growth()
         if saved is not None:
             blocks.keep_saved(node, saved)

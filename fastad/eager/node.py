@@ -295,7 +295,8 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
         [node._value if type(node) is Var else block_values[node._id] for node in nodes]
     )
     entry = _RULES.get(code) or block_rules.rule(code)  # rule() names a missing one
-    shape = entry.shape(tuple([() if type(v) is float else v.shape for v in operands]), params)
+    shapes = tuple([v.shape if type(v) is np.ndarray else () for v in operands])
+    shape = entry.shape(shapes, params)
     result = entry.forward(operands, params)
     saved = None
     if entry.saves:
