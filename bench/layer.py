@@ -128,9 +128,9 @@ def kernels_layer(X, W, b, G):
     return H, dX, dW, db
 
 
-def _on_tape(X, W, b, G, build):
+def _on_tape(X, W, b, G, build, copy=True):
     with fa.Tape():
-        nodes = [fa.var(a) for a in (X, W, b)]
+        nodes = [fa.var(a, copy=copy) for a in (X, W, b)]
         H = build(*nodes)
         (H * G).sum().backward()
         return (H.value, *(node.grad for node in nodes))
@@ -138,6 +138,12 @@ def _on_tape(X, W, b, G, build):
 
 def fused_layer(X, W, b, G):
     return _on_tape(X, W, b, G, fa.linear_relu)
+
+
+def fused_shared_layer(X, W, b, G):
+    """:func:`fused_layer` with leaves that keep the caller's arrays (``copy=False``), as
+    PyTorch's ``from_numpy`` tensors do: no copy of ``W`` per step."""
+    return _on_tape(X, W, b, G, fa.linear_relu, copy=False)
 
 
 def blocks_layer(X, W, b, G):
@@ -208,6 +214,7 @@ WAYS = {
     "numpy": numpy_layer,
     "kernels": kernels_layer,
     "fused": fused_layer,
+    "fused_shared": fused_shared_layer,
     "blocks": blocks_layer,
     "compiled": compiled_layer,
     "numpy_loss": numpy_layer_loss,

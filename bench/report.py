@@ -60,6 +60,7 @@ CASADI_QUOTED_LATENCY_US = 17.8
 MICROGRAD_QUOTED_NS_PER_NODE = 8800.0
 LAYER_ROW_NAMES = {
     "fused": "linear_relu on a tape, fwd+bwd",
+    "fused_shared": "linear_relu on a tape, leaves without a copy, fwd+bwd",
     "compiled": "linear_relu compiled (generated), fwd+bwd",
     "kernels": "fused layer rule alone, no tape",
     "blocks": "relu(X @ W + b) on a tape",
@@ -171,6 +172,8 @@ def rows(table):
     for way, size, goal in (
         ("fused", (8, 64, 64), 1.0),
         ("fused", (64, 512, 1024), 1.05),
+        ("fused_shared", (8, 64, 64), 1.0),
+        ("fused_shared", (64, 512, 1024), 1.05),
         ("kernels", (8, 64, 64), 0.5),
         ("blocks", (8, 64, 64), 1.5),
         ("compiled", (8, 64, 64), 1.0),
@@ -178,6 +181,7 @@ def rows(table):
     ):
         _layer_row(table, add, way, size, goal, "dense")
     _torch_layer_row(table, add, (8, 64, 64), 0.5)
+    _torch_layer_row(table, add, (8, 64, 64), 0.5, "fused_shared")
     _eager_op_rows(table, add)
     _exact_zero_layer_rows(table, add)
     loop = find(table, "test_long_lived_tape")
@@ -443,7 +447,11 @@ def _einsum_rows(table, add):
     }
     for contraction, spec in sorted(contractions.items()):
         numpy = find(table, "test_einsum_forward", way="numpy", contraction=contraction)
-        for way, what in (("eager", "on a tape"), ("compiled", "compiled")):
+        for way, what in (
+            ("eager", "on a tape"),
+            ("eager_shared", "on a tape, leaves without a copy"),
+            ("compiled", "compiled"),
+        ):
             mine = find(table, "test_einsum_forward", way=way, contraction=contraction)
             target = f"einsum {spec!r} ({contraction}), {what}, forward / NumPy"
             _ratio_row(add, target, mine, numpy, "np.einsum, optimize=True", 1.2)
@@ -567,12 +575,13 @@ def _layer_row(table, add, way, size, goal, data):
     )
 
 
-def _torch_layer_row(table, add, size, goal):
+def _torch_layer_row(table, add, size, goal, way="fused"):
     """linear+ReLU on a tape (what a user calls) against PyTorch float64 eager."""
     B, n, h = size
-    mine = find(table, "test_fused", way="fused", data="dense", B=B, n=n, h=h)
+    mine = find(table, "test_fused", way=way, data="dense", B=B, n=n, h=h)
     theirs = find(table, "test_fused", way="torch", data="dense", B=B, n=n, h=h)
-    target = f"linear_relu on a tape {B}x{n}x{h} / PyTorch eager"
+    shared = ", leaves without a copy" if way == "fused_shared" else ""
+    target = f"linear_relu on a tape{shared} {B}x{n}x{h} / PyTorch eager"
     if mine and theirs:
         _ratio_row(add, target, mine, theirs, "PyTorch float64, 1 thread", goal)
     elif mine:

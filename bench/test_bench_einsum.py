@@ -7,6 +7,9 @@ with a matrix, a batched trace), one BLAS thread:
 - ``eager``: ``np.einsum`` of blocks recorded on a fresh tape, the leaves
   made by ``fa.var`` (which copies its array) inside the timing: what a
   user's eager forward pass costs;
+- ``eager_shared``: the same, the leaves made by ``fa.var(a, copy=False)``,
+  which keeps the caller's array instead of copying it (as PyTorch's
+  ``from_numpy``);
 - ``compiled``: the same call as ``fa.compile``'s function of arrays,
   called for its value (traced once, outside the timing);
 - ``numpy``: ``np.einsum(..., optimize=True)``, NumPy's own best order and
@@ -33,10 +36,10 @@ def _operands(shapes):
     return [rng.normal(size=shape) for shape in shapes]
 
 
-def _eager(spec):
+def _eager(spec, copy=True):
     def forward(*arrays):
         with fa.Tape():
-            return np.einsum(spec, *[fa.var(a) for a in arrays]).value
+            return np.einsum(spec, *[fa.var(a, copy=copy) for a in arrays]).value
 
     return forward
 
@@ -48,12 +51,13 @@ def _compiled(spec, arrays):
 
 @pytest.mark.benchmark(group="einsum")
 @pytest.mark.parametrize("contraction", list(CONTRACTIONS))
-@pytest.mark.parametrize("way", ["eager", "compiled", "numpy"])
+@pytest.mark.parametrize("way", ["eager", "eager_shared", "compiled", "numpy"])
 def test_einsum_forward(benchmark, way, contraction):
     spec, shapes = CONTRACTIONS[contraction]
     arrays = _operands(shapes)
     forward = {
         "eager": lambda: _eager(spec),
+        "eager_shared": lambda: _eager(spec, copy=False),
         "compiled": lambda: _compiled(spec, arrays),
         "numpy": lambda: lambda *xs: np.einsum(spec, *xs, optimize=True),
     }[way]()

@@ -5,7 +5,9 @@ and ``long_lived``: the layer trained with every step on one tape.
 result against the textbook NumPy composition once (1e-12 relative), warms
 the JIT, and stores ``us_per_call`` and ``gflops`` (three (B, n, h)
 products per call) in ``extra_info`` when timing ran. The ``fused`` and
-``blocks`` ways run through the public API on a fresh tape per call; the
+``blocks`` ways run through the public API on a fresh tape per call
+(``fused_shared`` as ``fused``, its leaves keeping the caller's arrays:
+``fa.var(a, copy=False)``); the
 ``kernels`` way is the fused kernels without a tape; the ``compiled`` way
 the layer's loss compiled to one generated kernel; the ``torch`` way
 PyTorch float64 eager (skipped, saying why, without torch). The scalar-node way

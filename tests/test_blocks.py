@@ -355,6 +355,42 @@ def test_block_values_are_read_only_copies():
             A.value[0] = 5.0
 
 
+def test_a_leaf_without_a_copy_holds_the_callers_array(rng):
+    X, W = rng.normal(size=(5, 3)), rng.normal(size=(3, 2))
+    with fa.Tape():
+        x = fa.var(X, copy=False)
+        w = fa.var(W, copy=None)
+        (x @ w).sum().backward()
+        for leaf, array in ((x, X), (w, W)):
+            assert np.shares_memory(leaf.value, array)
+            assert not leaf.value.flags.writeable and array.flags.writeable
+        np.testing.assert_array_equal(w.grad, np.repeat(X.sum(axis=0)[:, None], 2, axis=1))
+        np.testing.assert_array_equal(x.grad, np.repeat(W.sum(axis=1)[None, :], 5, axis=0))
+        X[0, 0] = 7.0  # no copy: the tape reads the caller's array
+        assert x.value[0, 0] == 7.0
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        (np.ones((3, 4)).T, "a float64 array of shape (4, 3), not C-contiguous"),
+        (np.ones((2, 2), np.float32), "a float32 array of shape (2, 2)"),
+        ([1.0, 2.0], "got list"),
+    ],
+)
+def test_a_leaf_that_needs_a_copy_is_copied_with_none_and_refused_with_false(value, why):
+    with fa.Tape():
+        kept = fa.var(value, copy=None)
+        assert kept.value.dtype == np.float64 and kept.value.flags.c_contiguous
+        np.testing.assert_array_equal(kept.value, np.asarray(value, np.float64))
+        assert not np.shares_memory(kept.value, np.asarray(value))
+        with pytest.raises(ValueError, match="copy=None") as refused:
+            fa.var(value, copy=False)
+        assert why in str(refused.value)
+        with pytest.raises(TypeError, match="copy must be True, False or None, got str"):
+            fa.var(np.ones(2), copy="no")
+
+
 # -- compiled functions of arrays ----------------------------------------------------------
 def layer_loss(X, W, b, T):
     return fa.mse_loss(fa.linear_relu(X, W, b), T)

@@ -26,17 +26,27 @@ if TYPE_CHECKING:
 
 
 @overload
-def var(value: RealNumber, name: str | None = None, tape: Tape | None = None) -> Var: ...
+def var(
+    value: RealNumber,
+    name: str | None = None,
+    tape: Tape | None = None,
+    *,
+    copy: bool | None = True,
+) -> Var: ...
 @overload
 def var(
     value: NumericArray | list[Any] | tuple[Any, ...],
     name: str | None = None,
     tape: Tape | None = None,
+    *,
+    copy: bool | None = True,
 ) -> Block: ...
 def var(
     value: RealNumber | NumericArray | list[Any] | tuple[Any, ...],
     name: str | None = None,
     tape: Tape | None = None,
+    *,
+    copy: bool | None = True,
 ) -> Var | Block:
     """Record a leaf (independent variable) holding ``value``.
 
@@ -49,6 +59,17 @@ def var(
         Label shown in tables and drawings.
     tape : fastad.Tape, optional
         Defaults to :func:`fastad.current_tape`.
+    copy : bool or None, default True
+        For an array, as NumPy's ``copy=``. True: the leaf holds a private
+        float64 copy, so changing the array afterwards changes nothing on
+        the tape. None: the leaf holds the caller's array itself (a
+        read-only view of it, as ``torch.from_numpy`` shares memory) where
+        it is an aligned, C-contiguous float64 array, else a copy.
+        False: the caller's array itself, or ``ValueError`` saying why not.
+        Without a copy a large array costs nothing to record, but the
+        caller must not change it while the tape is in use: the values
+        computed from it would not follow, and a backward sweep would read
+        the changed values beside the old ones.
 
     Examples
     --------
@@ -58,7 +79,7 @@ def var(
     ...     (x * x).value
     9.0
     """
-    return tape_or_current(tape).input(value, name)
+    return tape_or_current(tape).input(value, name, copy=copy)
 
 
 def grad(

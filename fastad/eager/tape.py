@@ -230,25 +230,34 @@ class Tape:
         return self._storage.push(int(code), int(in0), int(in1), _as_float(value, "the value"))
 
     @overload
-    def input(self, value: RealNumber, name: str | None = None) -> Var: ...
+    def input(
+        self, value: RealNumber, name: str | None = None, *, copy: bool | None = True
+    ) -> Var: ...
     @overload
     def input(
-        self, value: NumericArray | list[Any] | tuple[Any, ...], name: str | None = None
+        self,
+        value: NumericArray | list[Any] | tuple[Any, ...],
+        name: str | None = None,
+        *,
+        copy: bool | None = True,
     ) -> Block: ...
     def input(
         self,
         value: RealNumber | NumericArray | list[Any] | tuple[Any, ...],
         name: str | None = None,
+        *,
+        copy: bool | None = True,
     ) -> Var | Block:
         """Record a leaf (an independent variable) holding ``value``.
 
         A real number gives a scalar node (``Var``); an array gives a block
-        node (``Block``), stored as a float64 copy: changing the array
-        afterwards changes nothing on the tape.
+        node (``Block``). ``copy`` as in :func:`fastad.var`: by default the
+        block holds a float64 copy, so changing the array afterwards changes
+        nothing on the tape.
         """
         node: Var | Block
         if _is_array_like(value):
-            node = Block(self, self._storage.push_block(optable.INPUT, _block_copy(value)))
+            node = Block(self, self._storage.push_block(optable.INPUT, _leaf_array(value, copy)))
         else:
             number = _as_float(value, "fa.var")
             node = Var(self, self._storage.push(optable.INPUT, -1, -1, number), number)
@@ -465,6 +474,40 @@ class Tape:
 def _is_array_like(value: object) -> bool:
     # A 0-d array is a number (fa.var(np.array(3.0)) is a scalar leaf).
     return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
+
+
+def _leaf_array(value: object, copy: object) -> FloatArray:
+    """What a block leaf holds: a private copy (``copy`` True), else the caller's own
+    float64 C-contiguous array through a read-only view, which ``copy=None`` copies when
+    it is not one and ``copy=False`` refuses."""
+    if copy is True:
+        return _block_copy(value)
+    if copy is not None and copy is not False:
+        raise TypeError(f"copy must be True, False or None, got {type(copy).__name__} {copy!r}")
+    if (
+        type(value) is np.ndarray
+        and value.dtype == np.float64
+        and value.flags.c_contiguous
+        and value.flags.aligned
+        and value.ndim
+    ):
+        view = value.view()
+        view.flags.writeable = False  # the tape's values are read-only; the caller's stays as it is
+        return view
+    if copy is None:
+        return _block_copy(value)
+    found = (
+        f"a {value.dtype} array of shape {value.shape}"
+        + ("" if value.flags.c_contiguous else ", not C-contiguous")
+        + ("" if value.flags.aligned else ", not aligned")
+        if type(value) is np.ndarray
+        else type(value).__name__
+    )
+    raise ValueError(
+        "fa.var(..., copy=False) keeps the caller's own array, which must be an aligned, "
+        f"C-contiguous float64 NumPy array; got {found}: pass copy=None to copy "
+        "it only then, or convert it once with np.ascontiguousarray(x, dtype=np.float64)"
+    )
 
 
 def _block_copy(value: object) -> FloatArray:
