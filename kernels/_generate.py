@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import pathlib
+import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -45,13 +46,8 @@ def _dispatch(
     expressions, ``0.0`` for a missing operand); ``fallback`` is the last
     line, reached only by leaves and constants.
     """
-    signature = f"def {name}({parameters}) -> {returns}:"
-    if len(signature) > LINE_LENGTH:  # as ruff format wraps it
-        signature = f"def {name}(\n    {parameters}\n) -> {returns}:"
-        if len(f"    {parameters}") > LINE_LENGTH:  # one parameter per line
-            listed = "".join(f"    {p.strip()},\n" for p in parameters.split(","))
-            signature = f"def {name}(\n{listed}) -> {returns}:"
-    lines = ["@kernel", signature, *(f"    {line}" if line else "" for line in doc)]
+    lines = ["@kernel", _signature(name, parameters, returns)]
+    lines += [f"    {line}" if line else "" for line in doc]
     for op in optable.OPS:
         if op.arity == 0:
             continue
@@ -60,6 +56,17 @@ def _dispatch(
         lines += [f"        {line}" for line in case(op, d0, d1)]
     lines.append(f"    {fallback}")
     return "\n".join(lines)
+
+
+def _signature(name: str, parameters: str, returns: str) -> str:
+    """``def name(parameters) -> returns:`` as ruff format wraps it."""
+    signature = f"def {name}({parameters}) -> {returns}:"
+    if len(signature) > LINE_LENGTH:
+        signature = f"def {name}(\n    {parameters}\n) -> {returns}:"
+        if len(f"    {parameters}") > LINE_LENGTH:  # one parameter per line
+            listed = "".join(f"    {p.strip()},\n" for p in parameters.split(","))
+            signature = f"def {name}(\n{listed}) -> {returns}:"
+    return signature
 
 
 def _forward_value_source() -> str:
@@ -227,13 +234,16 @@ def _lanes_source(with_partials: bool) -> str:
 
 
 def _map_source(kind: str) -> str:
-    """``map_forward``, ``map_vjp``, ``map_jvp`` or ``map_second``: a scalar rule over 1-D arrays.
+    """The kernels of one kind of elementwise block rule, one per op, and their table.
 
-    One loop per op, as for the lanes: the dispatch on ``op`` happens once
-    per call, not once per element (a 37-way branch per element cost more
-    than most rules), and each loop is straight-line code. The rules are
-    the table's own expressions, so a block and its scalar-node expansion
-    agree bit for bit.
+    ``kind`` is ``forward``, ``vjp``, ``jvp`` or ``second``. Each op's kernel is
+    one loop over 1-D arrays of straight-line code, the table's own
+    expressions, so a block and its scalar-node expansion agree bit for bit.
+    One kernel per op, not one that branches on the op: Numba compiles a
+    kernel at its first call, so a program compiles only the rules of the
+    ops it runs (a fresh machine's first ``fastad demo`` compiled all 36 of
+    each kind), and no element pays for a branch on the op. The table
+    (``FORWARD``, ``VJP``, ``JVP``, ``SECOND``) maps an opcode to its kernel.
     """
     arrays = {
         "forward": "x, y, z",
@@ -252,49 +262,71 @@ def _map_source(kind: str) -> str:
         "second": "The second local partials (d2/dx2, d2/dx dy, d2/dy2) per element.",
     }
 
-    def case(op: optable.Op, d0: str, d1: str) -> list[str]:
-        body = ["for t in range(z.size):", "    a = x[t]", "    b = y[t]"]
+    def body(op: optable.Op, d0: str, d1: str) -> list[str]:
+        lines = _reads(kind, op, d0, d1)
         if kind == "forward":
-            body.append(f"    z[t] = {op.value}")
+            lines.append(f"    z[t] = {op.value}")
         elif kind == "second":
             names = ("s0", "s1", "s2")
-            body.append("    out = z[t]")
-            body += [
+            lines += [
                 f"    {name}[t] = {rule}" for name, rule in zip(names, _second(op), strict=True)
             ]
         elif kind == "vjp" and op.arity == 1:  # nothing to send to a second operand
-            body += [
-                "    out = z[t]",
+            lines += [
                 "    if want_x:",
                 f"        dx[t] = contribution({d0}, g[t])",
             ]
         elif kind == "vjp":  # only what the caller wants: an operand may be data
-            body += [
-                "    out = z[t]",
+            lines += [
                 "    if want_x:",
                 f"        dx[t] = contribution({d0}, g[t])",
                 "    if want_y:",
                 f"        dy[t] = contribution({d1}, g[t])",
             ]
         else:
-            body += [
-                "    out = z[t]",
+            lines += [
                 f"    first = contribution({d0}, tx[t])",
                 f"    tz[t] = first + contribution({d1}, ty[t])",
             ]
-        return [*body, "return"]
+        return lines
 
     parameters = ", ".join(f"{name}: FloatArray" for name in arrays.split(", "))
     if kind == "vjp":
         parameters += ", want_x: bool, want_y: bool"
-    return _dispatch(
-        f"map_{kind}",
-        f"op: int, {parameters}",
-        "None",
-        f'"""{docs[kind]}"""'.split("\n"),
-        case,
-        "return",
-    )
+    kernels, table = [], []
+    for op in optable.OPS:
+        if op.arity == 0:
+            continue
+        d0, d1 = (list(op.partials) + ["0.0"] * (2 - op.arity))[:2]
+        name = f"{kind}_{op.name}"
+        lines = ["@kernel", _signature(name, parameters, "None")]
+        lines.append(f'    """``{op.name}``: see ``{kind.upper()}``."""')
+        lines += [f"    {line}" for line in body(op, d0, d1)]
+        kernels.append("\n".join(lines))
+        table.append(f"    {op.code}: {name},")
+    summary = docs[kind].split("\n")
+    names = arrays + (", want_x, want_y" if kind == "vjp" else "")
+    table_doc = [f'"""Opcode -> its kernel ``({names})``:']
+    table_doc += [*summary[:-1], summary[-1] + '"""']
+    text = "\n\n\n".join(kernels)
+    return text + "\n\n\n" + "\n".join([f"{kind.upper()} = {{", *table, "}", *table_doc])
+
+
+def _reads(kind: str, op: optable.Op, d0: str, d1: str) -> list[str]:
+    """The loop's head and the reads of ``a = x[t]``, ``b = y[t]`` and ``out = z[t]``
+    that ``op``'s expressions of this ``kind`` use (an unused read is left out)."""
+    used = {
+        "forward": [op.value],
+        "vjp": [d0] if op.arity == 1 else [d0, d1],
+        "jvp": [d0, d1],
+        "second": list(_second(op)),
+    }[kind]
+    reads = [
+        f"    {name} = {array}[t]"
+        for name, array in (("a", "x"), ("b", "y"), ("out", "z"))
+        if any(re.search(rf"\b{name}\b", expression) for expression in used)
+    ]
+    return ["for t in range(z.size):", *reads]
 
 
 class Module(NamedTuple):
@@ -350,21 +382,21 @@ GENERATED: dict[str, Module] = {
     "map_rules.py": Module(
         "Elementwise block ops by the scalar rules: values and reverse mode.",
         (
-            "``map_forward`` and ``map_vjp`` over 1-D arrays, one loop per op,",
-            "with the strong zeros of ``contribution``.",
+            "``FORWARD`` and ``VJP``: per opcode, a kernel of one loop over 1-D arrays,",
+            "the VJP's with the strong zeros of ``contribution``.",
         ),
         (lambda: _map_source("forward"), lambda: _map_source("vjp")),
         strong_zeros=True,
     ),
     "map_tangent_rules.py": Module(
         "Elementwise block ops by the scalar rules: forward mode.",
-        ("``map_jvp`` over 1-D arrays, one loop per op, with strong zeros.",),
+        ("``JVP``: per opcode, a kernel of one loop over 1-D arrays, with strong zeros.",),
         (lambda: _map_source("jvp"),),
         strong_zeros=True,
     ),
     "map_second_rules.py": Module(
         "Elementwise block ops by the scalar rules: the second local partials.",
-        ("``map_second`` over 1-D arrays, one loop per op.",),
+        ("``SECOND``: per opcode, a kernel of one loop over 1-D arrays.",),
         (lambda: _map_source("second"),),
     ),
 }

@@ -163,7 +163,7 @@ def test_a_0d_array_beside_scalar_nodes_is_a_number():
 
 @pytest.mark.parametrize("b_shape", [(6, 5), (5,), (1, 5), (6, 1), ()])
 def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
-    # Add's VJP sends the adjoint itself (no kernel call): the same bits as map_vjp's
+    # Add's VJP sends the adjoint itself (no kernel call): the same bits as its VJP kernel's
     # contribution(1.0, g), strong zeros (-0.0), reached zeros, infs and nans included.
     from fastad.kernels import map_rules
 
@@ -178,8 +178,8 @@ def test_the_vjp_of_add_is_the_kernels_bit_for_bit(rng, b_shape):
     full = np.broadcast_to(b, out.shape).copy().reshape(-1)
     with np.errstate(invalid="ignore"):  # inf - inf in a column's sum, as in a sweep
         sent = add.vjp((a, b), out, g, None, None)
-        map_rules.map_vjp(
-            add.code, a.reshape(-1), full, out.reshape(-1), g.reshape(-1), da, db, True, True
+        map_rules.VJP[add.code](
+            a.reshape(-1), full, out.reshape(-1), g.reshape(-1), da, db, True, True
         )
         want = (da.reshape(out.shape), reach.unbroadcast(db.reshape(out.shape), b_shape))
     for got, expected in zip(sent, want, strict=True):
@@ -213,7 +213,7 @@ def test_large_arithmetic_is_the_kernels_bit_for_bit(rng, name, b_shape):
         full_x = np.broadcast_to(x, (80, 64)).copy().reshape(-1)
         full_y = np.broadcast_to(y, (80, 64)).copy().reshape(-1)
         want = np.empty(80 * 64)
-        map_rules.map_forward(rule.code, full_x, full_y, want)
+        map_rules.FORWARD[rule.code](full_x, full_y, want)
         assert got.shape == (80, 64) and got.flags.c_contiguous and got.flags.owndata
         assert got.tobytes() == want.tobytes()
 

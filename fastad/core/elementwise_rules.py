@@ -113,7 +113,7 @@ class Elementwise(BlockRule):
             if type(a) is np.ndarray and a.dtype is _FLOAT64:  # the common case: a view
                 out = np.empty(a.shape)  # owns its memory: stored as it is
                 flat_a = a.reshape(-1)
-                map_rules.map_forward(self.code, flat_a, flat_a, out.reshape(-1))
+                map_rules.FORWARD[self.code](flat_a, flat_a, out.reshape(-1))
                 return out
             shape = _shape(a)
             a_full = b_full = flat(a, shape)
@@ -130,7 +130,7 @@ class Elementwise(BlockRule):
                     return out
             a_full, b_full = flat(a, shape), flat(b, shape)
         out = np.empty(shape)  # owns its memory: stored as it is
-        map_rules.map_forward(self.code, a_full, b_full, out.reshape(-1))
+        map_rules.FORWARD[self.code](a_full, b_full, out.reshape(-1))
         return out
 
     def vjp(
@@ -138,7 +138,7 @@ class Elementwise(BlockRule):
     ) -> Values:
         shape = out.shape  # an elementwise block op's value is an array
         if self.code == _ADD and type(g) is np.ndarray and g.shape == shape:
-            # d(a + b) = g for each, bit for bit map_vjp's contribution(1.0, g): g
+            # d(a + b) = g for each, bit for bit VJP's kernel's contribution(1.0, g): g
             # itself where reached (+ 0.0 changes nothing but -0.0), -0.0 where not.
             return tuple(
                 unbroadcast(g.copy(), _shape(value)) if want else None
@@ -157,8 +157,7 @@ class Elementwise(BlockRule):
         # An operand that is data (a constant) gets nothing: not computed, not summed.
         da = np.empty(shape) if want_a else _NOTHING
         db = np.empty(shape) if want_b else _NOTHING
-        map_rules.map_vjp(
-            self.code,
+        map_rules.VJP[self.code](
             a_full,
             b_full,
             out.reshape(-1),
@@ -185,8 +184,8 @@ class Elementwise(BlockRule):
             tb = tangents[1]
             tb_full = flat(UNREACHED if tb is None else tb, shape)
         tangent = np.empty(a_full.size)
-        map_tangent_rules.map_jvp(
-            self.code, a_full, b_full, flat(out, shape), ta_full, tb_full, tangent
+        map_tangent_rules.JVP[self.code](
+            a_full, b_full, flat(out, shape), ta_full, tb_full, tangent
         )
         return tangent.reshape(shape)
 
@@ -210,8 +209,7 @@ class Elementwise(BlockRule):
         n = a_full.size
         first = [np.full(n, UNREACHED), np.full(n, UNREACHED)]
         if h is not None:
-            map_rules.map_vjp(
-                self.code,
+            map_rules.VJP[self.code](
                 a_full,
                 b_full,
                 out_full,
@@ -223,7 +221,7 @@ class Elementwise(BlockRule):
             )
         if g is not None:
             s0, s1, s2 = np.empty(n), np.empty(n), np.empty(n)
-            map_second_rules.map_second(self.code, a_full, b_full, out_full, s0, s1, s2)
+            map_second_rules.SECOND[self.code](a_full, b_full, out_full, s0, s1, s2)
             ta = flat(UNREACHED if tangents[0] is None else tangents[0], shape)
             tb = (
                 flat(UNREACHED, shape)
