@@ -68,6 +68,7 @@ def _listed(result):
 
 def _close(got, want, rtol, what):
     want = np.asarray(want, np.float64)
+    assert np.shape(got) == want.shape, f"{what}: shape {np.shape(got)}, JAX's {want.shape}"
     scale = max(float(np.max(np.abs(want), initial=0.0)), 1.0)
     np.testing.assert_allclose(
         np.asarray(got, np.float64), want, rtol=rtol, atol=rtol * scale, err_msg=what

@@ -286,6 +286,12 @@ def test_a_tape_that_keeps_growing_says_so_once(monkeypatch):
         for _ in range(30):
             fa.var(np.ones(1000))  # 8 kB each
     assert len(caught) == 1
+    assert caught[0].filename == __file__  # the user's line, through either recording path
+    with pytest.warns(RuntimeWarning, match="with fa.Tape") as caught, fa.Tape():
+        X = fa.var(np.ones(1000))
+        for _ in range(30):
+            X = X * 2.0
+    assert len(caught) == 1 and caught[0].filename == __file__
 
 
 def test_arrays_are_copied_in_and_read_only_out_so_mutation_never_corrupts_a_gradient():

@@ -373,9 +373,9 @@ def test_a_leaf_without_a_copy_holds_the_callers_array(rng):
 @pytest.mark.parametrize(
     "value, why",
     [
-        (np.ones((3, 4)).T, "a float64 array of shape (4, 3), not C-contiguous"),
-        (np.ones((2, 2), np.float32), "a float32 array of shape (2, 2)"),
-        ([1.0, 2.0], "got list"),
+        (np.ones((3, 4)).T, "an array of dtype float64 and shape (4, 3), not C-contiguous"),
+        (np.ones((2, 2), np.float32), "an array of dtype float32 and shape (2, 2)"),
+        ([1.0, 2.0], "got a list"),
     ],
 )
 def test_a_leaf_that_needs_a_copy_is_copied_with_none_and_refused_with_false(value, why):
@@ -389,6 +389,19 @@ def test_a_leaf_that_needs_a_copy_is_copied_with_none_and_refused_with_false(val
         assert why in str(refused.value)
         with pytest.raises(TypeError, match="copy must be True, False or None, got str"):
             fa.var(np.ones(2), copy="no")
+
+
+def test_copy_takes_numpys_bools_checks_numbers_and_shares_subclasses(tmp_path):
+    mapped = np.lib.format.open_memmap(tmp_path / "w.npy", "w+", np.float64, (3, 2))
+    mapped[:] = 2.0
+    with fa.Tape():
+        kept = fa.var(mapped, copy=np.False_)
+        assert type(kept.value) is np.ndarray and np.shares_memory(kept.value, mapped)
+        assert fa.var(np.array(2.0), copy=False).value == 2.0  # a scalar leaf: a float
+        with pytest.raises(TypeError, match="copy must be True, False or None, got int"):
+            fa.var(2.0, copy=1)
+        with pytest.raises(TypeError, match="a block needs a real array"):
+            fa.var(np.ones(2, complex), copy=False)
 
 
 # -- compiled functions of arrays ----------------------------------------------------------

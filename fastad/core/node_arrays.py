@@ -14,9 +14,11 @@ module knows rows only: no constants, labels, block values or graph queries.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +28,8 @@ from fastad.kernels import optable
 from fastad.util.errors import ConcurrentRecordingError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from fastad.core.block_table import BlockTable
     from fastad.util.hints import FloatArray, IndexArray, OpcodeArray
 
@@ -38,6 +42,20 @@ _STAGE_MASK = (1 << 14) - 1
 GROWTH_WARNING_BYTES = 1 << 30
 """A tape holding more than this (node arrays and block arrays) warns once."""
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
+
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""The fastad package's folder: frames of files under it are fastad's, not the user's."""
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` for which ``warnings.warn``, called by the caller of this
+    function, names the innermost line of user code (outside the fastad package)."""
+    level, frame = 2, cast("FrameType | None", sys._getframe(2))  # the caller's caller
+    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        level += 1
+        frame = frame.f_back
+    return level
 
 
 class NodeArrays:
@@ -165,7 +183,7 @@ class NodeArrays:
             "each step on a fresh tape (`with fa.Tape():`) or call tape.reset() after the "
             "optimiser step, and memory stays flat.",
             RuntimeWarning,
-            stacklevel=5,
+            stacklevel=_user_stacklevel(),
         )
 
     def clear_rows(self) -> None:

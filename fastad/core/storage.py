@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -411,7 +410,7 @@ _FLOAT64 = np.dtype(np.float64)
 
 # fastad/ itself (this file is fastad/core/storage.py), with the separator, so that
 # a user's folder named fastad_something is not taken for the package.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_DIR = node_arrays.PACKAGE_DIR
 
 
 def _user_location() -> tuple[str, int] | None:

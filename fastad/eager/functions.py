@@ -64,8 +64,10 @@ def var(
         float64 copy, so changing the array afterwards changes nothing on
         the tape. None: the leaf holds the caller's array itself (a
         read-only view of it, as ``torch.from_numpy`` shares memory) where
-        it is an aligned, C-contiguous float64 array, else a copy.
-        False: the caller's array itself, or ``ValueError`` saying why not.
+        it is an aligned, C-contiguous float64 array (a subclass such as
+        ``np.memmap`` too), else a copy. False: the caller's array itself,
+        or ``ValueError`` saying why not. A number or a 0-d array gives a
+        scalar leaf, which holds a float whatever ``copy`` says.
         Without a copy a large array costs nothing to record, but the
         caller must not change it while the tape is in use: the values
         computed from it would not follow, and a backward sweep would read

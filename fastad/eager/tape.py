@@ -23,7 +23,7 @@ import functools
 import pathlib
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -256,8 +256,9 @@ class Tape:
         nothing on the tape.
         """
         node: Var | Block
+        shared = _copy_flag(copy)
         if _is_array_like(value):
-            node = Block(self, self._storage.push_block(optable.INPUT, _leaf_array(value, copy)))
+            node = Block(self, self._storage.push_block(optable.INPUT, _leaf_array(value, shared)))
         else:
             number = _as_float(value, "fa.var")
             node = Var(self, self._storage.push(optable.INPUT, -1, -1, number), number)
@@ -476,37 +477,44 @@ def _is_array_like(value: object) -> bool:
     return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
 
 
-def _leaf_array(value: object, copy: object) -> FloatArray:
+def _copy_flag(copy: object) -> bool | None:
+    """``copy=`` of ``fa.var``: True, False (Python's or NumPy's) or None, else a TypeError."""
+    if copy is None:
+        return None
+    if isinstance(copy, (bool, np.bool_)):
+        return bool(copy)
+    raise TypeError(f"copy must be True, False or None, got {type(copy).__name__} {copy!r}")
+
+
+def _leaf_array(value: object, copy: bool | None) -> FloatArray:
     """What a block leaf holds: a private copy (``copy`` True), else the caller's own
-    float64 C-contiguous array through a read-only view, which ``copy=None`` copies when
-    it is not one and ``copy=False`` refuses."""
-    if copy is True:
+    aligned C-contiguous float64 array (a NumPy array or a subclass, such as a memory
+    map) through a read-only view, which ``copy=None`` copies when it is not one and
+    ``copy=False`` refuses."""
+    if copy or not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        if copy is False:  # a list, a tuple, or an array that is not of real numbers
+            _block_copy(value)  # raises, naming the dtype, where it is not real
+            _refuse_copy(f"got a {type(value).__name__}")
         return _block_copy(value)
-    if copy is not None and copy is not False:
-        raise TypeError(f"copy must be True, False or None, got {type(copy).__name__} {copy!r}")
-    if (
-        type(value) is np.ndarray
-        and value.dtype == np.float64
-        and value.flags.c_contiguous
-        and value.flags.aligned
-        and value.ndim
-    ):
-        view = value.view()
+    flags = value.flags
+    if value.dtype == np.float64 and flags.c_contiguous and flags.aligned:
+        view = value.view(np.ndarray)
         view.flags.writeable = False  # the tape's values are read-only; the caller's stays as it is
         return view
     if copy is None:
         return _block_copy(value)
-    found = (
-        f"a {value.dtype} array of shape {value.shape}"
-        + ("" if value.flags.c_contiguous else ", not C-contiguous")
-        + ("" if value.flags.aligned else ", not aligned")
-        if type(value) is np.ndarray
-        else type(value).__name__
+    _refuse_copy(
+        f"got an array of dtype {value.dtype} and shape {value.shape}"
+        + ("" if flags.c_contiguous else ", not C-contiguous")
+        + ("" if flags.aligned else ", not aligned")
     )
+
+
+def _refuse_copy(found: str) -> NoReturn:
     raise ValueError(
         "fa.var(..., copy=False) keeps the caller's own array, which must be an aligned, "
-        f"C-contiguous float64 NumPy array; got {found}: pass copy=None to copy "
-        "it only then, or convert it once with np.ascontiguousarray(x, dtype=np.float64)"
+        f"C-contiguous float64 NumPy array; {found}: pass copy=None to copy it only then, "
+        "or convert it once with np.ascontiguousarray(x, dtype=np.float64)"
     )
 
 
