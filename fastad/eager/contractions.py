@@ -18,6 +18,7 @@ order of the pairwise contractions is NumPy's greedy path
 
 from __future__ import annotations
 
+import functools
 import math
 import string
 from collections.abc import Callable
@@ -149,9 +150,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
                     "operands to one shape under '...' first"
                 )
     spec = ",".join(group for _, group in terms) + "->" + output
-    shapes = [np.broadcast_to(0.0, x.shape) for x, _ in terms]
-    path = np.einsum_path(spec, *shapes, optimize="greedy")[0][1:]
-    for positions in path:
+    for positions in _greedy_path(spec, tuple(tuple(x.shape) for x, _ in terms)):
         picked = [terms[n] for n in positions]
         for n in sorted(positions, reverse=True):
             del terms[n]
@@ -165,6 +164,16 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     ((x, group),) = terms
     x, group = _sum_lone(x, group, output)
     return permuted(x, [group.index(c) for c in output])
+
+
+@functools.lru_cache(maxsize=256)
+def _greedy_path(spec: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """NumPy's greedy contraction order for ``spec`` on operands of ``shapes``, remembered:
+    an eager training loop asks the same question at every step, and NumPy's answer costs
+    tens of microseconds."""
+    dummies = [np.broadcast_to(0.0, shape) for shape in shapes]
+    path = np.einsum_path(spec, *dummies, optimize="greedy")[0][1:]
+    return tuple(tuple(positions) for positions in path)
 
 
 def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
