@@ -98,3 +98,37 @@ def test_editing_a_helper_recompiles_the_kernels_that_call_it(tmp_path):
     helpers.write_text(text.replace(signature, signature + "    return 7.0\n"))
     # Only rule_helpers.py changed; forward_sweep's own file did not.
     assert probe() == {"value": 7.0, "hits": 0}
+
+
+LAZY_PROBE = """
+import json
+import numpy as np
+import fastad as fa
+from fastad.kernels import map_rules, optable
+
+with fa.Tape():
+    X = fa.var(np.linspace(0.1, 1.0, 6))
+    fa.tanh(X).sum().backward()
+compiled = {
+    kind: sorted(optable.ALL[code].name for code, k in table.items() if k.signatures)
+    for kind, table in (("forward", map_rules.FORWARD), ("vjp", map_rules.VJP))
+}
+print(json.dumps(compiled))
+"""
+
+
+def test_elementwise_kernels_compile_only_for_the_ops_a_program_runs(tmp_path):
+    # One kernel per op and kind: a fresh process that runs tanh on a block has
+    # compiled (or loaded) tanh's forward and VJP kernels and no other op's.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    env[jit.CACHE_DIR_VARIABLE] = str(tmp_path / "cache")
+    result = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    compiled = json.loads(result.stdout.strip().splitlines()[-1])
+    assert compiled == {"forward": ["tanh"], "vjp": ["tanh"]}
