@@ -90,6 +90,14 @@ def store_per_call(benchmark, **info):
         benchmark.extra_info["us_per_call"] = benchmark.stats.stats.min * 1e6
 
 
+def store_tier(benchmark, f, call):
+    """``store_per_call`` for a compiled function's ``call`` (``value_and_grad`` is the
+    ``grad`` tier), naming the tier that ran it."""
+    store_per_call(
+        benchmark, call=call, backend=f.tier("grad" if call == "value_and_grad" else call).name
+    )
+
+
 @pytest.fixture(scope="module", params=["codegen", "interpret"])
 def backend(request):
     return request.param
@@ -183,7 +191,7 @@ def test_second_latency(benchmark, backend, call):
         benchmark(f.hvp, ONE_POINT, ONE_DIRECTION)
     else:
         benchmark(f.value_and_grad, ONE_POINT)
-    store_per_call(benchmark, call=call, backend=f.tier("hvp" if call == "hvp" else "grad").name)
+    store_tier(benchmark, f, call)
 
 
 def logistic_loss(n_features=20, n_samples=200, seed=0):
@@ -305,9 +313,7 @@ def test_array_transforms(benchmark, backend, call):
     else:
         assert_products(f.grad(arguments), numpy_tanh_net_gradient(*arguments))
         benchmark(f.value_and_grad, arguments)
-    store_per_call(
-        benchmark, call=call, backend=f.tier(call if call != "value_and_grad" else "grad").name
-    )
+    store_tier(benchmark, f, call)
 
 
 @pytest.mark.benchmark(group="array transforms")
@@ -356,6 +362,4 @@ def test_classifier_transforms(benchmark, backend, call):
     else:
         assert_products(f.grad(arguments), numpy_classifier_gradient(*arguments))
         benchmark(f.value_and_grad, arguments)
-    store_per_call(
-        benchmark, call=call, backend=f.tier(call if call != "value_and_grad" else "grad").name
-    )
+    store_tier(benchmark, f, call)

@@ -72,22 +72,30 @@ print(json.dumps({"value": val[1], "hits": sum(stats.cache_hits.values())}))
 
 
 @pytest.mark.slow
+def probe_json(script, cache, *arguments, drop=("NUMBA_DISABLE_JIT",)):
+    """The JSON that ``script`` prints last, run in a new process with ``cache`` as
+    fastad's cache folder and the variables in ``drop`` removed; it must succeed."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env[jit.CACHE_DIR_VARIABLE] = str(cache)
+    result = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_editing_a_helper_recompiles_the_kernels_that_call_it(tmp_path):
     site = tmp_path / "site"
     folder = copy_of_kernels(site / "copied_kernels")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_DISABLE_JIT")}
-    env[jit.CACHE_DIR_VARIABLE] = str(tmp_path / "cache")
 
     def probe():
-        result = subprocess.run(
-            [sys.executable, "-c", PROBE, str(site)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
+        return probe_json(
+            PROBE, tmp_path / "cache", str(site), drop=("PYTHONPATH", "NUMBA_DISABLE_JIT")
         )
-        assert result.returncode == 0, result.stdout + result.stderr
-        return json.loads(result.stdout.strip().splitlines()[-1])
 
     assert probe() == {"value": 2.0, "hits": 0}
     assert probe() == {"value": 2.0, "hits": 1}  # the cache works
@@ -120,15 +128,5 @@ print(json.dumps(compiled))
 def test_elementwise_kernels_compile_only_for_the_ops_a_program_runs(tmp_path):
     # One kernel per op and kind: a fresh process that runs tanh on a block has
     # compiled (or loaded) tanh's forward and VJP kernels and no other op's.
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
-    env[jit.CACHE_DIR_VARIABLE] = str(tmp_path / "cache")
-    result = subprocess.run(
-        [sys.executable, "-c", LAZY_PROBE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    compiled = json.loads(result.stdout.strip().splitlines()[-1])
+    compiled = probe_json(LAZY_PROBE, tmp_path / "cache")
     assert compiled == {"forward": ["tanh"], "vjp": ["tanh"]}

@@ -49,13 +49,6 @@ class Arguments:
         if len(listed) != self._count:
             raise ValueError(f"expected {self._count} arguments, got {len(listed)}")
         shapes = self.shapes
-        if all(
-            [
-                type(value) is np.ndarray and value.dtype is FLOAT64 and value.shape == shape
-                for value, shape in zip(listed, shapes, strict=True)
-            ]
-        ):
-            return listed  # the common case, checked at once: float64 arrays as traced
         if self.batch:
             leading = np.shape(listed[self.batch[0]])[:1]
             if leading and leading[0] >= 1:

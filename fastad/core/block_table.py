@@ -126,18 +126,8 @@ class BlockTable:
             if isinstance(array, np.ndarray):
                 self.nbytes += _owned_bytes(array)  # a view of a value is counted there
 
-    def add_op(
-        self,
-        node: int,
-        operands: tuple[int, ...],
-        params: object,
-        value: FloatArray | None = None,
-    ) -> None:
-        """List a block op, with its array ``value`` (None: a scalar node); ids must
-        rise (``TapeStorage.push_block_op`` checks it first)."""
-        if value is not None:  # add_value, written out: this runs once per recorded op
-            self.values[node] = value
-            self.nbytes += _owned_bytes(value)
+    def add_op(self, node: int, operands: tuple[int, ...], params: object) -> None:
+        """List a block op; ids must rise (``TapeStorage.push_block_op`` checks it first)."""
         self.ops.append(node)
         self._operands[node] = operands
         if params is not None:

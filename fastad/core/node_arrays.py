@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,18 +44,25 @@ GROWTH_WARNING_BYTES = 1 << 30
 _COLUMNS = ("_opcode", "_in0", "_in1", "_val", "_grad")
 
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-"""The fastad package's folder: frames of files under it are fastad's, not the user's."""
+# fastad/ itself (this file is fastad/core/node_arrays.py), with the separator, so
+# that a user's folder named fastad_something is not taken for the package.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_frame(frame: FrameType | None) -> tuple[FrameType | None, int]:
+    """The innermost frame of user code (outside the fastad package) from ``frame``
+    outwards, and how many frames out it is (None where there is none)."""
+    hops = 0
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        hops += 1
+    return frame, hops
 
 
 def _user_stacklevel() -> int:
     """The ``stacklevel`` for which ``warnings.warn``, called by the caller of this
-    function, names the innermost line of user code (outside the fastad package)."""
-    level, frame = 2, cast("FrameType | None", sys._getframe(2))  # the caller's caller
-    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
-        level += 1
-        frame = frame.f_back
-    return level
+    function, names the innermost line of user code."""
+    return 2 + user_frame(sys._getframe(2))[1]  # 2: the caller's caller
 
 
 class NodeArrays:

@@ -29,8 +29,6 @@ from fastad.kernels import block_reach, optable
 from fastad.util.errors import NodeIdError, TraceError, flag, is_int
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from fastad.util.hints import FloatArray, RuleValue
 
 INITIAL_CAPACITY = 64
@@ -130,18 +128,17 @@ class TapeStorage(NodeArrays):
     ) -> int:
         """Append a node computed by a block rule: an array value, or a float (a sum), and
         what its forward saved for the VJP (None: nothing)."""
-        # Every block op an eager program records passes here: two calls, the row's
-        # push and the table's entry.
         blocks = self.blocks
         ops = blocks.ops
         in1 = operands[1] if len(operands) > 1 else -1
-        array = value if isinstance(value, np.ndarray) else None
-        node = self.push(code, operands[0], in1, 0.0 if array is not None else float(value))
+        if isinstance(value, np.ndarray):
+            node = self.push(code, operands[0], in1, 0.0)
+            self._add_block(node, value)
+        else:
+            node = self.push(code, operands[0], in1, float(value))
         if ops and node <= ops[-1]:  # two threads recorded block ops at once
             self.refuse_concurrent()
-        blocks.add_op(node, operands, params, array)
-        if array is not None and blocks.nbytes > node_arrays.GROWTH_WARNING_BYTES:
-            self.warn_growth()
+        blocks.add_op(node, operands, params)
         if saved is not None:
             blocks.keep_saved(node, saved)
         return node
@@ -387,15 +384,10 @@ def as_stored(value: Any) -> FloatArray:
     someone else's array is copied, since freezing it would freeze theirs.
     Callers storing a user's array copy it first (``Tape.input``).
     """
-    if type(value) is np.ndarray and value.dtype is _FLOAT64:
-        flags = value.flags  # read once: each read makes a new flags object
-        if flags.c_contiguous:
-            if not flags.writeable:
-                return value
-            if fresh(value):  # a rule's new output: the common case
-                flags.writeable = False
-                return value
-    array = np.ascontiguousarray(value, dtype=np.float64)
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.flags.c_contiguous:
+        array = value
+    else:
+        array = np.ascontiguousarray(value, dtype=np.float64)
     flags = array.flags
     if flags.writeable:
         if not fresh(array):
@@ -405,17 +397,7 @@ def as_stored(value: Any) -> FloatArray:
     return array
 
 
-_FLOAT64 = np.dtype(np.float64)
-
-
-# fastad/ itself (this file is fastad/core/storage.py), with the separator, so that
-# a user's folder named fastad_something is not taken for the package.
-_PACKAGE_DIR = node_arrays.PACKAGE_DIR
-
-
 def _user_location() -> tuple[str, int] | None:
     """(file, line) of the innermost caller outside the fastad package."""
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
+    frame = node_arrays.user_frame(sys._getframe(2))[0]
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None

@@ -39,7 +39,7 @@ from fastad.util.errors import TraceError
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
-    from fastad.util.hints import FloatArray, NumericArray, ObjectArray, RealNumber
+    from fastad.util.hints import FloatArray, NumericArray, ObjectArray, RealNumber, RuleValue
 
     NodeRef: TypeAlias = "Node | int | np.integer[Any]"
     """A node handle or a node id, where the tape takes either (``Tape.node_id``)."""
@@ -284,35 +284,40 @@ def _append(tape: Tape, code: int, nodes: tuple[Var | Block, ...], params: objec
     replay agree bit for bit. A shape of ``()`` gives a scalar node.
     """
     # Every block op an eager program records passes here: one pass over the
-    # operands, no helper calls but the rule's own and the storage's push.
+    # operands, no helper calls but the rule's own.
     storage = tape._storage
     generation, block_values = storage.generation, storage.blocks.values
+    values: list[RuleValue] = []
+    shapes: list[tuple[int, ...]] = []
+    ids: list[int] = []
     for node in nodes:
         if node._generation != generation:
             check_live(node)  # raises: a stale handle's id names another node now
-    ids = tuple([node._id for node in nodes])
-    operands = tuple(
-        [node._value if type(node) is Var else block_values[node._id] for node in nodes]
-    )
-    entry = _RULES.get(code) or block_rules.rule(code)  # rule() names a missing one
-    shapes = tuple([v.shape if type(v) is np.ndarray else () for v in operands])
-    shape = entry.shape(shapes, params)
+        node_id = node._id
+        ids.append(node_id)
+        if type(node) is Var:
+            values.append(node._value)
+            shapes.append(())
+        else:
+            value = block_values[node_id]
+            values.append(value)
+            shapes.append(value.shape)
+    entry = block_rules.rule(code)
+    operands = tuple(values)
+    shape = entry.shape(tuple(shapes), params)
     result = entry.forward(operands, params)
     saved = None
     if entry.saves:
         result, saved = result
     if shape == ():
         scalar = float(result)
-        return Var(tape, storage.push_block_op(code, ids, scalar, params, saved), scalar)
+        return Var(tape, storage.push_block_op(code, tuple(ids), scalar, params, saved), scalar)
     array = as_stored(result)
     if array.shape != shape:
         raise AssertionError(
             f"block rule {entry.name!r} computed shape {array.shape}, its shape rule says {shape}"
         )
-    return Block(tape, storage.push_block_op(code, ids, array, params, saved))
-
-
-_RULES = block_rules.RULES
+    return Block(tape, storage.push_block_op(code, tuple(ids), array, params, saved))
 
 
 def record_block(

@@ -23,7 +23,7 @@ import functools
 import pathlib
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -491,26 +491,24 @@ def _leaf_array(value: object, copy: bool | None) -> FloatArray:
     aligned C-contiguous float64 array (a NumPy array or a subclass, such as a memory
     map) through a read-only view, which ``copy=None`` copies when it is not one and
     ``copy=False`` refuses."""
-    if copy or not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        if copy is False:  # a list, a tuple, or an array that is not of real numbers
-            _block_copy(value)  # raises, naming the dtype, where it is not real
-            _refuse_copy(f"got a {type(value).__name__}")
+    if copy is True:
         return _block_copy(value)
-    flags = value.flags
-    if value.dtype == np.float64 and flags.c_contiguous and flags.aligned:
-        view = value.view(np.ndarray)
+    array = _real_array(value)
+    flags = array.flags
+    if not isinstance(value, np.ndarray):
+        found = f"got a {type(value).__name__}"  # a list or a tuple: a new array
+    elif array.dtype == np.float64 and flags.c_contiguous and flags.aligned:
+        view = array.view(np.ndarray)
         view.flags.writeable = False  # the tape's values are read-only; the caller's stays as it is
         return view
+    else:
+        found = (
+            f"got an array of dtype {array.dtype} and shape {array.shape}"
+            + ("" if flags.c_contiguous else ", not C-contiguous")
+            + ("" if flags.aligned else ", not aligned")
+        )
     if copy is None:
-        return _block_copy(value)
-    _refuse_copy(
-        f"got an array of dtype {value.dtype} and shape {value.shape}"
-        + ("" if flags.c_contiguous else ", not C-contiguous")
-        + ("" if flags.aligned else ", not aligned")
-    )
-
-
-def _refuse_copy(found: str) -> NoReturn:
+        return _block_copy(array)
     raise ValueError(
         "fa.var(..., copy=False) keeps the caller's own array, which must be an aligned, "
         f"C-contiguous float64 NumPy array; {found}: pass copy=None to copy it only then, "
@@ -518,15 +516,21 @@ def _refuse_copy(found: str) -> NoReturn:
     )
 
 
-def _block_copy(value: object) -> FloatArray:
-    """A private read-only float64 copy of array data for a block leaf or constant."""
-    array = value if type(value) is np.ndarray else np.asarray(value)
+def _real_array(value: object) -> np.ndarray:
+    """``value`` as a NumPy array (itself where it is one) of real numbers and at least
+    one dimension, else a TypeError naming its type, dtype and shape."""
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
     if array.dtype.kind not in "biuf" or array.ndim == 0:
         raise TypeError(
             f"a block needs a real array of at least one dimension, got "
             f"{type(value).__name__} of dtype {array.dtype} and shape {array.shape}"
         )
-    copy = np.array(array, dtype=np.float64, order="C")  # one the caller cannot change
+    return array
+
+
+def _block_copy(value: object) -> FloatArray:
+    """A private read-only float64 copy of array data for a block leaf or constant."""
+    copy = np.array(_real_array(value), dtype=np.float64, order="C")  # the caller cannot change it
     copy.flags.writeable = False
     return copy
 
