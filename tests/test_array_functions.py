@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
+from fastad.eager import contractions
 
 # (name, call on the operands, shapes of the operands); the call is NumPy's own function,
 # run once on plain arrays (the reference) and once on blocks (recorded by fastad).
@@ -150,6 +151,34 @@ def test_bad_axes_and_options_are_named():
             np.cumsum(X, dtype=np.float32)
         with pytest.raises(ValueError, match="axis 2 is out of range"):
             np.cumsum(X, axis=2)
+
+
+def test_einsum_is_planned_once_per_subscripts_and_shapes(monkeypatch):
+    # An eager loop records the same contraction at every step: it is planned (subscripts
+    # parsed, NumPy's path found) once per subscripts and shapes, and every later call
+    # records the plan's ops on its own values.
+    planned = []
+    plan = contractions._contraction
+    monkeypatch.setattr(contractions, "_contraction", lambda *a: planned.append(a[0]) or plan(*a))
+    contractions._plan.cache_clear()
+    rng = np.random.default_rng(5)
+    spec = "ab,bc,cd->ad"  # a chain: one path, two products
+    for _ in range(3):
+        arrays = [rng.normal(size=s) for s in [(4, 3), (3, 5), (5, 2)]]
+        with fa.Tape() as tape:
+            nodes = [fa.var(a) for a in arrays]
+            out = np.einsum(spec, *nodes)
+            out.sum().backward()
+            np.testing.assert_allclose(out.value, np.einsum(spec, *arrays), rtol=1e-13)
+            np.testing.assert_allclose(nodes[0].grad, np.ones((4, 2)) @ (arrays[1] @ arrays[2]).T)
+            assert len(tape) == 3 + 2 + 1  # the leaves, two products, the sum
+    assert len(planned) == 1
+    with fa.Tape():
+        np.einsum(spec, *[fa.var(np.ones(s)) for s in [(4, 3), (3, 6), (6, 2)]])
+    assert len(planned) == 2  # other shapes: planned again
+    for _ in range(2):  # a failed plan is not remembered: the error every time
+        with fa.Tape(), pytest.raises(ValueError, match="letter 'b' stands for 3 and 4"):
+            np.einsum(spec, *[fa.var(np.ones(s)) for s in [(4, 3), (4, 5), (5, 2)]])
 
 
 def test_sort_under_fa_compile_is_refused_by_name():

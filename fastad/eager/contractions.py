@@ -12,14 +12,17 @@ for named by letters the subscripts do not use; they must have one length
 in every operand, where NumPy would also broadcast a length 1), a letter
 repeated within one operand (its diagonal, taken first), implicit and
 explicit outputs. The
-order of the pairwise contractions is NumPy's greedy path
-(``np.einsum_path``), chosen once, when the call is recorded.
+ops a call records are planned once per subscripts and operand shapes, the
+order of the pairwise contractions being NumPy's greedy path
+(``np.einsum_path``), and the plan is remembered: a loop recording the same
+contraction at every step pays for its ops only.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 import string
 from collections.abc import Callable
 from typing import Any
@@ -132,6 +135,87 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     if not isinstance(subscripts, str):
         raise TypeError("np.einsum of fastad blocks takes its subscripts as a string ('ij,jk->ik')")
     arrays = [operand(x, "einsum") for x in operands]
+    return _plan(subscripts, tuple(tuple(x.shape) for x in arrays)).run(arrays)
+
+
+class _Plan:
+    """The ops one ``np.einsum`` call records, for one subscripts string and operand shapes.
+
+    ``steps`` are ``(step, slots)``: ``step`` is called with the values in
+    ``slots`` and its result takes the next slot, after the operands'.
+    ``result`` is the slot of the contraction's value.
+    """
+
+    def __init__(self, operands: int) -> None:
+        self.steps: list[tuple[Callable[..., Any], tuple[int, ...]]] = []
+        self.slots = operands
+        self.result = -1
+
+    def run(self, operands: list[Any]) -> Any:
+        values = list(operands)
+        for step, slots in self.steps:
+            values.append(step(*[values[n] for n in slots]))
+        return values[self.result]
+
+
+class _Planned:
+    """A value of a contraction being planned: its shape and its slot in the plan.
+
+    The contraction's code (``_contraction``) runs on these once per
+    subscripts and shapes; every op it asks for is kept as a step of the
+    plan, which later calls run on blocks and arrays.
+    """
+
+    def __init__(self, plan: _Plan, shape: tuple[int, ...], slot: int) -> None:
+        self.plan, self.shape, self.slot = plan, shape, slot
+        self.ndim = len(shape)
+
+    def _then(self, step: Callable[..., Any], shape: tuple[int, ...], *others: _Planned) -> Any:
+        plan = self.plan
+        plan.steps.append((step, (self.slot, *[other.slot for other in others])))
+        plan.slots += 1
+        return _Planned(plan, shape, plan.slots - 1)
+
+    def transpose(self, order: tuple[int, ...]) -> Any:
+        return self._then(
+            operator.methodcaller("transpose", order), tuple(self.shape[n] for n in order)
+        )
+
+    def reshape(self, shape: tuple[int, ...]) -> Any:
+        return self._then(operator.methodcaller("reshape", shape), shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        shape = np.broadcast_to(0.0, self.shape)[key].shape  # a view: nothing allocated
+        return self._then(operator.itemgetter(key), shape)
+
+    def sum(self, axis: tuple[int, ...] | None = None) -> Any:
+        if axis is None:
+            return self._then(operator.methodcaller("sum"), ())
+        kept = tuple(size for n, size in enumerate(self.shape) if n not in axis)
+        return self._then(operator.methodcaller("sum", axis=axis), kept)
+
+    def __matmul__(self, other: _Planned) -> Any:
+        batch = np.broadcast_shapes(self.shape[:-2], other.shape[:-2])
+        return self._then(operator.matmul, (*batch, self.shape[-2], other.shape[-1]), other)
+
+    def __mul__(self, other: _Planned) -> Any:
+        return self._then(operator.mul, np.broadcast_shapes(self.shape, other.shape), other)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(subscripts: str, shapes: tuple[tuple[int, ...], ...]) -> _Plan:
+    """The plan of ``np.einsum(subscripts, ...)`` on operands of ``shapes``, remembered: an
+    eager training loop records the same call at every step, and planning it (parsing the
+    subscripts, NumPy's greedy path) costs more than recording its ops."""
+    plan = _Plan(len(shapes))
+    terms = [_Planned(plan, shape, n) for n, shape in enumerate(shapes)]
+    plan.result = _contraction(subscripts, terms).slot
+    return plan
+
+
+def _contraction(subscripts: str, arrays: list[Any]) -> Any:
+    """``np.einsum(subscripts, *arrays)`` as sums, diagonals, transposes and products in the
+    order of NumPy's greedy path."""
     groups, output = _letters(subscripts, arrays)
     terms = [_diagonals(x, group, subscripts) for x, group in zip(arrays, groups, strict=True)]
     sizes: dict[str, int] = {}
@@ -150,7 +234,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
                     "operands to one shape under '...' first"
                 )
     spec = ",".join(group for _, group in terms) + "->" + output
-    for positions in _greedy_path(spec, tuple(tuple(x.shape) for x, _ in terms)):
+    for positions in _greedy_path(spec, [tuple(x.shape) for x, _ in terms]):
         picked = [terms[n] for n in positions]
         for n in sorted(positions, reverse=True):
             del terms[n]
@@ -166,14 +250,12 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     return permuted(x, [group.index(c) for c in output])
 
 
-@functools.lru_cache(maxsize=256)
-def _greedy_path(spec: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    """NumPy's greedy contraction order for ``spec`` on operands of ``shapes``, remembered:
-    an eager training loop asks the same question at every step, and NumPy's answer costs
-    tens of microseconds."""
+def _greedy_path(spec: str, shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """NumPy's greedy contraction order for ``spec`` on operands of ``shapes``."""
     dummies = [np.broadcast_to(0.0, shape) for shape in shapes]
-    path = np.einsum_path(spec, *dummies, optimize="greedy")[0][1:]
-    return tuple(tuple(positions) for positions in path)
+    return [
+        tuple(positions) for positions in np.einsum_path(spec, *dummies, optimize="greedy")[0][1:]
+    ]
 
 
 def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
