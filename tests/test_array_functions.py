@@ -55,6 +55,10 @@ CASES = [
         [(2, 5), (5, 3), (3, 4), (4, 2)],
     ),
     ("einsum scalar", lambda a, b, c: np.einsum("i,i,j->j", a, b, c), [(3,), (3,), (2,)]),
+    # NumPy's greedy path takes all three at once here (no pair fits its size limit), with
+    # the letter all three share summed last.
+    ("einsum third moment", lambda a, b, c: np.einsum("ni,nj,nk->ijk", a, b, c), [(5, 2)] * 3),
+    ("einsum three at once", lambda a, b, c: np.einsum("ab,ac,ad->bcd", a, b, c), [(3, 2)] * 3),
     ("cumsum", lambda a: np.cumsum(a, axis=0), [(4, 3)]),
     ("cumsum flat", lambda a: np.cumsum(a), [(2, 3)]),
     ("cumsum float64", lambda a: np.cumsum(a, axis=-1, dtype=np.float64), [(2, 3)]),
@@ -145,6 +149,8 @@ def test_bad_axes_and_options_are_named():
             np.einsum("jj", X)
         with pytest.raises(ValueError, match="names more axes than its operand"):
             np.einsum("...ijk", X)
+        with pytest.raises(ValueError, match="'...' twice in one group"):
+            np.einsum("...i...", X[0])
         with pytest.raises(ValueError, match=r"'ij' for an operand of shape \(3,\)"):
             np.einsum("ij", X[0])
         with pytest.raises(TypeError, match="dtype=<class 'numpy.float32'>"):

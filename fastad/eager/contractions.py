@@ -138,67 +138,69 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     return _plan(subscripts, tuple(tuple(x.shape) for x in arrays)).run(arrays)
 
 
+Step = tuple[Callable[..., Any], tuple[int, ...]]
+"""One op of a plan: a function and the slots of the values it is called with."""
+
+
 class _Plan:
     """The ops one ``np.einsum`` call records, for one subscripts string and operand shapes.
 
-    ``steps`` are ``(step, slots)``: ``step`` is called with the values in
-    ``slots`` and its result takes the next slot, after the operands'.
-    ``result`` is the slot of the contraction's value.
+    Slots number the values: the operands first, then each step's result.
+    A step calls its function with the values in its slots; ``result`` is
+    the slot of the contraction's value.
     """
 
-    def __init__(self, operands: int) -> None:
-        self.steps: list[tuple[Callable[..., Any], tuple[int, ...]]] = []
-        self.slots = operands
-        self.result = -1
+    def __init__(self, steps: tuple[Step, ...], result: int) -> None:
+        self.steps, self.result = steps, result
 
     def run(self, operands: list[Any]) -> Any:
         values = list(operands)
-        for step, slots in self.steps:
-            values.append(step(*[values[n] for n in slots]))
+        for function, slots in self.steps:
+            values.append(function(*[values[n] for n in slots]))
         return values[self.result]
 
 
 class _Planned:
-    """A value of a contraction being planned: its shape and its slot in the plan.
+    """A value of a contraction being planned: its shape and its slot.
 
     The contraction's code (``_contraction``) runs on these once per
-    subscripts and shapes; every op it asks for is kept as a step of the
-    plan, which later calls run on blocks and arrays.
+    subscripts and shapes; every op it asks for is appended to ``steps``,
+    the steps of the plan that later calls run on blocks and arrays.
     """
 
-    def __init__(self, plan: _Plan, shape: tuple[int, ...], slot: int) -> None:
-        self.plan, self.shape, self.slot = plan, shape, slot
+    def __init__(self, steps: list[Step], operands: int, shape: tuple[int, ...], slot: int):
+        self.steps, self.operands, self.shape, self.slot = steps, operands, shape, slot
         self.ndim = len(shape)
 
-    def _then(self, step: Callable[..., Any], shape: tuple[int, ...], *others: _Planned) -> Any:
-        plan = self.plan
-        plan.steps.append((step, (self.slot, *[other.slot for other in others])))
-        plan.slots += 1
-        return _Planned(plan, shape, plan.slots - 1)
+    def _then(
+        self, function: Callable[..., Any], shape: tuple[int, ...], *others: _Planned
+    ) -> _Planned:
+        self.steps.append((function, (self.slot, *[other.slot for other in others])))
+        return _Planned(self.steps, self.operands, shape, self.operands + len(self.steps) - 1)
 
-    def transpose(self, order: tuple[int, ...]) -> Any:
+    def transpose(self, order: tuple[int, ...]) -> _Planned:
         return self._then(
             operator.methodcaller("transpose", order), tuple(self.shape[n] for n in order)
         )
 
-    def reshape(self, shape: tuple[int, ...]) -> Any:
+    def reshape(self, shape: tuple[int, ...]) -> _Planned:
         return self._then(operator.methodcaller("reshape", shape), shape)
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: Any) -> _Planned:
         shape = np.broadcast_to(0.0, self.shape)[key].shape  # a view: nothing allocated
         return self._then(operator.itemgetter(key), shape)
 
-    def sum(self, axis: tuple[int, ...] | None = None) -> Any:
+    def sum(self, axis: tuple[int, ...] | None = None) -> _Planned:
         if axis is None:
             return self._then(operator.methodcaller("sum"), ())
         kept = tuple(size for n, size in enumerate(self.shape) if n not in axis)
         return self._then(operator.methodcaller("sum", axis=axis), kept)
 
-    def __matmul__(self, other: _Planned) -> Any:
+    def __matmul__(self, other: _Planned) -> _Planned:
         batch = np.broadcast_shapes(self.shape[:-2], other.shape[:-2])
         return self._then(operator.matmul, (*batch, self.shape[-2], other.shape[-1]), other)
 
-    def __mul__(self, other: _Planned) -> Any:
+    def __mul__(self, other: _Planned) -> _Planned:
         return self._then(operator.mul, np.broadcast_shapes(self.shape, other.shape), other)
 
 
@@ -207,15 +209,16 @@ def _plan(subscripts: str, shapes: tuple[tuple[int, ...], ...]) -> _Plan:
     """The plan of ``np.einsum(subscripts, ...)`` on operands of ``shapes``, remembered: an
     eager training loop records the same call at every step, and planning it (parsing the
     subscripts, NumPy's greedy path) costs more than recording its ops."""
-    plan = _Plan(len(shapes))
-    terms = [_Planned(plan, shape, n) for n, shape in enumerate(shapes)]
-    plan.result = _contraction(subscripts, terms).slot
-    return plan
+    steps: list[Step] = []
+    operands = [_Planned(steps, len(shapes), shape, n) for n, shape in enumerate(shapes)]
+    result = _contraction(subscripts, operands).slot
+    return _Plan(tuple(steps), result)
 
 
 def _contraction(subscripts: str, arrays: list[Any]) -> Any:
     """``np.einsum(subscripts, *arrays)`` as sums, diagonals, transposes and products in the
-    order of NumPy's greedy path."""
+    order of NumPy's greedy path, asked of ``arrays``; ``_plan`` runs it on ``_Planned``
+    values."""
     groups, output = _letters(subscripts, arrays)
     terms = [_diagonals(x, group, subscripts) for x, group in zip(arrays, groups, strict=True)]
     sizes: dict[str, int] = {}
@@ -240,10 +243,14 @@ def _contraction(subscripts: str, arrays: list[Any]) -> Any:
             del terms[n]
         later = output + "".join(group for _, group in terms)
         x, group = picked[0]
-        for y, other in picked[1:]:
-            x, group = _sum_lone(x, group, later + other)
-            y, other = _sum_lone(y, other, later + group)
-            x, group = _contract(x, group, y, other, later, sizes)
+        # NumPy's greedy path may take three or more operands in one step (where no
+        # pair fits its size limit): a letter the operands still to come in the step
+        # share is kept until they are in.
+        for k, (y, other) in enumerate(picked[1:], start=2):
+            needed = later + "".join(letters for _, letters in picked[k:])
+            x, group = _sum_lone(x, group, needed + other)
+            y, other = _sum_lone(y, other, needed + group)
+            x, group = _contract(x, group, y, other, needed, sizes)
         terms.append(_sum_lone(x, group, later))
     ((x, group),) = terms
     x, group = _sum_lone(x, group, output)
@@ -270,6 +277,10 @@ def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
         raise ValueError(
             f"np.einsum of fastad blocks: subscripts {subscripts!r} for {len(arrays)} "
             "operand(s); give one group of letters per operand"
+        )
+    if any(group.count("...") > 1 for group in [*groups, output]):
+        raise ValueError(
+            f"np.einsum: {subscripts!r} has '...' twice in one group (once at most, as NumPy)"
         )
     free = [c for c in string.ascii_letters if c not in spec]
     spans = [x.ndim - len(g.replace("...", "")) for g, x in zip(groups, arrays, strict=True)]
