@@ -59,6 +59,23 @@ CASES = [
     # the letter all three share summed last.
     ("einsum third moment", lambda a, b, c: np.einsum("ni,nj,nk->ijk", a, b, c), [(5, 2)] * 3),
     ("einsum three at once", lambda a, b, c: np.einsum("ab,ac,ad->bcd", a, b, c), [(3, 2)] * 3),
+    # The last product as a stack of one operand with the other broadcast against it, the
+    # output's order without a transpose (large enough for the form: 16 * 16 * 16).
+    (
+        "einsum stack by matrix",
+        lambda a, b: np.einsum("ijk,jl->ilk", a, b),
+        [(3, 16, 16), (16, 16)],
+    ),
+    (
+        "einsum matrix by stack",
+        lambda a, b: np.einsum("jl,ijk->ilk", a, b),
+        [(16, 16), (2, 16, 16)],
+    ),
+    (
+        "einsum stack, matrix last",
+        lambda a, b: np.einsum("kl,ijk->ijl", a, b),
+        [(16, 16), (2, 16, 16)],
+    ),
     ("cumsum", lambda a: np.cumsum(a, axis=0), [(4, 3)]),
     ("cumsum flat", lambda a: np.cumsum(a), [(2, 3)]),
     ("cumsum float64", lambda a: np.cumsum(a, axis=-1, dtype=np.float64), [(2, 3)]),
@@ -185,6 +202,19 @@ def test_einsum_is_planned_once_per_subscripts_and_shapes(monkeypatch):
     for _ in range(2):  # a failed plan is not remembered: the error every time
         with fa.Tape(), pytest.raises(ValueError, match="letter 'b' stands for 3 and 4"):
             np.einsum(spec, *[fa.var(np.ones(s)) for s in [(4, 3), (4, 5), (5, 2)]])
+
+
+def test_einsum_of_a_stack_by_a_matrix_copies_only_the_matrix():
+    # 'ijk,jl->ilk' as (1, l, j) @ (i, j, k): the output's order, the 3-d operand as it is.
+    rng = np.random.default_rng(2)
+    A, B = rng.normal(size=(4, 32, 16)), rng.normal(size=(32, 24))
+    with fa.Tape() as tape:
+        x, y = fa.var(A), fa.var(B)
+        out = np.einsum("ijk,jl->ilk", x, y)
+        ops = [tape.op_name(n) for n in range(len(tape))]
+        np.testing.assert_allclose(out.value, np.einsum("ijk,jl->ilk", A, B), atol=1e-13)
+    assert ops.count("transpose") == 1
+    assert tape.operands(ops.index("transpose")) == (tape.node_id(y),)
 
 
 def test_sort_under_fa_compile_is_refused_by_name():

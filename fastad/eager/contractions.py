@@ -11,11 +11,15 @@ and plain arrays; a scalar node is refused, naming the function.
 for named by letters the subscripts do not use; they must have one length
 in every operand, where NumPy would also broadcast a length 1), a letter
 repeated within one operand (its diagonal, taken first), implicit and
-explicit outputs. The
-ops a call records are planned once per subscripts and operand shapes, the
-order of the pairwise contractions being NumPy's greedy path
-(``np.einsum_path``), and the plan is remembered: a loop recording the same
-contraction at every step pays for its ops only.
+explicit outputs. The ops a call records are planned once per subscripts
+and operand shapes, the order of the pairwise contractions being NumPy's
+greedy path (``np.einsum_path``), and the plan is remembered: a loop
+recording the same contraction at every step pays for its ops only. Each
+pairwise contraction is one (stacked) matrix product; the last may stack
+one operand and broadcast the other against it where that gives the
+output's order with fewer copies (``ijk,jl->ilk`` as ``(1, l, j) @ (i, j,
+k)``: no copy of the 3-d operand, where a transpose to ``(i, k, j)`` and
+one of the result would copy both).
 """
 
 from __future__ import annotations
@@ -250,7 +254,8 @@ def _contraction(subscripts: str, arrays: list[Any]) -> Any:
             needed = later + "".join(letters for _, letters in picked[k:])
             x, group = _sum_lone(x, group, needed + other)
             y, other = _sum_lone(y, other, needed + group)
-            x, group = _contract(x, group, y, other, needed, sizes)
+            last = not terms and k == len(picked)  # its letters are the output's
+            x, group = _contract(x, group, y, other, needed, sizes, output if last else "")
         terms.append(_sum_lone(x, group, later))
     ((x, group),) = terms
     x, group = _sum_lone(x, group, output)
@@ -344,9 +349,17 @@ def _sum_lone(x: Any, group: str, kept: str) -> tuple[Any, str]:
     return x.sum(axis=lone), "".join(c for c in group if c in kept)
 
 
-def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[str, int]) -> Any:
+def _contract(
+    x: Any, group: str, y: Any, other: str, later: str, sizes: dict[str, int], order: str = ""
+) -> Any:
     """``x`` and ``y`` (letters ``group`` and ``other``) as one stacked product: shared letters
-    needed ``later`` are its batch, the other shared ones are summed, the rest stay."""
+    needed ``later`` are its batch, the other shared ones are summed, the rest stay.
+
+    ``order``, where given, is the order the result's letters are wanted in (the
+    output's, for the last product): a product whose stack is the leading free
+    letters of one operand, the other broadcast against it, may give that order
+    with fewer copies (see ``_broadcast_form``).
+    """
     if not group or not other:  # a scalar beside an array: their product
         return x * y, group or other
     batch = [c for c in group if c in other and c in later]
@@ -354,9 +367,13 @@ def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[st
     free_x = [c for c in group if c not in other]
     free_y = [c for c in other if c not in group]
 
-    def size(letters: list[str]) -> int:
+    def size(letters: list[str] | str) -> int:
         return math.prod(sizes[c] for c in letters)
 
+    form = _broadcast_form(x, group, y, other, summed, sizes, order) if order else None
+    if form is not None:
+        left, right, shape = form
+        return _shaped(left @ right, shape), order
     left = permuted(x, [group.index(c) for c in batch + free_x + summed])
     right = permuted(y, [other.index(c) for c in batch + summed + free_y])
     stacked = (size(batch),) if batch else ()  # no batch: one matrix product
@@ -365,6 +382,85 @@ def _contract(x: Any, group: str, y: Any, other: str, later: str, sizes: dict[st
     shape = tuple(sizes[c] for c in batch + free_x + free_y)
     product = left @ right  # (1, 1) for a full contraction: its one element, a scalar
     return (_shaped(product, shape) if shape else product.sum()), "".join(batch + free_x + free_y)
+
+
+BROADCAST_MIN_PRODUCT = 4096
+"""The fewest multiply-adds per stacked matrix product for which ``_broadcast_form``
+stacks products rather than making one: below it a loop of small BLAS calls
+costs more than the copies it saves."""
+
+
+def _broadcast_form(
+    x: Any, group: str, y: Any, other: str, summed: list[str], sizes: dict[str, int], order: str
+) -> tuple[Any, Any, tuple[int, ...]] | None:
+    """``(left, right, shape)`` with ``(left @ right).reshape(shape)`` the product of ``x`` and
+    ``y`` with its letters in ``order``, where that copies fewer elements than the plain
+    product and its transpose to ``order``; else None.
+
+    The form: the operand holding ``order``'s leading letters is a stack over them; the
+    other, a matrix of its free letters and the summed ones, is broadcast against it, on
+    the left where its letters come next in ``order`` and on the right where they come
+    last, as in ``ijk,jl->ilk``: ``(1, l, j) @ (i, j, k)``, with no copy of ``x``. It
+    applies where the operands share no letter but the summed ones.
+    """
+    if any(c in other for c in group if c not in summed):
+        return None  # a shared letter that stays: the plain product's batch
+
+    def size(letters: str) -> int:
+        return math.prod(sizes[c] for c in letters)
+
+    def copied(letters: str, wanted: str) -> int:  # elements a transpose to wanted copies
+        return 0 if letters == wanted else size(letters)
+
+    inner = "".join(summed)
+    free_x = "".join(c for c in group if c not in summed)
+    free_y = "".join(c for c in other if c not in summed)
+    fewest = (
+        copied(group, free_x + inner)
+        + copied(other, inner + free_y)
+        + copied(free_x + free_y, order)
+    )
+    best = None
+    # (the stacked operand, its letters, its free ones; the matrix, its letters, its free ones)
+    for stacked, stacked_letters, rest, matrix, matrix_letters, free in (
+        (x, group, free_x, y, other, free_y),
+        (y, other, free_y, x, group, free_x),
+    ):
+        for cut in range(1, len(order)):
+            stack = order[:cut]
+            if not set(stack) <= set(rest):
+                break
+            mine = "".join(c for c in rest if c not in stack)
+            if size(free) * size(inner) * size(mine) < BROADCAST_MIN_PRODUCT:
+                continue
+            if order[cut:] == free + mine:  # (1, free, inner) @ (stack, inner, mine)
+                left = (matrix, matrix_letters, free + inner, (1, size(free), size(inner)))
+                right = (
+                    stacked,
+                    stacked_letters,
+                    stack + inner + mine,
+                    (size(stack), size(inner), size(mine)),
+                )
+            elif order[cut:] == mine + free:  # (stack, mine, inner) @ (1, inner, free)
+                left = (
+                    stacked,
+                    stacked_letters,
+                    stack + mine + inner,
+                    (size(stack), size(mine), size(inner)),
+                )
+                right = (matrix, matrix_letters, inner + free, (1, size(inner), size(free)))
+            else:
+                continue
+            cost = copied(left[1], left[2]) + copied(right[1], right[2])
+            if cost < fewest:
+                fewest, best = cost, (left, right)
+    if best is None:
+        return None
+    left_x, right_y = (
+        _shaped(permuted(value, [letters.index(c) for c in wanted]), shape)
+        for value, letters, wanted, shape in best
+    )
+    return left_x, right_y, tuple(sizes[c] for c in order)
 
 
 def _shaped(x: Any, shape: tuple[int, ...]) -> Any:
