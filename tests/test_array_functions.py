@@ -34,6 +34,9 @@ CASES = [
     ("hstack", lambda a, b: np.hstack([a, b]), [(2, 3), (2, 1)]),
     ("hstack vectors", lambda a, b: np.hstack([a, b]), [(2,), (3,)]),
     ("tile", lambda a: np.tile(a, (2, 1, 3)), [(2, 3)]),
+    ("take_along_axis broadcast", lambda a: np.take_along_axis(a, np.array([[2, 0]]), 1), [(3, 4)]),
+    ("triu of a vector", lambda a: np.triu(a, 1), [(3,)]),
+    ("tril of a vector", lambda a: np.tril(a), [(3,)]),
     ("pad", lambda a: np.pad(a, ((1, 0), (2, 1)), constant_values=0.5), [(2, 3)]),
     ("einsum matmul", lambda a, b: np.einsum("ij,jk->ik", a, b), [(2, 3), (3, 4)]),
     ("einsum batch", lambda a, b: np.einsum("bij,bkj->bki", a, b), [(2, 3, 4), (2, 5, 4)]),
@@ -215,6 +218,23 @@ def test_einsum_of_a_stack_by_a_matrix_copies_only_the_matrix():
         np.testing.assert_allclose(out.value, np.einsum("ijk,jl->ilk", A, B), atol=1e-13)
     assert ops.count("transpose") == 1
     assert tape.operands(ops.index("transpose")) == (tape.node_id(y),)
+
+
+def test_edges_where_numpy_broadcasts_keeps_infinities_or_raises():
+    with fa.Tape():
+        v = fa.var(np.array([np.inf, 1.0, -np.inf]))
+        for k in (0, 2, -1):  # inf only on the diagonal, exact zeros elsewhere
+            np.testing.assert_array_equal(np.diag(v, k).value, np.diag(v.value, k))
+        X = fa.var(np.arange(12.0).reshape(3, 4))
+        for indices in ([], np.array([], dtype=np.intp)):
+            assert np.take(X, indices).value.shape == (0,)
+            assert np.take(X, indices, axis=1).value.shape == (3, 0)
+        with pytest.raises(IndexError, match=r"indices of shape \(2, 1\) do not broadcast"):
+            np.take_along_axis(X, np.array([[0], [2]]), axis=1)
+        with pytest.raises(ValueError, match="names an axis twice"):
+            np.flip(X, (1, -1))
+        with pytest.raises(ValueError, match="2 or more axes"):
+            np.vsplit(X[0], 2)
 
 
 def test_sort_under_fa_compile_is_refused_by_name():

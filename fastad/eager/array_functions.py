@@ -94,6 +94,8 @@ def swapaxes(a: Any, axis1: Any, axis2: Any) -> Any:
 def flip(m: Any, axis: Any = None) -> Any:
     x = operand(m, "flip")
     flipped = range(x.ndim) if axis is None else [normal_axis(x.shape, a, x) for a in axes_of(axis)]
+    if len(set(flipped)) != len(flipped):
+        raise ValueError(f"np.flip: axis={axis!r} names an axis twice (repeated axis)")
     key = tuple(slice(None, None, -1) if n in flipped else slice(None) for n in range(x.ndim))
     return x[key]
 
@@ -128,16 +130,13 @@ def diag(v: Any, k: int = 0) -> Any:
         return diagonal(x, k)
     if x.ndim != 1:
         raise ValueError(f"np.diag takes a vector or a matrix, got shape {x.shape}")
-    n = x.shape[0]
-    matrix = x.reshape((n, 1)) * np.eye(n)
-    if k == 0:
-        return matrix
-    shift = abs(k)
-    if k > 0:  # zeros to the left, then below
-        wide = blocks.concatenate([np.zeros((n, shift)), matrix], axis=1)
-        return blocks.concatenate([wide, np.zeros((shift, n + shift))], axis=0)
-    tall = blocks.concatenate([np.zeros((shift, n)), matrix], axis=0)
-    return blocks.concatenate([tall, np.zeros((n + shift, shift))], axis=1)
+    # A gather from the vector and one zero: exact zeros off the diagonal, inf and nan
+    # of the vector included (a product with np.eye would put 0 * inf = nan there).
+    n, k = x.shape[0], integer(k, "np.diag's k")
+    positions = np.full((n + abs(k), n + abs(k)), n)  # the zero's position
+    rows = np.arange(n)
+    positions[rows + max(0, -k), rows + max(0, k)] = rows
+    return blocks.concatenate([x, np.zeros(1)], axis=0)[positions]
 
 
 def vstack(tup: Sequence[Any], **options: Any) -> Any:

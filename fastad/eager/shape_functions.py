@@ -84,7 +84,10 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
             "into range first (np.clip(indices, 0, n - 1) or indices % n), then np.take"
         )
     x, ax = along(operand(a, "take"), axis)
-    return x[_along(x.ndim, ax, np.asarray(indices))]
+    positions = np.asarray(indices)
+    if positions.size == 0:  # [] takes nothing, as in NumPy (np.asarray makes it float)
+        positions = positions.astype(np.intp)
+    return x[_along(x.ndim, ax, positions)]
 
 
 def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
@@ -95,8 +98,20 @@ def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
             f"np.take_along_axis: indices of shape {order.shape} for an array of shape "
             f"{x.shape} (as many axes)"
         )
-    key: list[Any] = list(np.indices(order.shape, sparse=True))
+    # NumPy's index: every other axis's positions in the array, broadcast against the
+    # indices (a length of 1 in either stretches; any other mismatch raises).
+    key: list[Any] = [
+        np.arange(size).reshape((1,) * n + (-1,) + (1,) * (x.ndim - n - 1))
+        for n, size in enumerate(x.shape)
+    ]
     key[ax] = order
+    try:
+        np.broadcast_shapes(*(part.shape for part in key))
+    except ValueError:
+        raise IndexError(
+            f"np.take_along_axis: indices of shape {order.shape} do not broadcast against "
+            f"the array of shape {x.shape} off axis {ax}"
+        ) from None
     return x[tuple(key)]
 
 
@@ -162,7 +177,10 @@ def hsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
 
 
 def vsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
-    return split(ary, indices_or_sections, 0)
+    x = operand(ary, "vsplit")
+    if x.ndim < 2:
+        raise ValueError(f"np.vsplit takes arrays of 2 or more axes, got shape {x.shape}")
+    return split(x, indices_or_sections, 0)
 
 
 def _triangle(name: str) -> Callable[..., Any]:
@@ -172,9 +190,11 @@ def _triangle(name: str) -> Callable[..., Any]:
 
     def triangle(m: Any, k: int = 0) -> Any:
         x = operand(m, name)
-        if x.ndim < 2:
-            raise ValueError(f"np.{name} of fastad blocks takes a matrix, got shape {x.shape}")
-        mask = keep(np.ones(x.shape[-2:], dtype=np.bool_), k)
+        if x.ndim == 0:
+            raise ValueError(f"np.{name} takes a vector or an array of matrices, got a 0-d one")
+        # A vector is the rows of a square matrix, as NumPy broadcasts it.
+        square = x.shape[-2:] if x.ndim > 1 else (x.shape[0], x.shape[0])
+        mask = keep(np.ones(square, dtype=np.bool_), k)
         return functions.where(mask, x, 0.0)
 
     return triangle
