@@ -179,6 +179,7 @@ EDGES = [
     ("np.exp2 past the range", np.exp2, [np.array([1024.0, -1080.0, 1023.5])], 0.0),
     ("np.cbrt at the cubes", np.cbrt, [CUBES], 0.0),
     ("np.cbrt at the extremes", np.cbrt, [np.array([0.0, 1e298, -1e-300, 1.7e308])], 4.5e-16),
+    ("np.cbrt of infinities", np.cbrt, [np.array([np.inf, -np.inf, np.nan])], 0.0),
     ("np.arccosh below 1", np.arccosh, [np.array([-1e200, -3e8, -1.0, 0.5, np.nan])], 0.0),
     ("np.arccosh above 1", np.arccosh, [np.array([1.0, 1.5, 2.0, 1e8, 1e300])], 4.5e-16),
     ("np.arcsinh", np.arcsinh, [np.array([-1e300, -3e8, -0.5, 1e-300, 2.0, 1e200])], 4.5e-16),
@@ -196,8 +197,8 @@ EDGES = [
         "np.logaddexp with infinities",
         np.logaddexp,
         [
-            np.array([np.inf, -np.inf, -np.inf, 1e300, 0.0]),
-            np.array([np.inf, -np.inf, 2.0, 1e300, np.nan]),
+            np.array([np.inf, -np.inf, -np.inf, 1e300, 0.0, np.nan, np.inf]),
+            np.array([np.inf, -np.inf, 2.0, 1e300, np.nan, np.nan, -np.inf]),
         ],
         4.5e-16,
     ),
@@ -233,6 +234,39 @@ def test_cbrt_and_arccosh_derivatives_at_the_edges():
         assert fa.grad(np.cbrt(x).sum(), x).tolist() == [np.inf, 1.0 / 12.0, 1.0 / 12.0]
         y = fa.var(np.array([0.5, -3e8]))
         assert np.isnan(fa.grad(np.arccosh(y).sum(), y)).all()
+
+
+def test_derivatives_at_the_ends_of_the_domains_are_the_functions():
+    with fa.Tape(), np.errstate(all="ignore"):
+        x = fa.var(np.array([np.inf, -np.inf, 27.0]))
+        assert fa.grad(np.cbrt(x).sum(), x).tolist() == [0.0, 0.0, 1.0 / 27.0]
+        t = fa.var(np.array([1.0, -1.0, 0.5]))
+        assert fa.grad(np.arctanh(t).sum(), t).tolist() == [np.inf, np.inf, 1.0 / 0.75]
+        # Equal infinities: the limit along a = b, 1/2 each; a nan: nan, not 1.
+        a, b = fa.var(np.array([np.inf, -np.inf, np.nan])), fa.var(np.array([np.inf, -np.inf, 1.0]))
+        da, db = fa.grad(np.logaddexp(a, b).sum(), [a, b])
+        np.testing.assert_array_equal(da, [0.5, 0.5, np.nan])
+        np.testing.assert_array_equal(db, [0.5, 0.5, np.nan])
+
+
+def test_reduction_keywords_as_numpy_takes_them():
+    X = np.array([4.0, 1.0, 2.0])
+    with fa.Tape():
+        x = fa.var(X)
+        # initial= ties the one element where= keeps: half each, as maximum's tie
+        top = np.max(x, where=np.array([True, False, False]), initial=4.0)
+        assert top.value == 4.0 and fa.grad(top, x).tolist() == [0.5, 0.0, 0.0]
+        low = np.min(x, where=np.array([False, True, True]), initial=9.0)
+        assert low.value == 1.0 and fa.grad(low, x).tolist() == [0.0, 1.0, 0.0]
+        assert np.sum(x, where=[1, 0, 1]).value == np.sum(X, where=[1, 0, 1])  # a list: truths
+        with pytest.raises(TypeError, match="where= of dtype float64"):
+            np.sum(x, where=np.array([0.5, 0.0, 1.0]))
+        with pytest.raises(TypeError, match="where= of dtype int64"):
+            np.mean(x, where=np.array([2, 0, 1]))
+        with pytest.raises(ValueError, match=r"initial= must be one number, got shape \(2,\)"):
+            np.sum(x, initial=np.array([10.0, 0.0]))
+        with pytest.raises(ValueError, match="initial= must be one number"):
+            np.max(x, initial=[1.0])
 
 
 def test_average_returns_the_weights_as_numpy():

@@ -144,11 +144,26 @@ def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> b
     )
 
 
-def _mask(where: Any, block: Block) -> Any:
-    """A reduction's ``where=``: a comparison node as it is, else booleans of the block's shape."""
+def _mask(where: Any, block: Block, function: str) -> Any:
+    """A reduction's ``where=``: a comparison node as it is, else booleans of the block's shape
+    (an array of another dtype is refused, as NumPy refuses it; a list is read as truths)."""
     if isinstance(where, (Var, Block)):
         return where + np.zeros(block.shape)  # a comparison node, broadcast: 1.0 or 0.0
+    if isinstance(where, (np.ndarray, np.generic)) and where.dtype != np.bool_:
+        raise TypeError(
+            f"np.{function}: where= of dtype {where.dtype} (NumPy takes booleans only: "
+            "compare it first, e.g. where=mask != 0)"
+        )
     return np.broadcast_to(np.asarray(where, dtype=np.bool_), block.shape)
+
+
+def _initial(initial: Any, function: str) -> Any:
+    """A reduction's ``initial=``: one number (or scalar node), as NumPy takes it."""
+    if initial is not None and not isinstance(initial, Var) and np.ndim(initial) != 0:
+        raise ValueError(
+            f"np.{function}: initial= must be one number, got shape {np.shape(initial)}"
+        )
+    return initial
 
 
 def _count(mask: Any, axis: Any, keepdims: Any) -> Any:
@@ -180,13 +195,13 @@ def _sum_like(name: str) -> Callable[..., Any]:
         keepdims: Any = False,
         **options: Any,  # initial= (sum, prod), where=
     ) -> Any:
-        initial, where = options.pop("initial", None), options.pop("where", True)
+        initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, dtype=other_dtype(dtype), out=out, **options)
         if _one_number(a, axis, keepdims, where, initial):
             return a
         block: Any = _block(a, name)
         if where is not True:
-            mask = _mask(where, block)
+            mask = _mask(where, block, name)
             if name == "mean":  # the mean of the elements where the mask holds
                 total = functions.where(mask, block, 0.0).sum(axis, keepdims=keepdims)
                 return total / _count(mask, axis, keepdims)
@@ -205,7 +220,7 @@ def _extremum(name: str) -> Callable[..., Any]:
     def reduce(
         a: object, axis: Any = None, out: Any = None, keepdims: Any = False, **options: Any
     ) -> Any:
-        initial, where = options.pop("initial", None), options.pop("where", True)
+        initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, out=out, **options)
         if _one_number(a, axis, keepdims, where, initial):
             return a
@@ -215,8 +230,10 @@ def _extremum(name: str) -> Callable[..., Any]:
                 raise ValueError(
                     f"np.{name} with where= needs initial= (the value where nothing is left)"
                 )
-            mask = _mask(where, block)
-            block = functions.where(mask, block, float(initial))
+            # The elements left out take the value no element can beat, not initial=: they
+            # would tie with it and take shares of its gradient.
+            mask = _mask(where, block, name)
+            block = functions.where(mask, block, -np.inf if name == "max" else np.inf)
         result = getattr(block, name)(axis, keepdims=keepdims)
         if initial is None:
             return result

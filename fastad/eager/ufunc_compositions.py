@@ -44,9 +44,11 @@ def exp2(x: Any) -> Any:
 
 def _cbrt_of_positive(t: Any) -> Any:
     """``t ** (1/3)`` and one Newton step, ``(2r + t / r²) / 3`` (no cube to overflow), for
-    the correctly rounded root; at 0 the power alone (value 0, derivative +inf)."""
+    the correctly rounded root; at 0 and inf the power alone (0 with derivative +inf; inf
+    with derivative 0, where the step would divide inf by inf)."""
     root = t ** (1.0 / 3.0)
-    return where(t > 0.0, (2.0 * root + t / (root * root)) * (1.0 / 3.0), root)
+    step = (2.0 * root + t / (root * root)) * (1.0 / 3.0)
+    return where(t > 0.0, where(t < np.inf, step, root), root)
 
 
 def cbrt(x: Any) -> Any:
@@ -79,7 +81,10 @@ def arccosh(x: Any) -> Any:
 
 
 def _arctanh_of_positive(a: Any) -> Any:
-    return 0.5 * log1p(2.0 * a / (1.0 - a))
+    """glibc's ``log1p(2a / (1 - a)) / 2`` below 1; at 1, ``(log1p(a) - log1p(-a)) / 2``,
+    whose derivative is the function's (+inf) where the first form's is 0 * inf."""
+    below_one = 0.5 * log1p(2.0 * a / (1.0 - a))
+    return where(a < 1.0, below_one, 0.5 * (log1p(a) - log1p(-a)))
 
 
 def arctanh(x: Any) -> Any:
@@ -105,11 +110,13 @@ def hypot(a: Any, b: Any) -> Any:
 
 
 def logaddexp(a: Any, b: Any) -> Any:
-    """``log(exp(a) + exp(b))`` as ``max + log1p(exp(-|a - b|))``; two equal infinities
-    (whose difference is nan) give their sum, as NumPy does."""
+    """``log(exp(a) + exp(b))`` as ``max + log1p(exp(-|a - b|))``. Two equal infinities
+    (whose difference is nan) give themselves, as NumPy does, with the derivative's
+    limit along ``a = b`` (1/2 each); a nan gives nan and a nan derivative."""
     difference = a - b
     stable = functions.maximum(a, b) + log1p(functions.exp(-functions.abs(difference)))
-    return where(difference != difference, a + b, stable)
+    equal_infinities = where(a == b, 0.5 * (a + b), stable)
+    return where(difference != difference, equal_infinities, stable)
 
 
 def logaddexp2(a: Any, b: Any) -> Any:
