@@ -217,7 +217,10 @@ def value_and_grad(
     The first call with arguments of a new signature traces ``function``
     (``fa.compile``); later ones replay it. ``aux`` is what ``function``
     returns when called on the arguments themselves (plain arrays, no
-    tape): one more forward pass in NumPy per call.
+    tape): one more forward pass in NumPy per call, so NumPy's numbers
+    where NumPy defines a function differently (``eigh``, ``eigvalsh``
+    and ``cholesky`` of a matrix that is not symmetric: see
+    docs/transforms.md).
 
     Examples
     --------
