@@ -139,5 +139,19 @@ def test_bad_calls_name_the_problem(args):
         f.jvp(args, [np.ones((4, 2)), np.ones(3)])
     with pytest.raises(ValueError, match="hessian needs a scalar output"):
         f.hessian(args)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "codegen"])
+def test_directions_must_be_real_on_every_backend(args, backend):
+    # A complex direction would lose its imaginary part in a conversion to float64.
+    f = fa.compile(lambda X, W, b: (layer(X, W, b) ** 2).sum(), example=args, backend=backend)
+    shapes = [np.shape(a) for a in args]
+    for bad, what in ((1j * np.ones(shapes[0]), "complex128"), (np.array("1.0"), "<U3")):
+        directions = [bad if n == 0 else np.zeros(s) for n, s in enumerate(shapes)]
+        for transform in (f.jvp, f.hvp, f.hessp):
+            with pytest.raises(
+                TypeError, match=f"direction for argument 0 must hold real .*{what}"
+            ):
+                transform(args, directions)
     with pytest.raises(ValueError, match=r"argument 0 has shape \(2, 4\)"):
         f.jacobian((np.ones((2, 4)), *args[1:]))

@@ -154,9 +154,12 @@ class Arguments:
             )
         for position, direction in zip(positions, along, strict=True):
             try:
-                shape = np.shape(direction)
+                array = np.asarray(direction)
             except ValueError:  # a ragged sequence: several directions given for one
-                shape = None
+                array = None
+            if array is not None and array.dtype.kind not in "biuf":
+                raise not_real(direction, f"the direction for argument {position}")
+            shape = None if array is None else array.shape
             if shape != shapes[position]:
                 found = f"shape {shape}" if shape is not None else "a ragged sequence"
                 several = " (one per gradient: a list where several are differentiated)"

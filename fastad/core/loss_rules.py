@@ -202,7 +202,7 @@ class CrossEntropy(BlockRule):
         labels, bad = fused.class_labels(flat, rows.shape[1])
         if bad >= 0:
             raise ValueError(
-                f"cross_entropy: label {flat[bad]:g} of sample {bad} is not a class: labels "
+                f"cross_entropy: label {flat[bad]:.17g} of sample {bad} is not a class: labels "
                 f"must be integers in [0, {rows.shape[1]})"
             )
         return rows, labels

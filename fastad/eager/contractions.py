@@ -367,7 +367,7 @@ def _contract(
     free_x = [c for c in group if c not in other]
     free_y = [c for c in other if c not in group]
 
-    def size(letters: list[str] | str) -> int:
+    def size(letters: list[str]) -> int:
         return math.prod(sizes[c] for c in letters)
 
     form = _broadcast_form(x, group, y, other, summed, sizes, order) if order else None
