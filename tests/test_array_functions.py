@@ -218,6 +218,13 @@ def test_einsum_of_a_stack_by_a_matrix_copies_only_the_matrix():
         np.testing.assert_allclose(out.value, np.einsum("ijk,jl->ilk", A, B), atol=1e-13)
     assert ops.count("transpose") == 1
     assert tape.operands(ops.index("transpose")) == (tape.node_id(y),)
+    # Products 2 wide would be many small BLAS calls: the plain product, one matrix.
+    A = rng.normal(size=(50, 32, 2))
+    with fa.Tape() as tape:
+        out = np.einsum("ijk,jl->ilk", fa.var(A), fa.var(B))
+        shapes = [tape.block_value(n).shape for n in range(len(tape))]
+        np.testing.assert_allclose(out.value, np.einsum("ijk,jl->ilk", A, B), atol=1e-13)
+    assert (100, 24) in shapes and (1, 24, 32) not in shapes
 
 
 def test_edges_where_numpy_broadcasts_keeps_infinities_or_raises():

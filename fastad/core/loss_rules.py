@@ -202,7 +202,7 @@ class CrossEntropy(BlockRule):
         labels, bad = fused.class_labels(flat, rows.shape[1])
         if bad >= 0:
             raise ValueError(
-                f"cross_entropy: label {flat[bad]:.17g} of sample {bad} is not a class: labels "
+                f"cross_entropy: label {_number(flat[bad])} of sample {bad} is not a class: labels "
                 f"must be integers in [0, {rows.shape[1]})"
             )
         return rows, labels
@@ -302,3 +302,9 @@ class CrossEntropy(BlockRule):
 
 def _samples(logits: FloatArray) -> int:
     return math.prod(logits.shape[:-1])
+
+
+def _number(value: float) -> str:
+    """``value`` as short as it reads back exactly: ``11``, ``1.1``, ``2.0000000000000004``."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)

@@ -85,8 +85,8 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
         )
     x, ax = along(operand(a, "take"), axis)
     positions = np.asarray(indices)
-    if positions.size == 0:  # [] takes nothing, as in NumPy (np.asarray makes it float)
-        positions = positions.astype(np.intp)
+    if positions.size == 0 and not isinstance(indices, np.ndarray):
+        positions = positions.astype(np.intp)  # [] takes nothing (np.asarray makes it float)
     return x[_along(x.ndim, ax, positions)]
 
 
@@ -189,9 +189,7 @@ def _triangle(name: str) -> Callable[..., Any]:
     keep = getattr(np, name)
 
     def triangle(m: Any, k: int = 0) -> Any:
-        x = operand(m, name)
-        if x.ndim == 0:
-            raise ValueError(f"np.{name} takes a vector or an array of matrices, got a 0-d one")
+        x = operand(m, name)  # a block: one axis at least
         # A vector is the rows of a square matrix, as NumPy broadcasts it.
         square = x.shape[-2:] if x.ndim > 1 else (x.shape[0], x.shape[0])
         mask = keep(np.ones(square, dtype=np.bool_), k)
