@@ -54,6 +54,44 @@ def test_gradients_match_the_hand_written_formulas(spd, rng):
         np.testing.assert_allclose(K.grad, -np.outer(inverse.T @ np.ones(4), x), rtol=1e-12)
 
 
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [0, "N", 1, "T", 2, "C"])
+@pytest.mark.parametrize("unit_diagonal", [False, True])
+def test_solve_triangular_takes_scipys_trans_and_unit_diagonal(lower, trans, unit_diagonal, rng):
+    A = rng.normal(size=(4, 4)) + 4.0 * np.eye(4)
+    A[np.diag_indices(4)] = np.inf if unit_diagonal else A.diagonal()  # never read then
+    B, G = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    options = {"lower": lower, "trans": trans, "unit_diagonal": unit_diagonal}
+    want = scipy.linalg.solve_triangular(A, B, check_finite=False, **options)
+    with fa.Tape():
+        a, b = fa.var(A), fa.var(B)
+        X = fa.linalg.solve_triangular(a, b, **options)
+        np.testing.assert_allclose(X.value, want, rtol=1e-13)
+        da, db = fa.grad((X * G).sum(), [a, b])
+    # The gradients by hand: T X = B with T the matrix solved (its triangle, transposed
+    # for trans): dB = T^-T G, dT = -dB X^T, on the entries of A the solve reads.
+    T = np.tril(A) if lower else np.triu(A)
+    if unit_diagonal:
+        T[np.diag_indices(4)] = 1.0
+    if trans not in (0, "N"):
+        T = T.T
+    dB = np.linalg.solve(T.T, G)
+    dT = -dB @ want.T
+    dA = dT.T if trans not in (0, "N") else dT
+    dA = np.tril(dA) if lower else np.triu(dA)
+    if unit_diagonal:
+        dA[np.diag_indices(4)] = 0.0
+    np.testing.assert_allclose(db, dB, rtol=1e-12)
+    np.testing.assert_allclose(da, dA, rtol=1e-12, atol=1e-14)
+
+
+def test_solve_triangular_refuses_an_unknown_trans():
+    with pytest.raises(ValueError, match=r"trans='X'; use 0 or 'N'"):
+        fa.linalg.solve_triangular(np.eye(2), np.ones(2), trans="X")
+    with pytest.raises(ValueError, match=r"trans=True"):
+        fa.linalg.solve_triangular(np.eye(2), np.ones(2), trans=True)
+
+
 def test_gaussian_process_marginal_likelihood_and_its_gradient(rng):
     """-log p(y) of a GP with an RBF kernel, by Cholesky and two triangular solves, against
     the textbook gradient 0.5 tr((K^-1 - a a^T) dK/dtheta) (Rasmussen and Williams, 5.9)."""

@@ -15,11 +15,11 @@ import numpy as np
 
 from fastad.eager.block_params import normal_axis
 from fastad.eager.functions import abs as fa_abs
-from fastad.eager.functions import sqrt
+from fastad.eager.functions import sqrt, where
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import flag
+from fastad.util.errors import flag, is_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -82,13 +82,45 @@ def solve(A: Block | ArrayLike, B: Block | ArrayLike) -> Any:
     return _op(SOLVE, "solve", (A, B))
 
 
-def solve_triangular(A: Block | ArrayLike, B: Block | ArrayLike, lower: bool = False) -> Any:
+def solve_triangular(
+    A: Block | ArrayLike,
+    B: Block | ArrayLike,
+    lower: bool = False,
+    *,
+    trans: int | str = 0,
+    unit_diagonal: bool = False,
+) -> Any:
     """``X`` with ``A X = B`` for a triangular ``A`` (``scipy.linalg.solve_triangular``): only
     the ``lower`` (or upper) triangle of ``A`` is read, and only it gets a gradient.
 
+    As SciPy: ``trans`` 0 or ``"N"`` solves ``A X = B``, 1, 2, ``"T"`` or ``"C"``
+    ``A^T X = B`` (real numbers: ``"C"`` is ``"T"``); with ``unit_diagonal`` the
+    diagonal is taken to be ones, not read, and gets no gradient. They are
+    keywords here (``lower`` keeps its place as the third argument).
+
     ``np.linalg.LinAlgError`` where the diagonal holds a zero.
     """
-    return _op(SOLVE_TRIANGULAR, "solve_triangular", (A, B), flag(lower, "lower"))
+    lower = flag(lower, "lower")
+    if flag(unit_diagonal, "unit_diagonal"):
+        shape = A.shape if isinstance(A, Block) else np.shape(A)
+        if len(shape) == 2 and shape[0] == shape[1]:  # else the op names the shapes
+            A = where(np.eye(shape[0], dtype=np.bool_), 1.0, A)
+    if _transposed(trans):
+        A = A.T if isinstance(A, Block) else np.asarray(A, dtype=np.float64).T
+        lower = not lower
+    return _op(SOLVE_TRIANGULAR, "solve_triangular", (A, B), lower)
+
+
+def _transposed(trans: object) -> bool:
+    """Whether SciPy's ``trans`` asks for ``A^T``; anything else is refused, naming it."""
+    if is_int(trans) and int(trans) in (0, 1, 2):
+        return int(trans) != 0
+    if isinstance(trans, str) and trans in ("N", "T", "C"):
+        return trans != "N"
+    raise ValueError(
+        f"fa.linalg.solve_triangular: trans={trans!r}; use 0 or 'N' (A X = B), 1 or 'T' "
+        "(A^T X = B), or 2 or 'C' (the same, for real numbers)"
+    )
 
 
 def inv(A: Block | ArrayLike) -> Any:
