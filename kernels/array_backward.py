@@ -351,11 +351,19 @@ class BackwardWriter(ForwardWriter):
         if not self.needs[a]:
             return
         target, added = self.sink(a, f"{i}_picked")
-        gather = self.gather(i, node)
         tag = f"b{self.p.tag}ix{i}"
         self.emit(f"{tag}_to = {target}.reshape({target}.size)")
         self.emit(f"for i0 in range({tag}_to.size):")
         self.emit(f"{tag}_to[i0] = -0.0", 2)
+        position = self.strided(i, node)
+        if position is not None:  # a slice: strided writes, in the map's order
+            depth = self.loops(self.own(i), len(node.shape))
+            element = ", ".join(loop_indices(len(node.shape)))
+            self.emit(f"{tag}_to[{position}] += {self.own(i)}[{element}]", depth)
+            if added:
+                self.add_into(a, target)
+            return
+        gather = self.gather(i, node)
         if node.shape:
             self.emit(f"{tag}_from = {self.own(i)}.reshape({self.own(i)}.size)")
             self.emit(f"for i0 in range({tag}_from.size):")

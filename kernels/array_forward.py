@@ -154,8 +154,16 @@ class ForwardWriter(WriterBase):
         """The operand's elements (``prefix`` ``t``: its tangent's) at the gather map's
         positions, in C order."""
         (a,) = node.operands
-        gather = self.gather(i, node)
         source = f"{prefix}{a}.reshape({prefix}{a}.size)"
+        position = self.strided(i, node)
+        if position is not None:  # a slice: strided reads
+            tag = f"{prefix}ix{i}"
+            self.emit(f"{tag}_from = {source}")
+            depth = self.loops(f"{prefix}{i}", len(node.shape))
+            element = ", ".join(loop_indices(len(node.shape)))
+            self.emit(f"{prefix}{i}[{element}] = {tag}_from[{position}]", depth)
+            return
+        gather = self.gather(i, node)
         if not node.shape:
             self.emit(f"{prefix}{i} = {source}[{gather}[0]]")
             return

@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from . import scalar_source
-from .array_program import BlockProgram, Parameter, loop_indices
+from .array_program import BlockProgram, Node, Parameter, loop_indices
 
 MAX_STREAMS = 10
 """The most arrays one merged loop nest reads and writes: past about this many
@@ -179,6 +181,29 @@ class WriterBase:
 
     def scratch(self, tag: str, shape: tuple[int, ...]) -> str:
         return self.parameter(f"s_{self.p.tag}{tag}", "scratch", -1, shape)
+
+    def strided(self, i: int, node: Node) -> str | None:
+        """Index node ``i``'s operand position as an expression of the loop indices over its
+        shape, where its gather map is affine in them (a basic slice or a broadcast:
+        ``offset + s0 * i0 + s1 * i1...``, no map read); None for any other map."""
+        shape = tuple(node.shape)
+        grid = np.asarray(self.program.gathers[i])
+        if not shape or grid.size == 0:
+            return None
+        grid = grid.reshape(shape)
+        origin = int(grid[(0,) * len(shape)])
+        unit = [tuple(int(k == t) for k in range(len(shape))) for t in range(len(shape))]
+        steps = [
+            int(grid[u]) - origin if size > 1 else 0 for u, size in zip(unit, shape, strict=True)
+        ]
+        affine = origin + sum(
+            step * axis for step, axis in zip(steps, np.indices(shape), strict=True)
+        )
+        if not np.array_equal(grid, affine):
+            return None
+        indices = loop_indices(len(shape))
+        terms = [f"{step} * {index}" for step, index in zip(steps, indices, strict=True) if step]
+        return " + ".join([str(origin)] * bool(origin) + terms) or "0"
 
     def emit(self, line: str, depth: int = 1) -> None:
         self.flush()

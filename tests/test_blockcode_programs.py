@@ -495,6 +495,23 @@ def test_indexing_gives_the_interpreters_bits(rng, buffers):
     compare_calls(generated, interpreted, calls, ("values", "vjp", "jvp"), True, buffers, rng)
 
 
+def test_slices_and_broadcasts_read_strided_and_fancy_indices_read_their_map(rng, buffers):
+    # A basic slice or a broadcast is an affine map of the result's indices: generated code
+    # computes the positions (no map among its parameters); a fancy index reads its map.
+    # Broadcast positions repeat: their adjoints add up in the map's order, the same bits.
+    def strided(v, X):
+        return (np.broadcast_to(v, (3, 4)) * X[::-2, 1:]).sum() + (X[1:, :2] ** 2).sum()
+
+    arguments = (sparse(rng, (4,)), sparse(rng, (6, 5)))
+    generated, interpreted = both(strided, arguments)
+    every_mode_matches(
+        generated, interpreted, lambda r: (sparse(r, (4,)), sparse(r, (6, 5))), buffers, rng
+    )
+    assert "gm" not in generated.generated_source("grad").split("def grad(")[1]
+    fancy, _ = both(lambda X: X[[0, 2, 2]].sum(), (arguments[1],))
+    assert "gm" in fancy.generated_source("grad").split("def grad(")[1]
+
+
 def test_indexing_by_hand(rng):
     theta = rng.normal(size=7)
     f = fa.compile(
