@@ -10,6 +10,7 @@ emitters per mode build on it: ``array_forward.py`` (values),
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -186,11 +187,10 @@ class WriterBase:
         """Index node ``i``'s operand position as an expression of the loop indices over its
         shape, where its gather map is affine in them (a basic slice or a broadcast:
         ``offset + s0 * i0 + s1 * i1...``, no map read); None for any other map."""
-        shape = tuple(node.shape)
-        grid = np.asarray(self.program.gathers[i])
-        if not shape or grid.size == 0:
-            return None
-        grid = grid.reshape(shape)
+        shape, found = tuple(node.shape), self.program.gathers.get(i)
+        if not shape or found is None or not np.size(found) or np.size(found) != math.prod(shape):
+            return None  # a scalar, no map (a damaged file: refused later) or no elements
+        grid = np.reshape(found, shape)
         origin = int(grid[(0,) * len(shape)])
         unit = [tuple(int(k == t) for k in range(len(shape))) for t in range(len(shape))]
         steps = [
