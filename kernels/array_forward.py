@@ -526,10 +526,11 @@ class ForwardWriter(WriterBase):
         self.emit("break", 4)
         self.emit("if x > m:", 3)
         self.emit("m = x", 4)
-        # The exponentials in a loop of their own, which LLVM can vectorise (a sum in
-        # order cannot be), then their sum: the same operations in the same order.
+        # The exponentials in a loop of their own, which LLVM vectorises (a sum in
+        # order cannot be; ``row_exp`` is libmvec's exp where the host has it), then
+        # their sum in order, as the interpreter's.
         self.emit(f"for i1 in range({a}.shape[1]):", 2)
-        self.emit(f"{E}[i0, i1] = exp({a}[i0, i1] - m)", 3)
+        self.emit(f"{E}[i0, i1] = row_exp({a}[i0, i1] - m)", 3)
         self.emit("total = 0.0", 2)
         self.emit(f"for i1 in range({a}.shape[1]):", 2)
         self.emit(f"total += {E}[i0, i1]", 3)

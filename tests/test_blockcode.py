@@ -873,7 +873,7 @@ def test_generated_hvp_is_the_gradients_derivative(rng):
 def test_generated_hvp_of_the_losses_and_the_softmax_family(name, zeros, rng):
     # Their second-order rules in generated code against the interpreter's: bit for bit
     # for mse_loss, within 1e-13 of the largest element where the softmax's exp is
-    # libm's against NumPy's.
+    # libmvec's (or libm's) against NumPy's.
     function, make, wrt, exact = CASES[name]
     args = make(rng, zeros)
     generated = compiled(name, args, "codegen")

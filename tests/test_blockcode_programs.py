@@ -7,7 +7,7 @@ products (``f.vjp``), the Jacobian-vector products (``f.jvp``) and the
 Hessian-vector products (``f.hvp``, where every op has a second-order rule)
 of the generated kernels must be the interpreter's, bit
 for bit, or within 1e-13 of the largest element where the softmax family or
-the cross-entropy runs (NumPy's vectorised ``exp`` against libm's). With
+the cross-entropy runs (NumPy's vectorised ``exp`` against libmvec's). With
 ``batch=`` the calls take several numbers of rows, more than the plans kept,
 and come back to earlier ones. The programs hold buffers of several sizes
 whose live ranges end and begin (so :func:`fastad.compiled.array_kernel.shared_buffers`

@@ -24,6 +24,7 @@ from test_fast_math import (
     loaded_without_libmvec,
     ulps,
     with_metadata,
+    without_libmvec,
 )
 
 import fastad as fa
@@ -166,11 +167,61 @@ def test_the_module_text_names_the_vector_functions_and_their_stamp():
     assert HOST is not None
     for name in HOST.functions:
         assert f"\n{name} = libmvec({name!r}, {HOST.lanes})\n" in text
-    assert f"import libmvec  # fast math {vector_math.stamp()}\n" in text
+    assert f"import libmvec  # vector math {vector_math.stamp()}\n" in text
     assert "libmvec" not in plain.generated_source("grad")
     program = fast._generated.code.program
     narrow, _ = array_source.module_source(program, "grad", 2, ("exp",))
     assert "\nexp = libmvec('exp', 2)\n" in narrow and "libmvec('log1p'" not in narrow
+
+
+def classifier(W, X, y):
+    """A softmax classifier's loss (the softmax family's exponentials) and tanh (libm's)."""
+    return fa.cross_entropy(X @ W, y) + fa.tanh(W).sum()
+
+
+def classifier_arguments(rng, classes=13):
+    X = rng.normal(size=(37, 5))
+    X[:, 1] = 0.0  # a column of exact zeros
+    return rng.normal(size=(5, classes)), X, rng.integers(0, classes, size=37)
+
+
+def test_the_softmax_familys_exp_runs_on_vectors_in_every_mode(monkeypatch, tmp_path):
+    # Only the softmax family's exp (``row_exp``), the one math call those ops make per
+    # element, takes libmvec's vectors without fast math; tanh stays libm's.
+    monkeypatch.setenv("FASTAD_CACHE_DIR", str(tmp_path))  # compiled here: its code readable
+    assert HOST is not None and "exp" in HOST.functions, "this machine has no libmvec exp"
+    rng = np.random.default_rng(5)
+    arguments = classifier_arguments(rng)
+    plain = fa.compile(classifier, example=arguments, wrt=0, backend="codegen")
+    exact = fa.compile(classifier, example=arguments, wrt=0, backend="interpret")
+    text = plain.generated_source("grad")
+    assert f"\nrow_exp = libmvec('exp', {HOST.lanes})  # the softmax family's exp\n" in text
+    assert "\ntanh = " not in text and "fast math" not in plain.tier("grad").reason
+    direction = rng.normal(size=arguments[0].shape)
+    for run in (
+        lambda f: f.value_and_grad(arguments),
+        lambda f: f.hvp(arguments, direction),
+        lambda f: f.jvp(arguments, direction),
+    ):
+        for mine, theirs in zip(flat(run(plain)), flat(run(exact)), strict=True):
+            assert_close(mine, theirs)
+    called = set(re.findall(r"_ZGV[bde]N\d(v+)_(\w+)", machine_code(plain, "grad")))
+    assert {name for _, name in called} == {"exp"}
+
+
+def test_without_libmvec_the_softmax_familys_exp_is_libms(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTAD_CACHE_DIR", str(tmp_path))
+    without_libmvec(monkeypatch)
+    arguments = classifier_arguments(np.random.default_rng(6))
+    plain = fa.compile(classifier, example=arguments, wrt=0, backend="codegen")
+    exact = fa.compile(classifier, example=arguments, wrt=0, backend="interpret")
+    text = plain.generated_source("grad")
+    assert "\nrow_exp = exp  # the softmax family's exp\n" in text and "libmvec" not in text
+    for mine, theirs in zip(
+        flat(plain.value_and_grad(arguments)), flat(exact.value_and_grad(arguments)), strict=True
+    ):
+        assert_close(mine, theirs)
+    assert "_ZGV" not in machine_code(plain, "grad")
 
 
 def test_the_variants_name_libmvecs_symbols():

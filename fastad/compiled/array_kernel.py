@@ -301,9 +301,12 @@ class BlockCode:
             self.program._replace(nodes=nodes), mode, *self._vector_math()
         )
 
-    def _vector_math(self) -> tuple[int, tuple[str, ...]]:
-        """``(lanes, functions)`` of fast math for the module text; ``(0, ())`` without."""
-        return self.fast_math or (0, ())
+    def _vector_math(self) -> tuple[int, tuple[str, ...], int]:
+        """``(lanes, functions)`` of fast math for the module text (``(0, ())`` without),
+        and the lanes of the softmax family's ``exp`` (in every mode: the host's libmvec,
+        0 without it)."""
+        lanes, functions = self.fast_math or (0, ())
+        return lanes, functions, native_code.row_exp_lanes()
 
     def fast_math_reason(self) -> str | None:
         """How the loops run under fast math: None without fast math."""
@@ -673,6 +676,8 @@ def kernel_argument(value: Any, labels: bool = False) -> Any:
     float64 array; no copy when it is one already. With ``labels`` (class labels the
     kernel was compiled to take as integers), an integer array becomes int64 instead
     (the kernel checks each label)."""
+    if labels and type(value) is np.ndarray and value.dtype is _INT64 and value.flags.carray:
+        return value  # int64 labels as the kernel takes them: the common case, at once
     array = value if type(value) is np.ndarray else np.asarray(value)
     if array.ndim == 0:
         return float(array)

@@ -63,7 +63,7 @@ class BlockFunction:
       gradients hold a nan is computed again by the interpreter, so both
       tiers give the exact rules' results. Values and gradients equal the
       interpreter's bit for bit except in the softmax family and the
-      cross-entropy (NumPy's vectorised ``exp`` against libm's) and where
+      cross-entropy (NumPy's vectorised ``exp`` against libmvec's) and where
       a product's row holds an inf: within 1e-13 of the gradient's largest
       element. A call with ``check=True`` always runs the interpreter.
       ``f.tier("grad")`` says which tier runs and why; a program with an

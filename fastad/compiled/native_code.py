@@ -135,6 +135,22 @@ def fast_math() -> FastMath:
     return found
 
 
+def row_exp_lanes() -> int:
+    """The widest vectors of doubles on which this process can call libmvec's ``exp``
+    (:func:`fast_math`'s lanes); 0 without it.
+
+    Generated code for functions of arrays runs the softmax family's
+    exponentials with it in every mode: those ops are within rounding of the
+    interpreter's (NumPy's vectorised ``exp``) either way, and libm's scalar
+    ``exp`` made a compiled cross-entropy over 1,000 classes slower than the
+    interpreter."""
+    try:
+        found = fast_math()
+    except RuntimeError:
+        return 0
+    return found.lanes if "exp" in found.functions else 0
+
+
 def fast_math_for(name: str, stacklevel: int = 2) -> FastMath | None:
     """:func:`fast_math` for the function ``name``, compiled with ``fast_math=True``;
     None, with a warning, on a machine without it (a function saved where it was,
