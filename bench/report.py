@@ -522,6 +522,14 @@ def _model_rows(table, add):
                 "< 1",
                 "fused faster" if ratio < 1 else "SHORT",
             )
+        _ratio_row(
+            add,
+            f"cross_entropy {B}x{c} fwd+bwd, compiled / NumPy",
+            find(table, "test_cross_entropy", way="compiled", data="dense", B=B, c=c),
+            find(table, "test_cross_entropy", way="numpy", data="dense", B=B, c=c),
+            "NumPy",
+            1.0,
+        )
 
 
 def _zero_data_row(add, what, data, fastad, reference, fastad_dense, reference_dense):
