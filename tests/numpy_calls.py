@@ -204,6 +204,8 @@ CALLS: list[tuple[str, Call, str]] = [
     ("X.max(axis=)", lambda a: a.max(axis=1), "A"),
     ("X.reshape", lambda a: a.reshape(4, 3), "A"),
     ("X.squeeze()", lambda a: a[None].squeeze(), "A"),
+    ("X.reshape(())", lambda a: a[1:2, 2:3].reshape(()), "A"),
+    ("np.squeeze to a scalar", lambda a: np.squeeze(a[1:2, 2:3]), "A"),
     ("X.copy()", lambda a: a.copy(), "A"),
     ("X.astype(float64)", lambda a: a.astype(np.float64), "A"),
     ("X.flatten()", lambda a: a.flatten(), "A"),

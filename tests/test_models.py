@@ -490,6 +490,12 @@ def test_squeeze_copy_and_astype_methods():
             X.squeeze(1)
         one = fa.var(np.full((1, 1), 4.0)).squeeze()  # no axis left: a scalar node
         assert isinstance(one, fa.Var) and one.value == 4.0
+        # The element itself, as NumPy's squeeze and reshape to (): -0.0 stays -0.0.
+        zero = fa.var(np.full((1, 1, 1), -0.0))
+        for element in (zero.squeeze(), zero.reshape(()), np.reshape(zero, ()), zero.reshape([])):
+            assert isinstance(element, fa.Var) and math.copysign(1.0, element.value) == -1.0
+        with pytest.raises(ValueError, match=r"cannot reshape .* of shape \(1, 2, 1, 3\) to \(\)"):
+            X.reshape(())
         assert X.copy() is X and X.astype(np.float64) is X and X.astype("float64") is X
         (X.squeeze() * np.arange(6.0).reshape(2, 3)).sum().backward()
         np.testing.assert_array_equal(X.grad, np.arange(6.0).reshape(1, 2, 1, 3))

@@ -66,6 +66,9 @@ X0, T0 = rng.normal(size=(4, 3)), rng.normal(size=(4, 2))
 with fa.Tape():
     X, W, b = fa.var(X0), fa.var(rng.normal(size=(3, 2)), name="W"), fa.var(np.zeros(2))
     assert_type(W, fa.Block)
+    assert_type(W.reshape(6), fa.Block)
+    assert_type(W.reshape((2, 3)), fa.Block)
+    assert_type(fa.var(np.ones((1, 1))).reshape(()), fa.Var)  # one element: a scalar node
     H = fa.relu(fa.linear(X, W, b))
     assert_type(H, fa.Block)
     loss = fa.mse_loss(H, T0) + 0.1 * (W * W).sum()

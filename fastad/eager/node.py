@@ -595,8 +595,15 @@ class Block(Node, Operators["Block", "Block"]):
         variance = self.var(axis, ddof, keepdims)
         return variance**0.5
 
-    def reshape(self, *shape: int | Sequence[int]) -> Block:
-        """The same elements in ``shape`` (one ``-1`` is inferred), as ``np.reshape``."""
+    @overload
+    def reshape(self, shape: tuple[()], /) -> Var: ...  # type: ignore[overload-overlap]
+    @overload
+    def reshape(self, *shape: int | Sequence[int]) -> Block: ...
+    def reshape(self, *shape: int | Sequence[int]) -> Block | Var:
+        """The same elements in ``shape`` (one ``-1`` is inferred), as ``np.reshape``.
+
+        The shape ``()`` (one element) gives a scalar node: the element itself.
+        """
         wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         try:
             new_shape = np.empty(self.shape, dtype=np.bool_).reshape(wanted).shape
@@ -604,7 +611,14 @@ class Block(Node, Operators["Block", "Block"]):
             raise type(error)(
                 f"cannot reshape {self!r} of shape {self.shape} to {wanted}: {error}"
             ) from None
+        if not new_shape:
+            return self._element()
         return cast("Block", _append(self._tape, RESHAPE, (self,), new_shape))
+
+    def _element(self) -> Var:
+        """The only element of a block of one element, as a scalar node (its value and
+        sign of zero kept: an index, not a sum)."""
+        return cast("Var", self[(0,) * self.ndim])
 
     def ravel(self) -> Block:
         """The elements as one axis (a copy), as ``np.ravel``."""
@@ -645,7 +659,7 @@ class Block(Node, Operators["Block", "Block"]):
                 )
         kept = tuple(n for t, n in enumerate(shape) if t not in dropped)
         if not kept:
-            return self.sum()  # one element: a scalar node, the element itself
+            return self._element()
         return self.reshape(kept)
 
     def clip(self, min: Any = None, max: Any = None) -> Block:  # noqa: A002 - NumPy's names
