@@ -327,6 +327,55 @@ def test_numpy_forms_of_results_and_arguments():
         np.testing.assert_array_equal(fa.linalg.solve(A, [1.0, 3.0]).value, [0.5, 1.0])
 
 
+LIST_CALLS = {
+    "fa.linalg.solve": lambda a: fa.linalg.solve(np.eye(2), [a, 1.0]),
+    "fa.linalg.solve_triangular": lambda a: fa.linalg.solve_triangular(
+        [[a, 0.0], [1.0, a]], [1.0, 1.0], lower=True
+    ),
+    "fa.linalg.inv": lambda a: fa.linalg.inv([[a, 1.0], [1.0, a]]),
+    "fa.linalg.det": lambda a: fa.linalg.det([[a, 1.0], [1.0, a]]),
+    "fa.linalg.slogdet": lambda a: fa.linalg.slogdet([[a, 1.0], [1.0, a]]),
+    "fa.linalg.cholesky": lambda a: fa.linalg.cholesky([[a, 1.0], [1.0, a]]),
+    "fa.linalg.eigh": lambda a: fa.linalg.eigh(np.array([[a, 1.0], [1.0, a]], dtype=object)),
+    "np.linalg.norm": lambda a: fa.linalg.norm([[a, 1.0], [1.0, a]], ord=1),
+    "np.linalg.matrix_power": lambda a: fa.linalg.matrix_power([[a, 1.0], [1.0, a]], 2),
+    "np.linalg.multi_dot": lambda a: fa.linalg.multi_dot([np.eye(2), [[a, 1.0], [1.0, a]]]),
+}
+
+
+@pytest.mark.parametrize("name", list(LIST_CALLS))
+def test_nodes_inside_a_list_are_refused_not_read_as_numbers(name):
+    # NumPy reads a node in a list as a number (its value): the gradient through the
+    # op would silently be lost. A list of numbers is an array, as NumPy reads it.
+    with fa.Tape():
+        a = fa.var(2.0)
+        with pytest.raises(TypeError, match=rf"{name} takes blocks or arrays, .* holding the node"):
+            LIST_CALLS[name](a)
+    assert fa.linalg.det([[2.0, 1.0], [1.0, 2.0]]) == pytest.approx(3.0)
+    assert fa.linalg.det(np.array([[2, 1], [1, 2]], dtype=object)) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("name", ["solve", "inv", "det", "cholesky", "eigvalsh", "norm"])
+def test_complex_arrays_are_refused_not_cut_to_their_real_part(name):
+    A = np.array([[2.0, 1.0 + 1.0j], [1.0 - 1.0j, 3.0]])  # Hermitian: NumPy's det is 4
+    call = getattr(fa.linalg, name)
+    arguments = (A, np.ones(2)) if name == "solve" else (A,)
+    with pytest.raises(TypeError, match="must hold real numbers, got dtype complex128"):
+        call(*arguments)
+
+
+def test_eigenvector_gradients_are_undefined_at_repeated_eigenvalues():
+    # At diag(1, 1, 2) the first two eigenvectors may turn freely: no derivative. V^T V_bar
+    # is diagonal there, so a zero times the infinite 1 / (w1 - w0) is nan, not a finite
+    # 0, and the products with V spread it: nan throughout, as JAX gives.
+    C = np.arange(9.0).reshape(3, 3)
+    gradient = fa.grad(lambda a: (fa.linalg.eigh(a)[1] ** 2.0 * C).sum())(np.diag([1.0, 1.0, 2.0]))
+    assert np.isnan(gradient).all()
+    # Distinct eigenvalues: finite, whatever zeros V^T V_bar holds.
+    gradient = fa.grad(lambda a: (fa.linalg.eigh(a)[1] ** 2.0 * C).sum())(np.diag([1.0, 3.0, 2.0]))
+    assert np.isfinite(gradient).all()
+
+
 def test_eigenvalue_gradients_stay_finite_at_repeated_eigenvalues():
     # Nothing reaches the eigenvectors: d sum(w^2) / dA = 2 diag(w) here, as JAX gives.
     gradient = fa.grad(lambda a: (fa.linalg.eigh(a)[0] ** 2.0).sum())(np.diag([1.0, 1.0, 2.0]))

@@ -189,6 +189,12 @@ def test_the_tape_forms_keep_working():
         (lambda: fa.grad(lambda x: x * x)(3), TypeError, "int64"),
         (lambda: fa.grad(lambda x: x.sum())(np.arange(3)), TypeError, ".astype(float)"),
         (lambda: fa.grad(lambda x, s: x * x)(2.0, "a"), TypeError, "argument 1 is str"),
+        (  # JAX's pytree: a tuple of gradients there; one stacked array was a silent change
+            lambda: fa.grad(lambda p: (p[0] * p[1]).sum())((np.ones(2), np.ones(2))),
+            TypeError,
+            "argument 0 is a tuple; JAX would read it as a pytree",
+        ),
+        (lambda: fa.hessian(lambda p: p[0] ** 2 * p[1])([2.0, 3.0]), TypeError, "is a list"),
         (lambda: fa.grad(lambda x: x * x)(x=2.0), TypeError, "by position"),
         (lambda: fa.grad(lambda x: (x * x, 1.0), has_aux=True)(np.ones(2)), ValueError, "scalar"),
         (lambda: fa.grad(lambda x: x.sum(), has_aux=True)(np.ones(2)), TypeError, "a pair"),

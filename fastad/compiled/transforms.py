@@ -159,6 +159,14 @@ def _argument(value: object, position: int, what: str, differentiated: bool) -> 
             f"{what}: argument {position} is a fastad node; the transformed function "
             "takes numbers and arrays (it records its own tape)"
         )
+    if differentiated and isinstance(value, (tuple, list)):
+        kind = type(value).__name__
+        raise TypeError(
+            f"{what}: argument {position} is a {kind}; JAX would read it as a pytree and give "
+            f"a {kind} of derivatives, fastad differentiates numbers and arrays: pass the "
+            f"parts as arguments of their own (argnums=(0, 1, ...)), or one array, "
+            "np.asarray(...)"
+        )
     array = np.asarray(value) if not isinstance(value, np.ndarray) else value
     if array.dtype.kind not in "biuf":
         raise TypeError(

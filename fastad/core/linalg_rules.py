@@ -358,13 +358,16 @@ class Eigh(BlockRule):
 
     @staticmethod
     def _weighted(F: FloatArray, x: FloatArray) -> FloatArray:
-        """``F * x`` where a zero of ``x`` sends exactly nothing, even against an infinite
-        ``F`` (repeated eigenvalues): the eigenvalues' derivatives stay finite where
-        nothing reaches the eigenvectors."""
-        with np.errstate(invalid="ignore"):
-            product = F * x
-        product[x == 0.0] = 0.0
-        return product
+        """``F * x``; an ``x`` of zeros throughout (nothing reaches the eigenvectors) sends
+        exactly nothing, even against an infinite ``F`` (repeated eigenvalues), so the
+        eigenvalues' derivatives stay finite there. Otherwise IEEE's products: at a
+        repeated eigenvalue inf, or nan where ``x`` is 0 there (a diagonal input, whose
+        ``V^T V_bar`` is diagonal too), as JAX and PyTorch give: the eigenvectors'
+        derivatives are not defined, and a 0 would be a silent finite answer."""
+        if not x.any():
+            return np.zeros_like(x)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return F * x
 
     @staticmethod
     def _parts(out: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:

@@ -19,7 +19,7 @@ from fastad.eager.functions import sqrt, where
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import flag, is_int
+from fastad.util.errors import flag, is_int, not_real
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -50,14 +50,7 @@ class EighResult(NamedTuple):
 
 def _op(code: int, name: str, operands: tuple[Any, ...], params: object = None) -> Any:
     """Record op ``code`` where a node is among ``operands``, else compute it."""
-    operands = tuple(  # nested lists of numbers are arrays, as NumPy reads them
-        np.asarray(x, dtype=np.float64) if isinstance(x, (list, tuple)) else x for x in operands
-    )
-    for operand in operands:
-        if isinstance(operand, Var):
-            raise TypeError(
-                f"fa.linalg.{name} takes blocks or arrays, got the scalar node {operand!r}"
-            )
+    operands = tuple(_operand(x, f"fa.linalg.{name}") for x in operands)
     tape = tape_of(*operands)
     if tape is None:
         return compute_block(code, operands, params)
@@ -101,14 +94,15 @@ def solve_triangular(
     ``np.linalg.LinAlgError`` where the diagonal holds a zero.
     """
     lower = flag(lower, "lower")
+    matrix = _operand(A, "fa.linalg.solve_triangular")
     if flag(unit_diagonal, "unit_diagonal"):
-        shape = A.shape if isinstance(A, Block) else np.shape(A)
+        shape = matrix.shape
         if len(shape) == 2 and shape[0] == shape[1]:  # else the op names the shapes
-            A = where(np.eye(shape[0], dtype=np.bool_), 1.0, A)
+            matrix = where(np.eye(shape[0], dtype=np.bool_), 1.0, matrix)
     if _transposed(trans):
-        A = A.T if isinstance(A, Block) else np.asarray(A, dtype=np.float64).T
+        matrix = matrix.T
         lower = not lower
-    return _op(SOLVE_TRIANGULAR, "solve_triangular", (A, B), lower)
+    return _op(SOLVE_TRIANGULAR, "solve_triangular", (matrix, B), lower)
 
 
 def _transposed(trans: object) -> bool:
@@ -171,7 +165,7 @@ def norm(
             )
         return fa_abs(x)
     if not isinstance(x, Node):
-        return np.linalg.norm(np.asarray(x, dtype=np.float64), ord, axis, keepdims)
+        return np.linalg.norm(_operand(x, "np.linalg.norm"), ord, axis, keepdims)
     if not isinstance(keepdims, (bool, np.bool_)):
         raise TypeError(f"np.linalg.norm: keepdims must be True or False, got {keepdims!r}")
     if axis is None:
@@ -286,12 +280,36 @@ def multi_dot(arrays: Any, *, out: Any = None) -> Any:
 
 
 def _matrix_operand(x: Any, function: str) -> Any:
-    """``x`` as a block or a float64 array; a scalar node is refused, naming ``function``."""
+    """``x`` as a block or a float64 array (:func:`_operand`), named ``np.linalg.function``."""
+    return _operand(x, f"np.linalg.{function}")
+
+
+def _operand(x: Any, function: str) -> Any:
+    """``x`` as ``function`` takes it: a block as it is, anything else (nested lists of
+    numbers too, as NumPy reads them) a float64 array. Refused, naming them: a scalar
+    node, nodes inside a list or an object array (NumPy would read them as numbers:
+    values without their gradient), and numbers that are not real (complex ones would
+    lose their imaginary part)."""
     if isinstance(x, Var):
-        raise TypeError(
-            f"np.linalg.{function} takes matrices (blocks or arrays), got the scalar node {x!r}"
-        )
-    return x if isinstance(x, Node) else np.asarray(x, dtype=np.float64)
+        raise TypeError(f"{function} takes blocks or arrays, got the scalar node {x!r}")
+    if isinstance(x, Node):
+        return x
+    array = np.asarray(x)
+    if array.dtype.kind in "biuf":
+        return array.astype(np.float64, copy=False)
+    if array.dtype == object:
+        node = next((item for item in array.flat if isinstance(item, Node)), None)
+        if node is not None:
+            raise TypeError(
+                f"{function} takes blocks or arrays, got a list or object array holding the "
+                f"node {node!r}, which would be read as a number (no gradient): make one "
+                "block of them first, fa.stack([...])"
+            )
+        try:
+            return array.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise not_real(x, f"{function}'s operand")
 
 
 def _chain_order(dims: list[int]) -> list[list[int]]:
