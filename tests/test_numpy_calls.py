@@ -288,9 +288,9 @@ def test_bad_arguments_of_the_new_functions_are_named():
             np.split(X, 0)
         with pytest.raises(TypeError, match="mode='clip' .*np.clip"):
             np.take(X, [5], axis=1, mode="clip")
-        with pytest.raises(TypeError, match="matrix_power takes blocks or arrays, got the scalar node"):
+        with pytest.raises(TypeError, match="matrix_power takes blocks or arrays, .* scalar node"):
             np.linalg.matrix_power(s, 2)
-        with pytest.raises(TypeError, match="multi_dot takes blocks or arrays, got the scalar node"):
+        with pytest.raises(TypeError, match="multi_dot takes blocks or arrays, .* scalar node"):
             np.linalg.multi_dot([s, X])
         with pytest.raises(ValueError, match="scalar node .* takes no ord or axis"):
             np.linalg.norm(s, 0)

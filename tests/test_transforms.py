@@ -236,6 +236,20 @@ def test_python_ints_that_are_not_differentiated_stay_ints():
     np.testing.assert_array_equal(counted(v, 3), [1.0, 1.0, 1.0])  # another value: traced again
     shaped = fa.grad(lambda x, n: (x.reshape((n, -1)) ** 2.0).sum())
     np.testing.assert_array_equal(shaped(np.ones(4), 2), [2.0] * 4)
+    # A 0-d int array too: static, each value traced once, and aux gets it as itself.
+    picked = fa.value_and_grad(lambda x, k: (x[k] ** 2.0, k), has_aux=True)
+    for k in (1, 2, 1):
+        (value, aux), g = picked(v, np.array(k))
+        assert value == v[k] ** 2.0 and isinstance(aux, np.ndarray) and aux == k
+        np.testing.assert_array_equal(g, 2.0 * v * (np.arange(3) == k))
+
+
+def test_an_index_that_is_a_node_is_refused_naming_it():
+    # A traced integer array (data) cannot index: the op's index is fixed at recording.
+    logits, labels = np.ones((2, 3)), np.array([1, 2])
+    f = fa.grad(lambda z, y: -fa.log_softmax(z, axis=1)[np.arange(2), y].sum())
+    with pytest.raises(TypeError, match=r"with the node Block\(shape=\(2,\).*fa.cross_entropy"):
+        f(logits, labels)
 
 
 def test_jax_forms_of_pairs_and_tuples():

@@ -82,7 +82,7 @@ class _Traced:
             for i, value in enumerate(args)
         )
         key = tuple(
-            ("static", type(value), value) if i not in moving else _signature(value)
+            _static_key(value) if i not in moving else _signature(value)
             for i, value in enumerate(values)
         )
         with self._lock:
@@ -184,8 +184,19 @@ def _argument(value: object, position: int, what: str, differentiated: bool) -> 
 
 
 def _static(value: object, differentiated: bool) -> bool:
-    """A Python (or NumPy) int or bool that is not differentiated: bound, not traced."""
+    """A Python (or NumPy) int or bool, or a 0-d array of one, that is not
+    differentiated: bound, not traced."""
+    if isinstance(value, np.ndarray):
+        return not differentiated and value.ndim == 0 and value.dtype.kind in "biu"
     return not differentiated and isinstance(value, (int, np.integer, np.bool_))
+
+
+def _static_key(value: Any) -> tuple[Any, ...]:
+    """What tells two static values apart: their type and value (a 0-d array's dtype and
+    element: an array is not hashable)."""
+    if isinstance(value, np.ndarray):
+        return ("static", np.ndarray, value.dtype.str, value.item())
+    return ("static", type(value), value)
 
 
 def _signature(value: Any) -> object:

@@ -400,6 +400,11 @@ def matmul(x: Any, y: Any) -> Any:
 
 
 # -- block nodes ---------------------------------------------------------------------------------
+def _key_parts(key: Any) -> tuple[Any, ...]:
+    """The parts of an index: the key itself, or the items of a tuple key."""
+    return key if isinstance(key, tuple) else (key,)
+
+
 class Block(Node, Operators["Block", "Block"]):
     """An array node on a tape: its value now, its gradient after ``backward``.
 
@@ -507,6 +512,14 @@ class Block(Node, Operators["Block", "Block"]):
     def __getitem__(self, key: Any) -> Block | Var:
         """``x[key]``: a scalar node for a single element, a block otherwise."""
         value = _array(self)
+        node = next((part for part in _key_parts(key) if isinstance(part, Node)), None)
+        if node is not None:
+            raise TypeError(
+                f"cannot index {self!r} with the node {node!r}: an index is fixed when the op "
+                "is recorded, so it is numbers (ints, slices, integer or boolean arrays); in "
+                "fa.grad and co. an int argument (a 0-d int array too) is static and indexes "
+                "as itself; for class labels use fa.cross_entropy(logits, labels)"
+            )
         try:
             value[key]
         except (IndexError, TypeError) as error:
