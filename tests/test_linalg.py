@@ -171,6 +171,9 @@ def test_shapes_are_named_in_errors():
             fa.linalg.solve_triangular(A, np.ones(3), lower="yes")
         with pytest.raises(TypeError, match=r"ord='nuc' of a matrix \(singular values\)"):
             fa.linalg.norm(A, ord="nuc")
+        for invalid in (0, 3, "x"):  # as NumPy refuses them
+            with pytest.raises(ValueError, match=f"invalid norm order {invalid!r} for matrices"):
+                fa.linalg.norm(A, ord=invalid)
         with pytest.raises(ValueError, match="ord='fro' is a matrix norm"):
             fa.linalg.norm(A, ord="fro", axis=0)
         with pytest.raises(ValueError, match=r"axis=\(0, 0\) for shape \(3, 3\)"):

@@ -244,6 +244,23 @@ def test_python_ints_that_are_not_differentiated_stay_ints():
         np.testing.assert_array_equal(g, 2.0 * v * (np.arange(3) == k))
 
 
+def test_branches_on_values_trace_once_per_way_they_go():
+    # As jax.grad runs Python's control flow: each call takes the branch its values take.
+    traces = []
+
+    def f(s):
+        traces.append(s)
+        return s * s if s > 1.0 else fa.sin(s)
+
+    g = fa.grad(f)
+    for s in (2.0, 0.5, 3.0, 0.1, 1.5):
+        assert g(s) == (2.0 * s if s > 1.0 else np.cos(s))
+    assert len(traces) == 2  # one trace per branch, replayed for the other points
+    hessian = fa.hessian(lambda x: (x**3.0).sum() if x.sum() > 0 else -(x**2.0).sum())
+    np.testing.assert_array_equal(hessian(np.ones(2)), 6.0 * np.eye(2))
+    np.testing.assert_array_equal(hessian(-np.ones(2)), -2.0 * np.eye(2))
+
+
 def test_an_index_that_is_a_node_is_refused_naming_it():
     # A traced integer array (data) cannot index: the op's index is fixed at recording.
     logits, labels = np.ones((2, 3)), np.array([1, 2])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -26,11 +26,16 @@ from numpy.typing import ArrayLike
 from fastad.compiled.block_function import BlockFunction
 from fastad.eager import functions
 from fastad.eager.handle import Node
-from fastad.util.errors import flag, is_int
+from fastad.util.errors import BranchError, flag, is_int
 
 if TYPE_CHECKING:
     from fastad.eager.node import Block, Var
     from fastad.util.hints import FloatArray
+
+_T = TypeVar("_T")
+
+BRANCH_TRACES = 16
+"""The traces one signature keeps, one per way ``fn``'s branches on values went."""
 
 Argnums = int | Sequence[int]
 """The positions of the arguments to differentiate: one (its derivative alone) or a
@@ -50,21 +55,51 @@ class _Traced:
         self.what = what
         self.has_aux = flag(has_aux, "has_aux")
         self.single, self.positions = _argnums(argnums, what)
-        self._traced: dict[tuple[object, ...], BlockFunction] = {}
+        self._traced: dict[tuple[object, ...], list[BlockFunction]] = {}
         self._lock = threading.Lock()
 
     @property
     def wrt(self) -> int | tuple[int, ...]:
         return self.positions[0] if self.single else self.positions
 
-    def at(
+    def run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Callable[..., _T]
+    ) -> tuple[_T, tuple[Any, ...]]:
+        """``(call(traced, traced_arguments), arguments)``: ``call`` on a traced function
+        for these arguments, with the arguments it takes (numbers as floats, arrays as
+        given), and all of them.
+
+        A Python int or bool (or a 0-d array of one) that is not differentiated is
+        static, as in ``jax.grad``: it reaches ``fn`` as itself (an index, a count, a
+        flag), and each of its values traces once. Each signature keeps the traces of
+        the ways ``fn``'s branches on values have gone (``BranchError`` from the
+        others' guards): these arguments run the first whose branches they take, or a
+        new trace, as Python would run ``fn`` on them; up to ``BRANCH_TRACES`` per
+        signature, the least recently traced going first.
+        """
+        key, values, moving = self._key(args, kwargs)
+        traced_arguments = tuple(values[i] for i in moving)
+        with self._lock:  # one trace of a new signature, whichever thread asks first
+            traces = self._traced.get(key)
+            if traces is None:
+                traces = self._traced[key] = [self._trace(values, moving)]
+            traces = list(traces)
+        for traced in traces:
+            try:
+                return call(traced, traced_arguments), values
+            except BranchError:
+                continue
+        traced = self._trace(values, moving)  # the branches these arguments take
+        with self._lock:
+            kept = self._traced[key]
+            kept.append(traced)
+            del kept[:-BRANCH_TRACES]
+        return call(traced, traced_arguments), values
+
+    def _key(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[BlockFunction, tuple[Any, ...], tuple[Any, ...]]:
-        """``(traced, traced_arguments, arguments)``: the traced function for these
-        arguments' signature, the arguments it takes (numbers as floats, arrays as given)
-        and all of them. A Python int or bool that is not differentiated is static, as in
-        ``jax.grad``: it reaches ``fn`` as itself (an index, a count, a flag), and each of
-        its values traces once."""
+    ) -> tuple[tuple[object, ...], tuple[Any, ...], list[int]]:
+        """The signature of a call, its arguments as checked, and the traced positions."""
         if kwargs:
             raise TypeError(
                 f"{self.what}(...) takes its arguments by position; got keywords "
@@ -85,20 +120,19 @@ class _Traced:
             _static_key(value) if i not in moving else _signature(value)
             for i, value in enumerate(values)
         )
-        with self._lock:
-            traced = self._traced.get(key)
-            if traced is None:
-                wrt = tuple(moving.index(p) for p in self.positions)
-                traced = BlockFunction(
-                    self._with_statics(values, moving),
-                    tuple(values[i] for i in moving),
-                    wrt[0] if self.single else wrt,
-                    False,
-                    "auto",
-                    None,
-                )
-                self._traced[key] = traced
-        return traced, tuple(values[i] for i in moving), values
+        return key, values, moving
+
+    def _trace(self, values: tuple[Any, ...], moving: list[int]) -> BlockFunction:
+        """``fn`` traced at ``values``, the ``moving`` ones its arguments."""
+        wrt = tuple(moving.index(p) for p in self.positions)
+        return BlockFunction(
+            self._with_statics(values, moving),
+            tuple(values[i] for i in moving),
+            wrt[0] if self.single else wrt,
+            False,
+            "auto",
+            None,
+        )
 
     def _with_statics(self, values: tuple[Any, ...], moving: list[int]) -> Callable[..., Any]:
         """``fn``'s output as a function of the traced arguments, the static ones bound."""
@@ -252,8 +286,9 @@ def value_and_grad(
     traced = _Traced(function, argnums, has_aux, "fa.value_and_grad")
 
     def transformed(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        compiled, moving, values = traced.at(args, kwargs)
-        value, gradients = compiled.value_and_grad(moving)
+        (value, gradients), values = traced.run(
+            args, kwargs, lambda compiled, moving: compiled.value_and_grad(moving)
+        )
         gradients = traced.form(gradients)
         return ((value, traced.aux(values)) if traced.has_aux else value), gradients
 
@@ -266,8 +301,8 @@ def _grad(
     traced = _Traced(function, argnums, has_aux, "fa.grad")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, moving, values = traced.at(args, kwargs)
-        gradients = traced.form(compiled.grad(moving))
+        found, values = traced.run(args, kwargs, lambda compiled, moving: compiled.grad(moving))
+        gradients = traced.form(found)
         return (gradients, traced.aux(values)) if traced.has_aux else gradients
 
     return _named(transformed, function, "grad")
@@ -277,8 +312,8 @@ def _jacobian(function: Callable[..., Any], argnums: Argnums, what: str) -> Call
     traced = _Traced(function, argnums, False, f"fa.{what}")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, moving, _ = traced.at(args, kwargs)
-        return traced.form(compiled.jacobian(moving))
+        found, _ = traced.run(args, kwargs, lambda compiled, moving: compiled.jacobian(moving))
+        return traced.form(found)
 
     return _named(transformed, function, what)
 
@@ -313,8 +348,7 @@ def _hessian(function: Callable[..., Any], argnums: Argnums) -> Callable[..., An
     traced = _Traced(function, argnums, False, "fa.hessian")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        compiled, moving, _ = traced.at(args, kwargs)
-        rows = compiled.hessian(moving)
+        rows, _ = traced.run(args, kwargs, lambda compiled, moving: compiled.hessian(moving))
         return rows if traced.single else tuple(tuple(row) for row in rows)
 
     return _named(transformed, function, "hessian")
@@ -329,10 +363,12 @@ def _hvp(function: Callable[..., Any], argnums: Argnums) -> Callable[..., Any]:
                 "fa.hvp(fn)(primals, tangents): primals is a tuple of fn's arguments, got "
                 f"{type(primals).__name__}"
             )
-        compiled, moving, _ = traced.at(tuple(primals), {})
         if traced.single and isinstance(tangents, tuple) and len(tangents) == 1:
             tangents = tangents[0]  # jax.jvp's form: a tuple of one
-        return traced.form(compiled.hvp(moving, tangents))
+        found, _ = traced.run(
+            tuple(primals), {}, lambda compiled, moving: compiled.hvp(moving, tangents)
+        )
+        return traced.form(found)
 
     return _named(transformed, function, "hvp")
 

@@ -202,10 +202,15 @@ def _matrix_norm(x: Any, ord: Any, axes: tuple[int, ...], keepdims: bool) -> Any
     rows, columns = axes
     if ord is None or ord == "fro":
         return sqrt((x * x).sum(axes, keepdims=keepdims))
-    if ord not in (1, -1, np.inf, -np.inf):
+    if ord in (2, -2, "nuc"):
         raise TypeError(
             f"np.linalg.norm with ord={ord!r} of a matrix (singular values) is not recorded on "
             "fastad nodes: use ord 'fro', 1, -1, inf or -inf"
+        )
+    if ord not in (1, -1, np.inf, -np.inf):
+        raise ValueError(  # NumPy's error
+            f"np.linalg.norm: invalid norm order {ord!r} for matrices; the orders are None, "
+            "'fro', 'nuc', 1, -1, 2, -2, inf and -inf"
         )
     summed, kept = (rows, columns) if abs(ord) == 1 else (columns, rows)
     sums = fa_abs(x).sum(summed, keepdims=True)
