@@ -540,11 +540,12 @@ def test_indexing_along_the_batch_axis_stays_interpreted(rng, buffers):
     def columns(X):
         return fa.sin(X[:, ::2]).sum()
 
-    with pytest.raises(NotImplementedError, match="index of an array along the batch axis"):
+    carried = "index of an array that carries the batch's rows"
+    with pytest.raises(NotImplementedError, match=carried):
         fa.compile(columns, example=(np.ones((5, 3)),), batch=0, backend="codegen")
     refused = fa.compile(columns, example=(np.ones((5, 3)),), batch=0)
     tier = refused.tier("grad")
-    assert tier.name == "interpret" and "index of an array along the batch axis" in tier.reason
+    assert tier.name == "interpret" and carried in tier.reason
     X = rng.normal(size=(4, 3))
     np.testing.assert_allclose(refused((X,)), np.sin(X[:, ::2]).sum(), rtol=1e-15)
 

@@ -481,6 +481,18 @@ def test_numpy_functions_without_a_fastad_op_raise_naming_what_to_use(call, matc
             call(X)
 
 
+def test_a_scalar_nodes_reductions_are_the_node_itself():
+    # As a NumPy scalar's methods: X.sum().sum() is valid NumPy code.
+    with fa.Tape():
+        X = fa.var(np.arange(6.0).reshape(2, 3))
+        total = X.sum()
+        for reduced in (total.sum(), total.mean(), total.prod(), total.max(), total.min()):
+            assert reduced is total
+        with pytest.raises(TypeError, match="np.mean of a scalar node"):
+            total.mean(axis=0)
+    assert fa.grad(lambda X: X.sum().sum() * 2.0)(np.ones(3)).tolist() == [2.0] * 3
+
+
 def test_squeeze_copy_and_astype_methods():
     with fa.Tape():
         X = fa.var(np.arange(6.0).reshape(1, 2, 1, 3))

@@ -205,8 +205,9 @@ class BlockCode:
         for node in program.gathers:  # a gather map holds the traced rows' positions
             if program.nodes[node].operands[0] in self._batch_axes:
                 raise Unsupported(
-                    f"generated code has no rule for an index of an array along the batch "
-                    f"axis (node {node} indexes an array that carries the batch's rows)"
+                    f"generated code has no rule for an index of an array that carries the "
+                    f"batch's rows (node {node}), even along its other axes: the positions it "
+                    "reads are fixed for the traced rows"
                 )
         scalar_output = not program.nodes[program.output].shape
         modes: tuple[str, ...] = MODES if scalar_output else ("values", "vjp", "jvp")

@@ -130,5 +130,8 @@ class Index(BlockRule):
 
 
 def _pick(a: FloatArray, key: Any) -> float | FloatArray:
+    """``a[key]``: a float for one element, else a C-contiguous copy (NumPy lays out a
+    fancy index after a slice, ``a[:, [1, 0]]``, with other strides, and a sum of such
+    a tangent would add in another order than generated code's: other bits)."""
     out = a[key]
-    return float(out) if np.ndim(out) == 0 else np.array(out)
+    return float(out) if np.ndim(out) == 0 else np.array(out, order="C")

@@ -235,6 +235,28 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     # (without this, iteration would call __getitem__(0) and stop at its IndexError).
     __iter__ = None
 
+    # A NumPy scalar's reductions: over all (none) of its axes, the node itself; an axis
+    # or keepdims raises as the NumPy function does on a scalar node, naming it.
+    def sum(self, axis: Axes = None, keepdims: bool = False) -> Var:
+        """``np.sum(self, ...)``: the node itself."""
+        return cast("Var", np.sum(cast("Any", self), axis=axis, keepdims=keepdims))
+
+    def mean(self, axis: Axes = None, keepdims: bool = False) -> Var:
+        """``np.mean(self, ...)``: the node itself."""
+        return cast("Var", np.mean(cast("Any", self), axis=axis, keepdims=keepdims))
+
+    def prod(self, axis: Axes = None, keepdims: bool = False) -> Var:
+        """``np.prod(self, ...)``: the node itself."""
+        return cast("Var", np.prod(cast("Any", self), axis=axis, keepdims=keepdims))
+
+    def max(self, axis: Axes = None, keepdims: bool = False) -> Var:
+        """``np.max(self, ...)``: the node itself."""
+        return cast("Var", np.max(cast("Any", self), axis=axis, keepdims=keepdims))
+
+    def min(self, axis: Axes = None, keepdims: bool = False) -> Var:
+        """``np.min(self, ...)``: the node itself."""
+        return cast("Var", np.min(cast("Any", self), axis=axis, keepdims=keepdims))
+
     def backward(self, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.
 
