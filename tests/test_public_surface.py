@@ -112,6 +112,11 @@ SURFACE: dict[str, list[tuple[str, str]]] = {
     "Var.op": [(GET, "z.op")],
     "Var.tape": [(GET, "x.tape")],
     "Var.value": [(GET, "z.value")],
+    "Var.max": [(ID, "z.max(axis=b)"), (VALUE, "z.max(keepdims=b)")],
+    "Var.mean": [(ID, "z.mean(axis=b)"), (VALUE, "z.mean(keepdims=b)")],
+    "Var.min": [(ID, "z.min(axis=b)"), (VALUE, "z.min(keepdims=b)")],
+    "Var.prod": [(ID, "z.prod(axis=b)"), (VALUE, "z.prod(keepdims=b)")],
+    "Var.sum": [(ID, "z.sum(axis=b)"), (VALUE, "z.sum(keepdims=b)")],
     # -- fa.Block ----------------------------------------------------------------------------
     "Block.T": [(GET, "X.T")],
     "Block.argmax": [(ID, "X.argmax(axis=b)")],

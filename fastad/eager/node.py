@@ -35,7 +35,7 @@ from fastad.eager.handle import (
 )
 from fastad.eager.operators import Operators, is_number
 from fastad.kernels import optable
-from fastad.util.errors import TraceError
+from fastad.util.errors import TraceError, flag, is_int
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -235,27 +235,40 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     # (without this, iteration would call __getitem__(0) and stop at its IndexError).
     __iter__ = None
 
-    # A NumPy scalar's reductions: over all (none) of its axes, the node itself; an axis
-    # or keepdims raises as the NumPy function does on a scalar node, naming it.
+    # A NumPy scalar's reductions: over all (none) of its axes, the node itself.
     def sum(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``np.sum(self, ...)``: the node itself."""
-        return cast("Var", np.sum(cast("Any", self), axis=axis, keepdims=keepdims))
+        """``x.sum()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        return self._reduced("sum", axis, keepdims)
 
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``np.mean(self, ...)``: the node itself."""
-        return cast("Var", np.mean(cast("Any", self), axis=axis, keepdims=keepdims))
+        """``x.mean()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        return self._reduced("mean", axis, keepdims)
 
     def prod(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``np.prod(self, ...)``: the node itself."""
-        return cast("Var", np.prod(cast("Any", self), axis=axis, keepdims=keepdims))
+        """``x.prod()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        return self._reduced("prod", axis, keepdims)
 
     def max(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``np.max(self, ...)``: the node itself."""
-        return cast("Var", np.max(cast("Any", self), axis=axis, keepdims=keepdims))
+        """``x.max()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        return self._reduced("max", axis, keepdims)
 
     def min(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``np.min(self, ...)``: the node itself."""
-        return cast("Var", np.min(cast("Any", self), axis=axis, keepdims=keepdims))
+        """``x.min()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        return self._reduced("min", axis, keepdims)
+
+    def _reduced(self, method: str, axis: object, keepdims: object) -> Var:
+        """A reduction over no axes; any axis, or keepdims, is refused, naming it."""
+        if not (axis is None or (isinstance(axis, tuple) and not axis)):
+            kind = ValueError if is_int(axis) else TypeError
+            raise kind(
+                f"{self!r}.{method}(axis={axis!r}): a scalar node has no axes (axis=None or ())"
+            )
+        if flag(keepdims, "keepdims"):
+            raise ValueError(
+                f"{self!r}.{method}(keepdims=True): a scalar node has no axes to keep; "
+                "the node is its own reduction"
+            )
+        return self
 
     def backward(self, accumulate: bool = False, check: bool = False) -> None:
         """Reverse sweep from this node: every node's ``.grad`` becomes d self / d node.

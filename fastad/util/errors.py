@@ -210,7 +210,7 @@ class NonFiniteError(FloatingPointError):
         message = origin.describe() + hint
         if point is not None:
             message = (
-                f"point {point} {list(coordinates or ())} (the first of {total} whose finite "
+                f"point {point} {list(coordinates or ())} of {total} (the first whose finite "
                 f"inputs gave a non-finite result): {message}"
             )
         super().__init__(message)
