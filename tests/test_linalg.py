@@ -379,6 +379,15 @@ def test_eigenvector_gradients_are_undefined_at_repeated_eigenvalues():
     assert np.isfinite(gradient).all()
 
 
+def test_eigenvalue_hessians_stay_exact_at_repeated_eigenvalues():
+    # sum(w^2) is trace(A^2): its Hessian-vector product is 2 T for a symmetric T, at the
+    # identity too (a direction that does not mix a repeated pair moves nothing there).
+    T = np.diag([0.3, -0.7, 1.1])
+    hvp = fa.hvp(lambda a: (fa.linalg.eigvalsh(a) ** 2.0).sum())
+    for A in (np.eye(3), np.diag([1.0, 1.0, 2.0])):
+        np.testing.assert_allclose(hvp((A,), (T,)), 2.0 * T, atol=1e-14)
+
+
 def test_eigenvalue_gradients_stay_finite_at_repeated_eigenvalues():
     # Nothing reaches the eigenvectors: d sum(w^2) / dA = 2 diag(w) here, as JAX gives.
     gradient = fa.grad(lambda a: (fa.linalg.eigh(a)[0] ** 2.0).sum())(np.diag([1.0, 1.0, 2.0]))

@@ -261,6 +261,21 @@ def test_branches_on_values_trace_once_per_way_they_go():
     np.testing.assert_array_equal(hessian(-np.ones(2)), -2.0 * np.eye(2))
 
 
+def test_a_branch_that_keeps_a_factorisation_away_runs_the_other_branch():
+    # The kept trace of the first branch runs cholesky before its guard is checked: its
+    # LinAlgError must not stand in for the branch these arguments take.
+    def h(A, s):
+        return fa.linalg.cholesky(A).sum() if s > 0.0 else (A * A).sum()
+
+    g = fa.grad(h)
+    B = np.array([[1.0, 2.0], [2.0, 1.0]])  # not positive definite
+    g(2.0 * np.eye(2), 1.0)
+    np.testing.assert_array_equal(g(B, -1.0), 2.0 * B)
+    with pytest.raises(np.linalg.LinAlgError):  # the branch these arguments take fails
+        g(B, 1.0)
+    np.testing.assert_array_equal(g(B, -1.0), 2.0 * B)
+
+
 def test_an_index_that_is_a_node_is_refused_naming_it():
     # A traced integer array (data) cannot index: the op's index is fixed at recording.
     logits, labels = np.ones((2, 3)), np.array([1, 2])

@@ -159,6 +159,8 @@ def compile(  # noqa: A001
         derivatives are unchanged; a single point, the interpreter and the
         recheck still run libm. x86-64 with glibc only (an error says what
         is missing). See the "Fast math" section of the compiled-function docs.
+        (A function of arrays' softmax family, within rounding of the
+        interpreter in any case, runs its ``exp`` with libmvec in every mode.)
     debug : bool
         Trace on a debug tape (``fa.Tape(debug=True)``): every node keeps the
         file and line of your function that recorded it, so a checked call

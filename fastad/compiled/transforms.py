@@ -75,7 +75,9 @@ class _Traced:
         the ways ``fn``'s branches on values have gone (``BranchError`` from the
         others' guards): these arguments run the first whose branches they take, or a
         new trace, as Python would run ``fn`` on them; up to ``BRANCH_TRACES`` per
-        signature, the least recently traced going first.
+        signature, the least recently traced going first. A kept trace that raises
+        anything else is followed by a new trace too (another branch's ops run before
+        its guards are checked), whose error, if any, is the call's.
         """
         key, values, moving = self._key(args, kwargs)
         traced_arguments = tuple(values[i] for i in moving)
@@ -89,12 +91,19 @@ class _Traced:
                 return call(traced, traced_arguments), values
             except BranchError:
                 continue
-        traced = self._trace(values, moving)  # the branches these arguments take
+            except Exception:  # noqa: BLE001
+                # A trace of other branches runs their ops before its guards are checked
+                # (a factorisation an `if` kept away from these arguments can fail): trace
+                # again, and an error there is these arguments' own.
+                break
+        # A new trace, of the branches these arguments take, kept once it runs.
+        traced = self._trace(values, moving)
+        result = call(traced, traced_arguments)
         with self._lock:
             kept = self._traced[key]
             kept.append(traced)
             del kept[:-BRANCH_TRACES]
-        return call(traced, traced_arguments), values
+        return result, values
 
     def _key(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]

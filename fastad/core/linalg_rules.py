@@ -358,12 +358,23 @@ class Eigh(BlockRule):
 
     @staticmethod
     def _weighted(F: FloatArray, x: FloatArray) -> FloatArray:
-        """``F * x``; an ``x`` of zeros throughout (nothing reaches the eigenvectors) sends
-        exactly nothing, even against an infinite ``F`` (repeated eigenvalues), so the
-        eigenvalues' derivatives stay finite there. Otherwise IEEE's products: at a
-        repeated eigenvalue inf, or nan where ``x`` is 0 there (a diagonal input, whose
-        ``V^T V_bar`` is diagonal too), as JAX and PyTorch give: the eigenvectors'
-        derivatives are not defined, and a 0 would be a silent finite answer."""
+        """``F * x`` where a zero of ``x`` sends exactly nothing, even against an infinite
+        ``F`` (repeated eigenvalues): the eigenvectors' tangents along a direction that
+        does not mix a repeated pair, so that an eigenvalue-only function's second
+        derivatives stay finite (``trace(A^2)``'s Hessian is exact at ``A = I``)."""
+        with np.errstate(invalid="ignore"):
+            product = F * x
+        product[x == 0.0] = 0.0
+        return product
+
+    @staticmethod
+    def _pulled(F: FloatArray, x: FloatArray) -> FloatArray:
+        """``F * (V^T V_bar)``, the eigenvectors' adjoint pulled back: exactly nothing where
+        no adjoint reaches the eigenvectors (``x`` zero throughout), so the eigenvalues'
+        gradients stay finite at repeated eigenvalues; otherwise IEEE's products, inf or
+        nan at a repeated pair (0 there too: a diagonal input's ``V^T V_bar`` is diagonal),
+        as JAX and PyTorch give: the eigenvectors' derivatives are not defined, and a 0
+        would be a silent finite answer."""
         if not x.any():
             return np.zeros_like(x)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -382,7 +393,7 @@ class Eigh(BlockRule):
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
         _, V, F = self._parts(out)
-        inner = np.diag(g[0]) + self._weighted(F, V.T @ g[1:])
+        inner = np.diag(g[0]) + self._pulled(F, V.T @ g[1:])
         return (_symmetric(V @ inner @ V.T),)
 
     def _moves(self, out: FloatArray, tA: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -404,7 +415,7 @@ class Eigh(BlockRule):
         _, V, F = self._parts(out)
         d_w, d_V = self._moves(out, tangents[0])
         projected = V.T @ g[1:]
-        M = np.diag(g[0]) + self._weighted(F, projected)
+        M = np.diag(g[0]) + self._pulled(F, projected)
         d_F = -(d_w[np.newaxis, :] - d_w[:, np.newaxis]) * F * F
         d_M = self._weighted(d_F, projected) + self._weighted(F, d_V.T @ g[1:])
         return (_symmetric(d_V @ M @ V.T + V @ d_M @ V.T + V @ M @ d_V.T),)
