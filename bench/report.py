@@ -47,6 +47,7 @@ machine and its load.
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import pathlib
@@ -661,14 +662,15 @@ def _exact_zero_model_rows(table, add):
     sizes = sorted(
         {(i["B"], i["c"]) for n, i in table.items() if n.startswith("test_cross_entropy")}
     )
-    for B, c in sizes:  # no NumPy way in this group: against its own dense time
-        _ratio_row(
+    for (B, c), way in itertools.product(sizes, ("fused", "compiled")):
+        _zero_data_row(
             add,
-            f"  ... cross_entropy fused {B}x{c}, half-zero / dense logits",
-            find(table, "test_cross_entropy", way="fused", data="zeros", B=B, c=c),
-            find(table, "test_cross_entropy", way="fused", data="dense", B=B, c=c),
-            "dense",
-            1.1,
+            f"cross_entropy {way} {B}x{c}",
+            "zeros",
+            find(table, "test_cross_entropy", way=way, data="zeros", B=B, c=c),
+            find(table, "test_cross_entropy", way="numpy", data="zeros", B=B, c=c),
+            find(table, "test_cross_entropy", way=way, data="dense", B=B, c=c),
+            find(table, "test_cross_entropy", way="numpy", data="dense", B=B, c=c),
         )
     for data, peer, goal in (("zeros", "torch", 1.0), ("digits", "numpy", 1.2)):
         _ratio_row(
