@@ -235,25 +235,25 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     # (without this, iteration would call __getitem__(0) and stop at its IndexError).
     __iter__ = None
 
-    # A NumPy scalar's reductions: over all (none) of its axes, the node itself.
+    # NumPy's reductions over all (none) of a scalar's axes: the node itself.
     def sum(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``x.sum()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        """``x.sum()``: the node itself (a scalar node has no axes to reduce)."""
         return self._reduced("sum", axis, keepdims)
 
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``x.mean()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        """``x.mean()``: the node itself (a scalar node has no axes to reduce)."""
         return self._reduced("mean", axis, keepdims)
 
     def prod(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``x.prod()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        """``x.prod()``: the node itself (a scalar node has no axes to reduce)."""
         return self._reduced("prod", axis, keepdims)
 
     def max(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``x.max()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        """``x.max()``: the node itself (a scalar node has no axes to reduce)."""
         return self._reduced("max", axis, keepdims)
 
     def min(self, axis: Axes = None, keepdims: bool = False) -> Var:
-        """``x.min()``: the node itself, as a NumPy scalar's (it has no axes)."""
+        """``x.min()``: the node itself (a scalar node has no axes to reduce)."""
         return self._reduced("min", axis, keepdims)
 
     def _reduced(self, method: str, axis: object, keepdims: object) -> Var:
@@ -435,11 +435,6 @@ def matmul(x: Any, y: Any) -> Any:
 
 
 # -- block nodes ---------------------------------------------------------------------------------
-def _key_parts(key: Any) -> tuple[Any, ...]:
-    """The parts of an index: the key itself, or the items of a tuple key."""
-    return key if isinstance(key, tuple) else (key,)
-
-
 class Block(Node, Operators["Block", "Block"]):
     """An array node on a tape: its value now, its gradient after ``backward``.
 
@@ -547,7 +542,8 @@ class Block(Node, Operators["Block", "Block"]):
     def __getitem__(self, key: Any) -> Block | Var:
         """``x[key]``: a scalar node for a single element, a block otherwise."""
         value = _array(self)
-        node = next((part for part in _key_parts(key) if isinstance(part, Node)), None)
+        parts = key if isinstance(key, tuple) else (key,)
+        node = next((part for part in parts if isinstance(part, Node)), None)
         if node is not None:
             raise TypeError(
                 f"cannot index {self!r} with the node {node!r}: an index is fixed when the op "
