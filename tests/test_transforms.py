@@ -4,6 +4,8 @@ fa.hvp(fn)): JAX's argnums and has_aux, one trace per signature, the tape forms 
 References are independent: gradients written by hand in NumPy and central differences.
 """
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -242,6 +244,69 @@ def test_python_ints_that_are_not_differentiated_stay_ints():
         (value, aux), g = picked(v, np.array(k))
         assert value == v[k] ** 2.0 and isinstance(aux, np.ndarray) and aux == k
         np.testing.assert_array_equal(g, 2.0 * v * (np.arange(3) == k))
+
+
+class _Warnings:
+    """Stands in for the ``warnings`` module of ``fastad.compiled.transforms``: records
+    each warning with the file its ``stacklevel`` names. ``warnings.catch_warnings``
+    is not thread-safe, and generated code compiling in a background thread (a hot
+    function of an earlier test) restores the filters it saved under another test."""
+
+    def __init__(self):
+        self.caught = []
+
+    def warn(self, message, category, stacklevel):
+        frame = sys._getframe(stacklevel)  # the frame warnings.warn would name
+        self.caught.append((str(message), category, frame.f_code.co_filename))
+
+
+def test_a_static_argument_that_changes_at_every_call_keeps_a_bounded_number_of_traces(
+    monkeypatch,
+):
+    # A step counter given as an int traces at every value: the oldest traces go, with
+    # one warning that names the argument, and every call still gives its own answer.
+    from fastad.compiled import transforms
+
+    recorder = _Warnings()
+    monkeypatch.setattr(transforms, "warnings", recorder)
+    v = np.array([1.0, 2.0, 3.0])
+    traces = []
+
+    def scaled(x, step):
+        traces.append(step)
+        return (x * x).sum() * float(step)
+
+    g = fa.grad(scaled)
+    limit = transforms.SIGNATURES
+    for step in range(limit + 3):
+        np.testing.assert_array_equal(g(v, step), 2.0 * v * step)
+    assert len(recorder.caught) == 1, recorder.caught
+    message, category, filename = recorder.caught[0]
+    assert category is RuntimeWarning and filename == __file__  # the user's call
+    assert f"more than {limit} signatures" in message
+    assert "argument 1 took other ints" in message and "functools.partial" in message
+    np.testing.assert_array_equal(g(v, 0), 0.0 * v)  # dropped, so traced again
+    assert traces.count(0) == 2 and traces.count(limit + 2) == 1
+    # A signature called again is the most recent: it stays while others come and go.
+    traces.clear()
+    for step in range(limit + 3, 2 * limit + 3):
+        g(v, 1)
+        g(v, step)
+    assert traces.count(1) == 1
+    assert len(recorder.caught) == 1  # one warning per transformed function
+
+
+def test_shapes_that_change_at_every_call_warn_that_shapes_retrace(monkeypatch):
+    from fastad.compiled import transforms
+
+    recorder = _Warnings()
+    monkeypatch.setattr(transforms, "warnings", recorder)
+    g = fa.grad(lambda x: (x * x).sum())
+    for n in range(1, transforms.SIGNATURES + 2):
+        np.testing.assert_array_equal(g(np.ones(n)), 2.0 * np.ones(n))
+    assert len(recorder.caught) == 1, recorder.caught
+    assert "argument 0 changed shape or dtype" in recorder.caught[0][0]
+    assert "pad the last batch" in recorder.caught[0][0]
 
 
 def test_branches_on_values_trace_once_per_way_they_go():

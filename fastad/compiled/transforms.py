@@ -17,6 +17,8 @@ the transform.
 from __future__ import annotations
 
 import threading
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -37,6 +39,11 @@ _T = TypeVar("_T")
 BRANCH_TRACES = 16
 """The traces one signature keeps, one per way ``fn``'s branches on values went."""
 
+SIGNATURES = 64
+"""The signatures one transform keeps traces of, the least recently called dropped
+first: a static argument that changes at every call (a step counter given as an
+int) would otherwise keep a trace per call for as long as the function lives."""
+
 Argnums = int | Sequence[int]
 """The positions of the arguments to differentiate: one (its derivative alone) or a
 sequence of them (a tuple of derivatives, in that order)."""
@@ -55,8 +62,9 @@ class _Traced:
         self.what = what
         self.has_aux = flag(has_aux, "has_aux")
         self.single, self.positions = _argnums(argnums, what)
-        self._traced: dict[tuple[object, ...], list[BlockFunction]] = {}
+        self._traced: OrderedDict[tuple[object, ...], list[BlockFunction]] = OrderedDict()
         self._lock = threading.Lock()
+        self._warned = False
 
     @property
     def wrt(self) -> int | tuple[int, ...]:
@@ -85,6 +93,10 @@ class _Traced:
             traces = self._traced.get(key)
             if traces is None:
                 traces = self._traced[key] = [self._trace(values, moving)]
+                if len(self._traced) > SIGNATURES:
+                    self._drop_oldest(key)
+            else:
+                self._traced.move_to_end(key)
             traces = list(traces)
         for traced in traces:
             try:
@@ -100,10 +112,45 @@ class _Traced:
         traced = self._trace(values, moving)
         result = call(traced, traced_arguments)
         with self._lock:
-            kept = self._traced[key]
+            # Another thread may have dropped this signature meanwhile: keep it again.
+            kept = self._traced.setdefault(key, [])
             kept.append(traced)
             del kept[:-BRANCH_TRACES]
         return result, values
+
+    def _drop_oldest(self, key: tuple[object, ...]) -> None:
+        """Drop the least recently called signature's traces; the first time, warn,
+        naming the arguments in which the newest signature differs from it."""
+        oldest, _ = self._traced.popitem(last=False)
+        if self._warned:
+            return
+        self._warned = True
+        differing = [
+            i
+            for i in range(max(len(oldest), len(key)))
+            if i >= min(len(oldest), len(key)) or oldest[i] != key[i]
+        ]
+        static = [i for i in differing if i < len(key) and _is_static_key(key[i])]
+        named = ", ".join(str(i) for i in static or differing)
+        plural = "s" if len(static or differing) > 1 else ""
+        cause = (
+            f"argument{plural} {named} took other ints (ints are static: each value traces anew)"
+            if static
+            else f"argument{plural} {named} changed shape or dtype"
+        )
+        remedy = (
+            "give a value that changes at every call as a float or an array (traced, not "
+            "static), or bind it with functools.partial"
+            if static
+            else "keep the shapes fixed (pad the last batch)"
+        )
+        warnings.warn(
+            f"{self.what}: more than {SIGNATURES} signatures traced, so the least recently "
+            f"called are dropped and retraced if called again; {cause}. To trace once, "
+            f"{remedy}.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
     def _key(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -240,6 +287,10 @@ def _static_key(value: Any) -> tuple[Any, ...]:
     if isinstance(value, np.ndarray):
         return ("static", np.ndarray, value.dtype.str, value.item())
     return ("static", type(value), value)
+
+
+def _is_static_key(part: object) -> bool:
+    return isinstance(part, tuple) and part[:1] == ("static",)
 
 
 def _signature(value: Any) -> object:
