@@ -269,6 +269,30 @@ def test_reduction_keywords_as_numpy_takes_them():
             np.max(x, initial=[1.0])
 
 
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((0,), None), ((3, 0), 1), ((3, 0), None), ((3, 0), (0, 1)), ((0, 3), 1)]
+)
+@pytest.mark.parametrize(("function", "initial"), [(np.max, 0.0), (np.max, -0.0), (np.min, -0.0)])
+def test_an_extremum_of_nothing_is_its_initial_value_as_numpy_gives_it(
+    shape, axis, function, initial
+):
+    X = np.ones(shape)
+    want = function(X, axis=axis, initial=initial)
+    with fa.Tape():
+        x, start = fa.var(X), fa.var(initial)
+        got = function(x, axis=axis, initial=start)
+        np.testing.assert_array_equal(np.asarray(got.value), want)
+        assert np.array_equal(np.signbit(got.value), np.signbit(want))  # -0.0 kept
+        if np.size(want):  # each result is the initial value: d/d initial is 1 each
+            assert fa.grad(np.sum(got), start) == np.size(want)
+        # np.linalg.norm's inf-norm of an empty vector is 0.0, as NumPy's (initial=0).
+        if function is np.max and initial == 0.0 and axis != (0, 1):
+            norm = np.linalg.norm(x, np.inf, axis=axis)
+            np.testing.assert_array_equal(
+                np.asarray(norm.value), np.linalg.norm(X, np.inf, axis=axis)
+            )
+
+
 def test_average_returns_the_weights_as_numpy():
     a = np.arange(6.0).reshape(2, 3)
     with fa.Tape():

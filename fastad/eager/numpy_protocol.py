@@ -234,7 +234,13 @@ def _extremum(name: str) -> Callable[..., Any]:
             # would tie with it and take shares of its gradient.
             mask = _mask(where, block, name)
             block = functions.where(mask, block, -np.inf if name == "max" else np.inf)
-        result = getattr(block, name)(axis, keepdims=keepdims)
+        if initial is not None and block.size == 0:
+            # NumPy's maximum of nothing is initial= itself: the bound no element can beat,
+            # where the block's own maximum has no value (an empty sum gives the shape).
+            nothing = -np.inf if name == "max" else np.inf
+            result = block.sum(axis, keepdims=keepdims) + nothing
+        else:
+            result = getattr(block, name)(axis, keepdims=keepdims)
         if initial is None:
             return result
         return (functions.maximum if name == "max" else functions.minimum)(result, initial)
