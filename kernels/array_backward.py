@@ -119,7 +119,7 @@ class BackwardWriter(ForwardWriter):
                 self.add_into(j, source)
                 continue
             j = -1 - j
-            whole = f"(0.0 + pairwise({source}.reshape({source}.size), 0, {source}.size))"
+            whole = f"(0.0 + pairwise({source}.reshape({source}.size), np.int64(0), {source}.size))"
             if not self.shape(j):
                 self.add_scalar(j, whole)
                 continue
@@ -131,7 +131,8 @@ class BackwardWriter(ForwardWriter):
                 continue
             target, added = self.sink(j, f"{i}_rows")
             self.emit(f"for i0 in range({source}.shape[0]):")
-            self.emit(f"{target}[i0, 0] = 0.0 + pairwise({source}[i0], 0, {source}.shape[1])", 2)
+            whole = f"pairwise({source}[i0], np.int64(0), {source}.shape[1])"
+            self.emit(f"{target}[i0, 0] = 0.0 + {whole}", 2)
             if added:
                 self.add_into(j, target)
 
@@ -232,7 +233,7 @@ class BackwardWriter(ForwardWriter):
             self.emit(f"for b_ in range({stack}.shape[0]):")
             self.emit(call(term), 2)
             self.emit(f"r_[b_] = {term}[0, 0]", 2)
-            self.emit(f"{target}[0, 0] = -0.0 + pairwise(r_, 0, {stack}.shape[0])")
+            self.emit(f"{target}[0, 0] = -0.0 + pairwise(r_, np.int64(0), {stack}.shape[0])")
             return
         self.emit(f"{target}[:, :] = -0.0")  # the sum of an empty stack
         self.emit(f"for b_ in range({stack}.shape[0]):")
@@ -476,7 +477,7 @@ class BackwardWriter(ForwardWriter):
         self.emit(f"for i0 in range(v{a}.shape[0]):")
         self.emit(f"for i1 in range(v{a}.shape[1]):", 2)
         self.emit(f"{moved}[i0, i1] = {self.softmax_of(i)} * t{a}[i0, i1]", 3)
-        self.emit(f"inner = 0.0 + pairwise({moved}[i0], 0, {moved}.shape[1])", 2)
+        self.emit(f"inner = 0.0 + pairwise({moved}[i0], np.int64(0), {moved}.shape[1])", 2)
         return moved
 
     def backward_log_softmax(self, i: int, node: Node) -> None:

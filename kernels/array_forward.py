@@ -259,7 +259,7 @@ class ForwardWriter(WriterBase):
         count = f"{x}.size" if kind == "all" else f"{x}.shape[{0 if kind == 'columns' else 1}]"
         scale = f" / {count}" if mean else ""
         if kind == "all":
-            total = f"(0.0 + pairwise({x}.reshape({x}.size), 0, {x}.size))"
+            total = f"(0.0 + pairwise({x}.reshape({x}.size), np.int64(0), {x}.size))"
             if node.shape:  # keepdims: an array of ones
                 self.emit(f"{out}.reshape({out}.size)[0] = {total}{scale}")
             else:
@@ -275,7 +275,7 @@ class ForwardWriter(WriterBase):
                 self.emit(f"{element} = {element}{scale}", 2)
         else:  # each row pairwise
             self.emit(f"for i0 in range({x}.shape[0]):")
-            self.emit(f"{element} = (0.0 + pairwise({x}[i0], 0, {x}.shape[1])){scale}", 2)
+            self.emit(f"{element} = (0.0 + pairwise({x}[i0], np.int64(0), {x}.shape[1])){scale}", 2)
 
     @staticmethod
     def reduced_index(kind: str, node: Node) -> str:
@@ -577,7 +577,7 @@ class ForwardWriter(WriterBase):
             self.emit(f"return {self.failure(BAD_LABEL)}", 3)
             self.emit("c = int(label)", 2)
             self.emit(f"{picked}[i0] = ({a}[i0, c] - s_{i}_max[i0]) - s_{i}_log[i0]", 2)
-            total = f"(0.0 - (0.0 + pairwise({picked}, 0, {picked}.size)))"
+            total = f"(0.0 - (0.0 + pairwise({picked}, np.int64(0), {picked}.size)))"
         else:
             self.emit("row = 0.0", 2)
             self.emit(f"for i1 in range({a}.shape[1]):", 2)
@@ -585,5 +585,5 @@ class ForwardWriter(WriterBase):
             self.emit("if t != 0.0:", 3)
             self.emit(f"row -= t * (({a}[i0, i1] - s_{i}_max[i0]) - s_{i}_log[i0])", 4)
             self.emit(f"{picked}[i0] = row", 2)
-            total = f"(0.0 + pairwise({picked}, 0, {picked}.size))"
+            total = f"(0.0 + pairwise({picked}, np.int64(0), {picked}.size))"
         self.emit(f"v{i} = {total} * {weight}")

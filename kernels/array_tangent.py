@@ -138,11 +138,11 @@ class TangentWriter(BackwardWriter):
         ``reach_sum`` adds them, from -0.0: pairwise along a row or over the whole array,
         row after row down the columns."""
         if kind == "all":
-            total = f"-0.0 + pairwise({flat}, 0, {flat}.size)"
+            total = f"-0.0 + pairwise({flat}, np.int64(0), {flat}.size)"
             self.emit(f"{self.reduced(i, node, kind, 't')} = {total}")
         elif kind == "rows":
             self.emit(f"for i0 in range({terms}.shape[0]):")
-            total = f"-0.0 + pairwise({terms}[i0], 0, {terms}.shape[1])"
+            total = f"-0.0 + pairwise({terms}[i0], np.int64(0), {terms}.shape[1])"
             self.emit(f"{self.reduced(i, node, kind, 't')} = {total}", 2)
         else:
             self.emit(f"t{i}[:] = -0.0")
@@ -181,7 +181,7 @@ class TangentWriter(BackwardWriter):
         self.emit(f"for i0 in range(y{i}.size):")
         self.emit(f"p = 2.0 * (y{i}[i0] - q{i}[i0]) / y{i}.size", 2)
         self.emit(f"w{i}[i0] = {' + '.join(moved)}", 2)
-        self.emit(f"t{i} = 0.0 + pairwise(w{i}, 0, w{i}.size)")
+        self.emit(f"t{i} = 0.0 + pairwise(w{i}, np.int64(0), w{i}.size)")
 
     def tangent_log_softmax(self, i: int, node: Node) -> None:
         """log_softmax: ``tX - inner``; softmax: ``P tX + (-P) inner``, per row."""
@@ -239,6 +239,5 @@ class TangentWriter(BackwardWriter):
                 depth,
             )
             sums.append(terms)
-        self.emit(
-            f"t{i} = " + " + ".join(f"pairwise({x}.reshape({x}.size), 0, {x}.size)" for x in sums)
-        )
+        totals = [f"pairwise({x}.reshape({x}.size), np.int64(0), {x}.size)" for x in sums]
+        self.emit(f"t{i} = " + " + ".join(totals))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from math import isfinite
 
+import numpy as np
+
 from .arrays import BoolArray, FloatArray, IdArray, IndexArray, OpcodeArray
 from .jit import kernel
 from .optable import CONST
@@ -50,7 +52,7 @@ def backward_sweep(
     val: FloatArray,
     grad: FloatArray,
     root: int,
-    check: bool,
+    check: bool | np.bool_,
 ) -> int:
     """Accumulate the adjoints of ``root`` into ``grad[:root + 1]``.
 
@@ -59,7 +61,9 @@ def backward_sweep(
     with ``UNREACHED`` first. Returns what ``backward_range`` returns.
     """
     grad[root] += 1.0
-    return backward_range(opcode, in0, in1, val, grad, root + 1, 0, check)
+    # np.int64(0), not 0: the constant would be typed Literal[int](0) and compile
+    # backward_range a second time, beside the driver's call with an int (jit.py).
+    return backward_range(opcode, in0, in1, val, grad, root + 1, np.int64(0), check)
 
 
 @kernel
@@ -71,7 +75,7 @@ def backward_range(
     grad: FloatArray,
     stop: int,
     start: int,
-    check: bool,
+    check: bool | np.bool_,
 ) -> int:
     """The backward sweep's body over nodes ``stop - 1`` down to ``start``, no seed.
 
@@ -207,9 +211,9 @@ def value_and_grad(
     """
     for t in range(inputs.size):
         val[inputs[t]] = point[t]
-    forward_sweep(opcode, in0, in1, val, 0, root + 1)
+    forward_sweep(opcode, in0, in1, val, np.int64(0), root + 1)  # not literals (jit.py)
     grad[: root + 1] = UNREACHED
-    backward_sweep(opcode, in0, in1, val, grad, root, False)
+    backward_sweep(opcode, in0, in1, val, grad, root, np.bool_(False))
     return val[root]
 
 
