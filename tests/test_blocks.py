@@ -655,3 +655,44 @@ def test_reductions_refuse_conflicting_or_non_boolean_keywords():
             np.var(X, ddof=1, correction=1)
         with pytest.raises(TypeError, match="keepdims"):
             X.sum(keepdims=1.0)
+
+
+def _first_maximum(row):
+    """The in-order scan the softmax family's maximum is defined by: the first nan, else
+    the first of the largest elements (-0.0 or 0.0, whichever comes first)."""
+    m = -np.inf
+    for x in row:
+        if x != x:
+            return x
+        if x > m:
+            m = x
+    return m
+
+
+def test_the_softmax_familys_row_maxima_are_the_in_order_scans_bit_for_bit(rng):
+    # Eight running maxima on long rows, and the scan again where a nan or a zero
+    # maximum makes the order matter: the bits of the one scan on every kind of row.
+    from fastad.kernels import fused
+
+    rows = []
+    for length in range(0, 41):
+        for kind in ("normal", "nan", "zeros", "infinities", "minus infinity", "ties"):
+            row = rng.normal(size=length) * rng.choice([1.0, 1e300])
+            if length and kind == "nan":
+                row[rng.integers(length)] = np.nan
+            elif length and kind == "zeros":
+                row = rng.choice([0.0, -0.0, -1.0], size=length)
+            elif length and kind == "infinities":
+                row[rng.integers(length)] = rng.choice([np.inf, -np.inf])
+            elif kind == "minus infinity":
+                row[:] = -np.inf
+            elif length and kind == "ties":
+                row[rng.integers(length, size=3)] = row.max()
+            rows.append(row)
+    for row in rows:
+        shifted, shift = fused.shifted_rows(row.reshape(1, -1))
+        want = _first_maximum(row)
+        assert np.array_equal(shift[0], want, equal_nan=True), (row, shift[0], want)
+        assert np.signbit(shift[0]) == np.signbit(want), (row, shift[0], want)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(shifted[0], row - want)
