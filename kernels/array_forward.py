@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import cast
 
+from .array_helpers import ROW_LANES_FROM
 from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
 from .array_writer import WriterBase
 
@@ -517,15 +518,20 @@ class ForwardWriter(WriterBase):
         M = self.scratch(f"{i}_max", shape[:1])
         S = self.scratch(f"{i}_total", shape[:1])
         L = self.scratch(f"{i}_log", shape[:1])
+        # The interpreter's maximum, bit for bit: row_max's running maxima on long rows,
+        # the scan in order here on short ones, where the call would cost more.
         self.emit(f"for i0 in range({a}.shape[0]):")
-        self.emit("m = -inf", 2)
-        self.emit(f"for i1 in range({a}.shape[1]):", 2)
-        self.emit(f"x = {a}[i0, i1]", 3)
-        self.emit("if x != x:", 3)
-        self.emit("m = x", 4)
-        self.emit("break", 4)
-        self.emit("if x > m:", 3)
-        self.emit("m = x", 4)
+        self.emit(f"if {a}.shape[1] >= {ROW_LANES_FROM}:", 2)
+        self.emit(f"m = row_max({a}, i0)", 3)
+        self.emit("else:", 2)
+        self.emit("m = -inf", 3)
+        self.emit(f"for i1 in range({a}.shape[1]):", 3)
+        self.emit(f"x = {a}[i0, i1]", 4)
+        self.emit("if x != x:", 4)
+        self.emit("m = x", 5)
+        self.emit("break", 5)
+        self.emit("if x > m:", 4)
+        self.emit("m = x", 5)
         # The exponentials in a loop of their own, which LLVM vectorises (a sum in
         # order cannot be; ``row_exp`` is libmvec's exp where the host has it), then
         # their sum in order, as the interpreter's.
