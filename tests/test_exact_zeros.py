@@ -525,3 +525,31 @@ def test_prods_derivative_is_nan_beside_a_nan_and_zero_past_a_zero():
     with fa.Tape():
         x = fa.var(np.array([np.nan, 0.0, 1.0]))
         np.testing.assert_array_equal(fa.grad(x.prod(), x), [0.0, np.nan, np.nan])
+
+
+def test_prods_hessian_beside_an_overflowed_partial_product_is_the_scalar_chains():
+    # Finite inputs whose partial products overflow: a tangent that never moved met an
+    # inf prefix product as 0 * inf = nan, where the chain of scalar multiplies (and the
+    # formula H_ij = prod of the others but i and j) sends nothing and stays finite.
+    for row in ([2.0, 1e308, 1e308], [1e200, 1e200, 3.0, -1e200]):
+        x0 = np.array(row)
+        n = len(row)
+        with np.errstate(over="ignore"):  # 1e200 * 1e200: some of the second row's are inf
+            want = np.array(
+                [
+                    [0.0 if i == j else np.prod(np.delete(x0, [i, j])) for j in range(n)]
+                    for i in range(n)
+                ]
+            )
+        with fa.Tape():
+            x = fa.var(x0)
+            got = np.array([fa.hvp(x.prod(), x, d) for d in np.eye(n)])
+        with fa.Tape():
+            nodes = fa.scalar_nodes(x0)
+            chain = nodes[0]
+            for node in nodes[1:]:
+                chain = chain * node
+            scalars = np.array([fa.hvp(chain, list(nodes), d) for d in np.eye(n)])
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(scalars, want)
+        np.testing.assert_array_equal(fa.hessian(lambda X: np.prod(X))(x0), want)

@@ -18,7 +18,6 @@ from fastad.core.reach import (
     UNREACHED,
     contributions,
     reach_sum,
-    reached_elements,
 )
 from fastad.kernels import fused
 
@@ -285,23 +284,26 @@ class Prod(Reduce):
     def _others_tangent(self, a: FloatArray, t: FloatArray, params: Any) -> FloatArray:
         """Per element, the tangent along ``t`` of the product of the other elements of its
         slice, by prefix and suffix products carried with their tangents (dual numbers),
-        never by dividing. Two zeros among the others make it exactly 0; unreached
-        tangent elements count as zeros."""
+        never by dividing. Each term is a contribution, as the scalar multiplies' rules
+        send it: nothing from an unreached tangent or across an exact zero, so a tangent
+        that never moved meets an overflowed (inf) partial product as nothing, not as
+        ``0 * inf = nan``. Two zeros among the others make it exactly 0."""
         rows, layout = to_rows(a, params.axes)
         moving = to_rows(t, params.axes)[0]
-        moving = np.where(reached_elements(moving), moving, 0.0)
         count, length = rows.shape
         before, d_before = np.empty(rows.shape), np.empty(rows.shape)
         after, d_after = np.empty(rows.shape), np.empty(rows.shape)
-        value, tangent = np.ones(count), np.zeros(count)
+        value, tangent = np.ones(count), np.full(count, UNREACHED)
         for i in range(length):  # the products of the elements before i, and their tangents
             before[:, i], d_before[:, i] = value, tangent
-            value, tangent = value * rows[:, i], tangent * rows[:, i] + value * moving[:, i]
-        value, tangent = np.ones(count), np.zeros(count)
+            tangent = contributions(rows[:, i], tangent) + contributions(value, moving[:, i])
+            value = value * rows[:, i]
+        value, tangent = np.ones(count), np.full(count, UNREACHED)
         for i in range(length - 1, -1, -1):  # after i
             after[:, i], d_after[:, i] = value, tangent
-            value, tangent = value * rows[:, i], tangent * rows[:, i] + value * moving[:, i]
-        moved = d_before * after + before * d_after
+            tangent = contributions(rows[:, i], tangent) + contributions(value, moving[:, i])
+            value = value * rows[:, i]
+        moved = contributions(after, d_before) + contributions(before, d_after)
         zeros, other_nan = _zeros_and_nans_of_others(rows)
         moved[(zeros > 1) & ~other_nan] = 0.0
         return from_rows(moved, layout)
