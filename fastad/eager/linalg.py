@@ -155,8 +155,10 @@ def norm(
 ) -> Any:
     """``np.linalg.norm``: vector norms (``ord`` None or 2, 1, inf, -inf, 0, any p) over one
     axis, matrix norms (None or 'fro', 1, -1, inf, -inf) over two, as NumPy picks them from
-    ``axis`` and the rank. The 2-norm is ``sqrt(sum(x * x))``; the spectral and nuclear
-    norms (``ord`` 2, -2, 'nuc' of a matrix) need singular values and are refused."""
+    ``axis`` and the rank. The 2-norm is ``sqrt(sum(x * x))``, whose derivatives at
+    ``x = 0`` are 0 (its minimum-norm subgradient), so ``norm(x) ** 2`` there has Hessian 0,
+    not ``2 I``: write ``x @ x`` for the square. The spectral and nuclear norms (``ord`` 2,
+    -2, 'nuc' of a matrix) need singular values and are refused."""
     if isinstance(x, Var):
         if ord is not None or axis is not None:
             raise ValueError(
