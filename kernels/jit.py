@@ -40,8 +40,10 @@ The options and why:
 A kernel that calls another with an int or bool constant (``f(a, 0)``) makes
 Numba compile the callee for that literal value (``Literal[int](0)``), a
 second compile beside the one for the ``int64`` that a call from Python
-gives: 0.1-0.3 s each on a cold cache. Kernels pass ``np.int64(0)`` and
-``np.bool_(False)`` instead (a test scans for such calls).
+gives: 0.1-0.3 s each on a cold cache. The kernels here pass ``np.int64(0)``
+and ``np.bool_(False)`` instead (a test scans for such calls), and so do
+generated modules' sums; their ``gemm``/``gemv`` calls still pass the
+transposes as literals, one compile per combination, once per machine.
 
 Only the dispatchers made here use fastad's cache folder: each gets its own
 :class:`numba.core.caching.FunctionCache` subclass whose one locator points

@@ -293,6 +293,20 @@ def test_an_extremum_of_nothing_is_its_initial_value_as_numpy_gives_it(
             )
 
 
+def test_the_inf_norm_of_a_vector_holding_a_nan_sends_the_nan_back():
+    # initial=0 only where the vector is empty: maximum(max|x|, 0) would keep the nan
+    # element's nan from the gradient.
+    with fa.Tape():
+        x = fa.var(np.array([np.nan, 1.0]))
+        norm = np.linalg.norm(x, np.inf)
+        assert np.isnan(norm.value)
+        np.testing.assert_array_equal(fa.grad(norm, x), [np.nan, 0.0])
+    with fa.Tape():
+        X = fa.var(np.array([[np.nan, 1.0], [2.0, -3.0]]))
+        rows = np.linalg.norm(X, np.inf, axis=1)
+        np.testing.assert_array_equal(fa.grad(rows.sum(), X), [[np.nan, 0.0], [0.0, -1.0]])
+
+
 def test_average_returns_the_weights_as_numpy():
     a = np.arange(6.0).reshape(2, 3)
     with fa.Tape():

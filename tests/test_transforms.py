@@ -5,6 +5,7 @@ References are independent: gradients written by hand in NumPy and central diffe
 """
 
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -294,6 +295,36 @@ def test_a_static_argument_that_changes_at_every_call_keeps_a_bounded_number_of_
         g(v, step)
     assert traces.count(1) == 1
     assert len(recorder.caught) == 1  # one warning per transformed function
+
+
+def test_a_signature_kept_again_after_another_thread_dropped_it_keeps_the_bound(monkeypatch):
+    # Thread A retraces a branch of one signature while the main thread's new signatures
+    # drop it; A keeps its trace again, and the oldest goes: never more than the bound.
+    from fastad.compiled import transforms
+
+    monkeypatch.setattr(transforms, "warnings", _Warnings())
+    entered, release = threading.Event(), threading.Event()
+
+    def f(s, step):
+        if s <= 1.0 and step == -1 and threading.current_thread().name == "A":
+            entered.set()
+            release.wait(60)
+        return s * s if s > 1.0 else fa.sin(s)
+
+    g = fa.grad(f)
+    g(2.0, -1)
+    thread = threading.Thread(target=lambda: g(0.5, -1), name="A")
+    thread.start()
+    assert entered.wait(60)
+    for step in range(transforms.SIGNATURES):
+        assert g(2.0, step) == 4.0
+    release.set()
+    thread.join(60)
+    traced = next(
+        c.cell_contents for c in g.__closure__ if isinstance(c.cell_contents, transforms._Traced)
+    )
+    assert len(traced._traced) == transforms.SIGNATURES
+    assert g(0.5, -1) == np.cos(0.5)
 
 
 def test_shapes_that_change_at_every_call_warn_that_shapes_retrace(monkeypatch):

@@ -89,15 +89,17 @@ class _Traced:
         """
         key, values, moving = self._key(args, kwargs)
         traced_arguments = tuple(values[i] for i in moving)
+        warning = None
         with self._lock:  # one trace of a new signature, whichever thread asks first
             traces = self._traced.get(key)
             if traces is None:
                 traces = self._traced[key] = [self._trace(values, moving)]
-                if len(self._traced) > SIGNATURES:
-                    self._drop_oldest(key)
+                warning = self._drop_oldest(key)
             else:
                 self._traced.move_to_end(key)
             traces = list(traces)
+        if warning is not None:  # outside the lock: a warnings hook may call fn again
+            warnings.warn(warning, RuntimeWarning, stacklevel=3)
         for traced in traces:
             try:
                 return call(traced, traced_arguments), values
@@ -112,18 +114,25 @@ class _Traced:
         traced = self._trace(values, moving)
         result = call(traced, traced_arguments)
         with self._lock:
-            # Another thread may have dropped this signature meanwhile: keep it again.
+            # Another thread may have dropped this signature meanwhile: keep it again
+            # (and drop the oldest, as for any new signature).
             kept = self._traced.setdefault(key, [])
             kept.append(traced)
             del kept[:-BRANCH_TRACES]
+            warning = self._drop_oldest(key)
+        if warning is not None:
+            warnings.warn(warning, RuntimeWarning, stacklevel=3)
         return result, values
 
-    def _drop_oldest(self, key: tuple[object, ...]) -> None:
-        """Drop the least recently called signature's traces; the first time, warn,
-        naming the arguments in which the newest signature differs from it."""
-        oldest, _ = self._traced.popitem(last=False)
-        if self._warned:
-            return
+    def _drop_oldest(self, key: tuple[object, ...]) -> str | None:
+        """Drop the least recently called signatures while more than ``SIGNATURES`` are
+        kept (the caller holds the lock); the first time, the warning to give, naming the
+        arguments in which the newest signature, ``key``, differs from the one dropped."""
+        oldest = None
+        while len(self._traced) > SIGNATURES:
+            oldest, _ = self._traced.popitem(last=False)
+        if oldest is None or self._warned:
+            return None
         self._warned = True
         differing = [
             i
@@ -144,12 +153,10 @@ class _Traced:
             if static
             else "keep the shapes fixed (pad the last batch)"
         )
-        warnings.warn(
+        return (
             f"{self.what}: more than {SIGNATURES} signatures traced, so the least recently "
             f"called are dropped and retraced if called again; {cause}. To trace once, "
-            f"{remedy}.",
-            RuntimeWarning,
-            stacklevel=4,
+            f"{remedy}."
         )
 
     def _key(

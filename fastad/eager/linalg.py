@@ -189,8 +189,12 @@ def _vector_norm(x: Any, ord: Any, axis: int, keepdims: bool) -> Any:  # noqa: A
     if isinstance(ord, str):
         raise ValueError(f"np.linalg.norm: ord={ord!r} is a matrix norm; a vector takes a number")
     magnitude = fa_abs(x)
-    if ord == np.inf:  # NumPy's initial=0: an empty vector's norm is 0
-        return np.max(magnitude, axis=axis, keepdims=keepdims, initial=0.0)
+    if ord == np.inf:
+        if x.shape[axis] == 0:  # NumPy's initial=0: an empty vector's norm is 0
+            return np.max(magnitude, axis=axis, keepdims=keepdims, initial=0.0)
+        # Not maximum(max, 0) otherwise: its partial would keep a nan element's nan
+        # from the gradient.
+        return magnitude.max(axis, keepdims=keepdims)
     if ord == -np.inf:
         return magnitude.min(axis, keepdims=keepdims)
     if ord == 0:
