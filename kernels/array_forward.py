@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable
 from typing import cast
 
-from .array_helpers import ROW_LANES_FROM
 from .array_program import BAD_LABEL, Node, Unsupported, loop_indices, reduced_axes
 from .array_writer import WriterBase
+from .fused import ROW_LANES_FROM
 
 
 class ForwardWriter(WriterBase):

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .array_helpers import row_max
 from .jit import kernel
 from .strong_zeros import UNREACHED, contribution, reached
 
@@ -130,6 +129,73 @@ def mse_loss_backward(Y: FloatArray, T: FloatArray, g: float) -> tuple[FloatArra
 # per element; these kernels are the row reductions around them (NumPy's
 # reductions along a short last axis cost ~10 us for a (256, 10) array),
 # the backward rules and the label checks.
+ROW_LANES_FROM = 16
+"""The shortest row :func:`row_max` runs its eight running maxima on."""
+
+
+@kernel
+def row_max(X: FloatArray, r: int) -> float:
+    """The maximum of row ``r`` of ``X`` as the scan ``if x > m: m = x`` from ``m = -inf``
+    gives it: nan where the row holds a nan (the first), -inf for an empty row, and of
+    equal maxima the first (-0.0 before 0.0).
+
+    Eight running maxima, so that the compares do not wait on each other (one scan
+    waits 3-4 cycles an element); a nan never wins a compare, so a flag notes one. A
+    row holding a nan, or whose maximum is a zero (whose sign the first of the ties
+    sets), is scanned again in order: the same bits as the one scan, always. (The row
+    is read in place: a view of it per row costs more than a short row's scan.)
+    """
+    n = X.shape[1]
+    if n < ROW_LANES_FROM:  # in order, here: a call would cost more than a short row's scan
+        m, bad = -np.inf, False
+        for i in range(n):
+            a = X[r, i]
+            bad |= a != a
+            m = a if a > m else m
+        return _first_max(X, r) if bad else m
+    m0, m1, m2, m3 = X[r, 0], X[r, 1], X[r, 2], X[r, 3]
+    m4, m5, m6, m7 = X[r, 4], X[r, 5], X[r, 6], X[r, 7]
+    bad = (m0 != m0) | (m1 != m1) | (m2 != m2) | (m3 != m3)
+    bad |= (m4 != m4) | (m5 != m5) | (m6 != m6) | (m7 != m7)
+    stop = n - n % 8
+    for i in range(8, stop, 8):
+        a0, a1, a2, a3 = X[r, i], X[r, i + 1], X[r, i + 2], X[r, i + 3]
+        a4, a5, a6, a7 = X[r, i + 4], X[r, i + 5], X[r, i + 6], X[r, i + 7]
+        bad |= (a0 != a0) | (a1 != a1) | (a2 != a2) | (a3 != a3)
+        bad |= (a4 != a4) | (a5 != a5) | (a6 != a6) | (a7 != a7)
+        m0 = a0 if a0 > m0 else m0
+        m1 = a1 if a1 > m1 else m1
+        m2 = a2 if a2 > m2 else m2
+        m3 = a3 if a3 > m3 else m3
+        m4 = a4 if a4 > m4 else m4
+        m5 = a5 if a5 > m5 else m5
+        m6 = a6 if a6 > m6 else m6
+        m7 = a7 if a7 > m7 else m7
+    m = -np.inf
+    for lane in (m0, m1, m2, m3, m4, m5, m6, m7):
+        m = lane if lane > m else m
+    for i in range(stop, n):
+        a = X[r, i]
+        bad |= a != a
+        m = a if a > m else m
+    if bad or m == 0.0:
+        return _first_max(X, r)
+    return m
+
+
+@kernel
+def _first_max(X: FloatArray, r: int) -> float:
+    """:func:`row_max` by one scan in order."""
+    m = -np.inf
+    for i in range(X.shape[1]):
+        a = X[r, i]
+        if a != a:
+            return a
+        if a > m:
+            m = a
+    return m
+
+
 @kernel
 def shifted_rows(X: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``X - m`` per row and the rows' maxima ``m`` (:func:`row_max`): a log-softmax's
