@@ -130,9 +130,7 @@ class BackwardWriter(ForwardWriter):
                     self.add_into(j, target)
                 continue
             target, added = self.sink(j, f"{i}_rows")
-            self.emit(f"for i0 in range({source}.shape[0]):")
-            whole = f"pairwise({source}[i0], np.int64(0), {source}.shape[1])"
-            self.emit(f"{target}[i0, 0] = 0.0 + {whole}", 2)
+            self.row_sums(source, target, 2)
             if added:
                 self.add_into(j, target)
 

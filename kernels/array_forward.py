@@ -275,8 +275,17 @@ class ForwardWriter(WriterBase):
                 self.emit(f"for i1 in range({x}.shape[1]):")
                 self.emit(f"{element} = {element}{scale}", 2)
         else:  # each row pairwise
-            self.emit(f"for i0 in range({x}.shape[0]):")
-            self.emit(f"{element} = (0.0 + pairwise({x}[i0], np.int64(0), {x}.shape[1])){scale}", 2)
+            self.row_sums(x, out, len(node.shape))
+            if mean:
+                self.emit(f"for i0 in range({x}.shape[0]):")
+                self.emit(f"{element} = {element}{scale}", 2)
+
+    def row_sums(self, x: str, out: str, rank: int, start: str = "0.0") -> None:
+        """``out`` (one axis, or two with keepdims: ``rank``) gets ``start`` plus NumPy's
+        pairwise sum of each row of the matrix ``x``: 0.0 as NumPy adds it, -0.0 as
+        ``reach_sum`` does."""
+        target = out if rank == 1 else f"{out}.reshape({out}.size)"
+        self.emit(f"pairwise_rows({x}, {target}, {start})")
 
     @staticmethod
     def reduced_index(kind: str, node: Node) -> str:

@@ -258,7 +258,8 @@ def module_source(
         "# NumPy's summation order, BLAS calls and the softmax family's row maxima, compiled",
         f"# once in fastad's kernel cache; this text changes with them (kernels "
         f"{jit.kernels_source_stamp()[:16]}).",
-        "from fastad.kernels.array_helpers import bounded, dot, gemm, gemv, pairwise  # noqa: F401",
+        "from fastad.kernels.array_helpers import bounded, dot, gemm, gemv  # noqa: F401",
+        "from fastad.kernels.array_helpers import pairwise, pairwise_rows  # noqa: F401",
         "from fastad.kernels.fused import row_max  # noqa: F401",
         "from fastad.kernels.jit import kernel",
         "",

@@ -141,9 +141,7 @@ class TangentWriter(BackwardWriter):
             total = f"-0.0 + pairwise({flat}, np.int64(0), {flat}.size)"
             self.emit(f"{self.reduced(i, node, kind, 't')} = {total}")
         elif kind == "rows":
-            self.emit(f"for i0 in range({terms}.shape[0]):")
-            total = f"-0.0 + pairwise({terms}[i0], np.int64(0), {terms}.shape[1])"
-            self.emit(f"{self.reduced(i, node, kind, 't')} = {total}", 2)
+            self.row_sums(terms, f"t{i}", len(node.shape), start="-0.0")
         else:
             self.emit(f"t{i}[:] = -0.0")
             self.emit(f"for i0 in range({terms}.shape[0]):")

@@ -23,10 +23,23 @@ import pytest
 
 import fastad as fa
 from fastad.compiled import array_kernel
-from fastad.kernels import array_program, array_source
+from fastad.kernels import array_helpers, array_program, array_source
 from fastad.util.errors import BranchError
 
 B, N, H, C = 12, 7, 5, 4
+
+
+def assert_generated_gradients_equal_the_interpreters(f, arguments):
+    """``f`` compiled both ways gives the same value and gradients, bit for bit:
+    ``(generated, interpreted)``."""
+    generated = fa.compile(f, example=arguments, backend="codegen")
+    interpreted = fa.compile(f, example=arguments, backend="interpret")
+    value, gradients = generated.value_and_grad(arguments)
+    want_value, want_gradients = interpreted.value_and_grad(arguments)
+    assert value == want_value
+    for got, want in zip(gradients, want_gradients, strict=True):
+        np.testing.assert_array_equal(got, want)
+    return generated, interpreted
 
 
 def sparse(rng, shape, zeros):
@@ -563,13 +576,7 @@ def test_products_of_every_shape_are_numpys(shapes, rng):
         product = (A @ M) * G
         return product.sum() if np.ndim(G) else product  # vector @ vector: a scalar
 
-    generated = fa.compile(loss, example=(A, M), backend="codegen")
-    interpreted = fa.compile(loss, example=(A, M), backend="interpret")
-    value, gradients = generated.value_and_grad((A, M))
-    want_value, want_gradients = interpreted.value_and_grad((A, M))
-    assert value == want_value
-    for got, want in zip(gradients, want_gradients, strict=True):
-        np.testing.assert_array_equal(got, want)
+    assert_generated_gradients_equal_the_interpreters(loss, (A, M))
     if np.ndim(A @ M):
         product = fa.compile(lambda A, M: A @ M, example=(A, M), backend="codegen")
         np.testing.assert_array_equal(product((A, M)), A @ M)
@@ -989,6 +996,41 @@ def test_sums_of_one_column_are_numpys_pairwise_sums(rng):
                 gradients, want = [gradients], [want]
             for got, expected in zip(gradients, want, strict=True):
                 np.testing.assert_array_equal(got, expected)
+
+
+def test_pairwise_rows_is_numpys_sum_of_each_row(rng):
+    # Every length around the eight running sums and the 128-term blocks, bit for bit.
+    for columns in [0, 1, 5, 7, 8, 9, 16, 31, 32, 33, 127, 128, 129, 200, 257, 1000]:
+        X = rng.normal(size=(5, columns)) * 10.0 ** rng.integers(-3, 4, size=(5, 1))
+        sums = np.empty(5)
+        array_helpers.pairwise_rows(X, sums, 0.0)
+        np.testing.assert_array_equal(sums, X.sum(axis=1))
+    # The start is added last: 0.0 turns a sum of -0.0s into 0.0 as NumPy's sum does,
+    # -0.0 keeps it (reach_sum's strong zero).
+    X = np.full((3, 40), -0.0)
+    for start, sign in ((0.0, 1.0), (-0.0, -1.0)):
+        array_helpers.pairwise_rows(X, sums[:3], start)
+        assert np.all(sums[:3] == 0.0) and np.all(np.copysign(1.0, sums[:3]) == sign)
+
+
+@pytest.mark.parametrize("columns", [1, 8, 33, 129])
+def test_row_sums_in_generated_code_equal_the_interpreter(rng, columns):
+    # Sums of rows in every mode: the forward sum and mean (keepdims too), the gradient
+    # of a (rows, 1) operand broadcast along the rows, the tangent of a row sum.
+    X = rng.normal(size=(6, columns)) * 3.0
+    X[1] = 0.0  # a row of exact zeros
+    w = rng.normal(size=(6, 1))
+
+    def f(X, w):
+        rows = (fa.tanh(X) * w).sum(axis=1)
+        return (rows * rows).sum() + (X * X).mean(axis=1, keepdims=True).sum()
+
+    generated, reference = assert_generated_gradients_equal_the_interpreters(f, (X, w))
+    directions = [rng.normal(size=X.shape), rng.normal(size=w.shape)]
+    np.testing.assert_array_equal(
+        generated.jvp((X, w), directions)[1], reference.jvp((X, w), directions)[1]
+    )
+    assert generated.tier("grad").name == generated.tier("jvp").name == "codegen"
 
 
 @pytest.mark.parametrize("backend", ["interpret", "codegen"])

@@ -7,6 +7,7 @@ by compiled kernels, with NumPy broadcasting; VJP and JVP use
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,13 @@ def broadcast_shape(shape_a: Shape, shape_b: Shape) -> Shape:
         return shape_a
     if not shape_a:
         return shape_b
+    return _broadcast(shape_a, shape_b)
+
+
+@functools.lru_cache(maxsize=1024)
+def _broadcast(shape_a: Shape, shape_b: Shape) -> Shape:
+    """:func:`broadcast_shape` of two shapes of at least one axis each, remembered: an
+    op with a bias asks twice per recording (its shape, its forward), 0.6 us each."""
     extra = len(shape_a) - len(shape_b)
     if extra > 0:
         shape_b = (1,) * extra + shape_b
@@ -140,8 +148,11 @@ class Elementwise(BlockRule):
         if self.code == _ADD and type(g) is np.ndarray and g.shape == shape:
             # d(a + b) = g for each, bit for bit VJP's kernel's contribution(1.0, g): g
             # itself where reached (+ 0.0 changes nothing but -0.0), -0.0 where not.
+            # A copy of g to own, or its sum to a broadcast operand's shape (new).
             return tuple(
-                unbroadcast(g.copy(), _shape(value)) if want else None
+                (g.copy() if (own := _shape(value)) == shape else unbroadcast(g, own))
+                if want
+                else None
                 for value, want in zip(
                     values, (True, True) if needs is None else needs, strict=True
                 )
