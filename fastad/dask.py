@@ -52,7 +52,7 @@ import numpy as np
 from dask.delayed import delayed
 
 from fastad.compiled import CompiledFunction
-from fastad.util.errors import BranchError, NonFiniteError, flag
+from fastad.util.errors import BranchError, NonFiniteError, flag, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -400,8 +400,8 @@ def _checked_points(X: object, k: int) -> da.Array:
 
 
 def _require_real(array: da.Array, what: str) -> None:
-    if array.dtype.kind not in "biuf":
-        raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
+    if not is_real_dtype(array.dtype):
+        raise not_real(np.empty(0, array.dtype), what)
 
 
 def _require_known_chunks(array: da.Array, what: str) -> None:

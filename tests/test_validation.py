@@ -502,6 +502,56 @@ def test_arguments_that_are_not_numbers_are_named(example, match):
         fa.compile(functions[len(example)], example=example)
 
 
+# A float wider than float64 would be rounded to it: refused at every way in. Where
+# long double is float64 itself (Windows, ARM macOS) a 128-bit float stands in for it.
+WIDE = next(
+    (
+        np.dtype(name)
+        for name in ("longdouble", "float128", "float96")
+        if hasattr(np, name) and np.dtype(name).itemsize > 8
+    ),
+    None,
+)
+WIDER_THAN_FLOAT64 = r"dtype float(96|128), wider than float64: fastad computes in float64"
+
+
+WIDE_ENTRY_POINTS = {
+    "a block leaf": lambda X, x, block, scalar: fa.var(X),
+    "a scalar leaf": lambda X, x, block, scalar: fa.var(x),
+    "an array beside a block": lambda X, x, block, scalar: block + X,
+    "a number beside a block": lambda X, x, block, scalar: block * x,
+    "a number beside a scalar node": lambda X, x, block, scalar: scalar + x,
+    "a number on the left of a scalar node": lambda X, x, block, scalar: x - scalar,
+    "a linear-algebra operand": lambda X, x, block, scalar: np.linalg.solve(
+        block[:2, :2] + np.eye(2), X[:2, 0]
+    ),
+    "points of a compiled function": lambda X, x, block, scalar: fa.compile(
+        lambda a, b: a * b, example=np.array([1.0, 2.0])
+    )(np.ones((4, 2), WIDE)),
+    "a compiled function of arrays": lambda X, x, block, scalar: fa.compile(
+        lambda X: (X * X).sum(), example=(np.ones((3, 2)),)
+    )((X,)),
+    "a transform": lambda X, x, block, scalar: fa.grad(lambda v: (v * v).sum())(X),
+}
+
+
+@pytest.mark.parametrize("way", list(WIDE_ENTRY_POINTS) if WIDE is not None else [])
+def test_floats_wider_than_float64_are_refused_not_rounded(way):
+    X, x = np.ones((3, 2), WIDE), np.array(1.5, WIDE)[()]
+    with fa.Tape():
+        block, scalar = fa.var(np.ones((3, 2))), fa.var(1.0)
+        with pytest.raises(TypeError, match=WIDER_THAN_FLOAT64 + r".*astype\(np\.float64\)"):
+            WIDE_ENTRY_POINTS[way](X, x, block, scalar)
+
+
+def test_floats_of_float64_or_narrower_and_integers_still_convert():
+    g = fa.compile(lambda X: (X * X).sum(), example=(np.ones((3, 2)),))
+    for dtype in (np.float16, np.float32, np.float64, np.int8, np.int64, np.bool_):
+        assert g((np.ones((3, 2), dtype),)) == 6.0
+    with fa.Tape():
+        assert (fa.var(np.ones(2, np.float32)) * np.float32(2.0)).value.tolist() == [2.0, 2.0]
+
+
 # -- the tape's raw recording and reading methods: errors, never a crash -------------------
 RAW_CALLS = r"""
 import numpy as np

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad.compiled import batch_axis
 from fastad.compiled.definition import ArrayDefinition
-from fastad.util.errors import not_real
+from fastad.util.errors import is_real_dtype, not_real
 
 FLOAT64 = np.dtype(np.float64)  # `dtype is FLOAT64`: a cheaper test than ==
 
@@ -59,7 +59,7 @@ class Arguments:
                 checked.append(value)  # the common case, checked at once
                 continue
             array = np.asarray(value)
-            if array.dtype.kind not in "biuf":
+            if not is_real_dtype(array.dtype):
                 raise not_real(value, f"argument {position}")
             if array.shape != shape:
                 raise ValueError(self._shape_error(position, array.shape, shape))
@@ -120,7 +120,7 @@ class Arguments:
     def cotangent(self, cotangent: ArrayLike, rows: int | None) -> NDArray[np.float64]:
         """``vjp``'s cotangent: finite, of the output's shape in this call (else raises)."""
         u = np.asarray(cotangent)
-        if u.dtype.kind not in "biuf":
+        if not is_real_dtype(u.dtype):
             raise not_real(cotangent, "the cotangent")
         u = u.astype(np.float64, copy=False)
         shape = self.output_shape_at(rows)
@@ -157,7 +157,7 @@ class Arguments:
                 array = np.asarray(direction)
             except ValueError:  # a ragged sequence: several directions given for one
                 array = None
-            if array is not None and array.dtype.kind not in "biuf":
+            if array is not None and not is_real_dtype(array.dtype):
                 raise not_real(direction, f"the direction for argument {position}")
             shape = None if array is None else array.shape
             if shape != shapes[position]:

@@ -43,7 +43,7 @@ from fastad.compiled.tiers import Tier
 from fastad.compiled.trace import trace_scalars
 from fastad.eager.handle import storage_of
 from fastad.kernels import lane_sweeps
-from fastad.util.errors import flag, is_int, not_real
+from fastad.util.errors import flag, is_int, is_real_dtype, not_real
 from fastad.util.memory import check_fits
 
 if TYPE_CHECKING:
@@ -581,7 +581,7 @@ def kernel_array(array: FloatArray) -> FloatArray:
 def real_array(values: ArrayLike, what: str) -> FloatArray:
     """``values`` as a float64 array (no copy when it is one), else raises naming ``what``."""
     array = np.asarray(values)
-    if array.dtype.kind in "biuf":
+    if is_real_dtype(array.dtype):
         return array.astype(np.float64, copy=False)
     raise not_real(values, what)
 

@@ -27,7 +27,7 @@ from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.eager.optimize import optimize as optimize_tape
 from fastad.eager.tape import Tape
-from fastad.util.errors import flag, is_int, not_real
+from fastad.util.errors import flag, is_int, is_real_dtype, not_real
 from fastad.util.memory import check_fits
 from fastad.util.progress import progress
 
@@ -319,6 +319,6 @@ def wrt_positions(wrt: object, count: int) -> tuple[list[int], bool] | None:
 def block_argument(value: ArrayLike, position: int) -> FloatArray | float:
     """An example's argument as traced: a float64 array, or a float for a 0-d value."""
     array = np.asarray(value)
-    if array.dtype.kind not in "biuf":
+    if not is_real_dtype(array.dtype):
         raise not_real(value, f"argument {position}")
     return array.astype(np.float64) if array.ndim else float(array)

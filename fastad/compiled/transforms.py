@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from fastad.compiled.block_function import BlockFunction
 from fastad.eager import functions
 from fastad.eager.handle import Node
-from fastad.util.errors import BranchError, flag, is_int
+from fastad.util.errors import BranchError, flag, is_int, is_long_double, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from fastad.eager.node import Block, Var
@@ -265,7 +265,9 @@ def _argument(value: object, position: int, what: str, differentiated: bool) -> 
             "np.asarray(...)"
         )
     array = np.asarray(value) if not isinstance(value, np.ndarray) else value
-    if array.dtype.kind not in "biuf":
+    if is_long_double(array):
+        raise not_real(value, f"{what}: argument {position}")
+    if not is_real_dtype(array.dtype):
         raise TypeError(
             f"{what}: argument {position} is {type(value).__name__} of dtype {array.dtype}; "
             "the transformed function takes real numbers and arrays (bind other arguments "

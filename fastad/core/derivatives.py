@@ -20,7 +20,7 @@ from fastad.core import block_rules, diagnose, driver
 from fastad.core.graph import descendants
 from fastad.core.node_arrays import VALUE_DTYPE
 from fastad.kernels import strong_zeros
-from fastad.util.errors import NonFiniteError, not_real
+from fastad.util.errors import NonFiniteError, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from fastad.core.storage import TapeStorage
@@ -32,7 +32,7 @@ UNREACHED = strong_zeros.UNREACHED
 def real_direction(direction: object, what: str) -> FloatArray:
     """``direction`` as float64, refusing what is not real (a complex part would be dropped)."""
     array = np.asarray(direction)
-    if array.dtype.kind not in "biuf":
+    if not is_real_dtype(array.dtype):
         raise not_real(direction, what)
     return array.astype(VALUE_DTYPE)
 

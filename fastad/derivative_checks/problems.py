@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 from fastad.compiled import BlockFunction, CompiledFunction
 from fastad.derivative_checks.layout import Layout, format_position
 from fastad.eager import Node
+from fastad.util.errors import is_long_double, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from fastad.derivative_checks.layout import Values
@@ -139,7 +140,9 @@ def real_output(value: object, what: str) -> FloatArray:
         array = np.asarray(value)
     except ValueError:
         array = np.asarray(None)  # ragged: reported below like any other non-array
-    if array.dtype.kind not in "iuf":
+    if array.dtype.kind == "b" or not is_real_dtype(array.dtype):
+        if is_long_double(array):
+            raise not_real(array, f"{what}'s result")
         described = type(value).__name__
         if array.dtype != object:
             described += f" of dtype {array.dtype}"

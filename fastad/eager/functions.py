@@ -19,6 +19,7 @@ from fastad.eager.node import Block, Var, elementwise, record, record_unary
 from fastad.eager.operators import is_number
 from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
+from fastad.util.errors import is_real_dtype
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -237,7 +238,7 @@ def _arrays_or_blocks(
 
 
 def _numeric_array(x: object) -> bool:
-    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
+    return isinstance(x, np.ndarray) and is_real_dtype(x.dtype)
 
 
 class UnaryFunction(Protocol):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, overload
 
 import numpy as np
 
-from fastad.util.errors import StaleNodeError, TraceError
+from fastad.util.errors import StaleNodeError, TraceError, is_real_dtype
 
 if TYPE_CHECKING:
     from fastad.core.storage import TapeStorage
@@ -145,7 +145,7 @@ def as_object(x: object) -> object:
 
 def is_array(x: object) -> TypeGuard[NumericArray]:
     """True for a real NumPy array (what becomes a block constant beside a node)."""
-    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf"
+    return isinstance(x, np.ndarray) and is_real_dtype(x.dtype)
 
 
 @overload

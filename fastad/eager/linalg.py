@@ -19,7 +19,7 @@ from fastad.eager.functions import sqrt, where
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import flag, is_int, not_real
+from fastad.util.errors import flag, is_int, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -306,8 +306,10 @@ def _operand(x: Any, function: str) -> Any:
     if isinstance(x, Node):
         return x
     array = np.asarray(x)
-    if array.dtype.kind in "biuf":
+    if is_real_dtype(array.dtype):
         return array.astype(np.float64, copy=False)
+    if array.dtype.kind == "f":
+        raise not_real(x, function)
     if array.dtype == object:
         node = next((item for item in array.flat if isinstance(item, Node)), None)
         if node is not None:

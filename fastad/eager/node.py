@@ -35,7 +35,7 @@ from fastad.eager.handle import (
 )
 from fastad.eager.operators import Operators, is_number
 from fastad.kernels import optable
-from fastad.util.errors import TraceError, flag, is_int
+from fastad.util.errors import TraceError, flag, is_int, is_long_double, not_real
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -153,6 +153,8 @@ def _other_operand(code: int, x: Any, y: Any, other: object) -> Var | Block | Ob
     scalar-node path records array expressions. Anything else is Python's
     business: ``NotImplemented``, so its ``TypeError`` names both types.
     """
+    if is_long_double(other):
+        raise not_real(other, "an operand of a fastad node")
     if isinstance(other, Block) or (isinstance(other, np.ndarray) and other.dtype.kind in "biuf"):
         return cast("Block", elementwise(code, x, y))
     if isinstance(other, np.ndarray) and other.dtype == object:
@@ -308,6 +310,8 @@ def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
         return tape.constant(x)
     if is_array(x):
         return tape.block_constant(x)
+    if is_long_double(x):
+        raise not_real(x, f"a fastad {what}")
     shape = f" of shape {np.shape(x)} and dtype {x.dtype}" if hasattr(x, "dtype") else ""
     raise TypeError(f"cannot use {type(x).__name__}{shape} as a fastad {what}")
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 import numpy as np
 
 from fastad.kernels import optable
+from fastad.util.errors import is_long_double, is_real_dtype
 
 if TYPE_CHECKING:
     from fastad.eager.node import Block, Var
@@ -42,8 +43,8 @@ def is_number(x: object) -> bool:
     return (
         type(x) is float
         or type(x) is int
-        or isinstance(x, (numbers.Real, np.bool_))
-        or (isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "biuf")
+        or (isinstance(x, (numbers.Real, np.bool_)) and not is_long_double(x))
+        or (isinstance(x, np.ndarray) and x.ndim == 0 and is_real_dtype(x.dtype))
     )
 
 

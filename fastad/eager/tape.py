@@ -36,7 +36,7 @@ from fastad.eager.node import Block, Var
 from fastad.eager.operators import is_number
 from fastad.kernels import optable
 from fastad.util import npz
-from fastad.util.errors import NonFiniteOrigin
+from fastad.util.errors import NonFiniteOrigin, is_long_double, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from fastad.eager.node import NodeRef
@@ -520,7 +520,9 @@ def _real_array(value: object) -> np.ndarray:
     """``value`` as a NumPy array (itself where it is one) of real numbers and at least
     one dimension, else a TypeError naming its type, dtype and shape."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if array.dtype.kind not in "biuf" or array.ndim == 0:
+    if is_long_double(array):
+        raise not_real(value, "a block")
+    if not is_real_dtype(array.dtype) or array.ndim == 0:
         raise TypeError(
             f"a block needs a real array of at least one dimension, got "
             f"{type(value).__name__} of dtype {array.dtype} and shape {array.shape}"
@@ -536,7 +538,9 @@ def _block_copy(value: object) -> FloatArray:
 
 
 def _as_float(value: Any, what: str) -> float:
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+    if is_long_double(value):
+        raise not_real(value, what)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and is_real_dtype(value.dtype):
         return float(value)
     if isinstance(value, Var):
         raise TypeError(f"{what} expects a number, got the node {value!r}")

@@ -22,14 +22,39 @@ def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_real_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether fastad takes numbers of ``dtype``: bools, integers and floats of at most
+    64 bits, which it converts to float64 as NumPy does (floats exactly, integers exactly
+    up to 2**53). Long double (``np.longdouble`` where it is wider than float64: x87's
+    80 bits, stored as float96 or float128) is refused: float64 would round it, and a
+    computation asked in extended precision would come back in float64 without a word
+    (JAX and PyTorch refuse it too)."""
+    return dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize <= 8)
+
+
+def is_long_double(value: object) -> bool:
+    """Whether ``value`` is a NumPy scalar or array of a float wider than float64."""
+    return isinstance(value, (np.ndarray, np.generic)) and (
+        value.dtype.kind == "f" and value.dtype.itemsize > 8
+    )
+
+
 def not_real(value: object, what: str) -> TypeError:
     """The error for ``value`` that should hold real numbers and does not: it names the
     dtype and, for objects, the first element that is not a real number and where."""
     array = np.asarray(value)
+    if array.dtype.kind == "f":  # a float is_real_dtype refuses: wider than float64
+        return TypeError(
+            f"{what} has dtype {array.dtype}, wider than float64: fastad computes in "
+            "float64, which would round it; convert it yourself where float64 is precise "
+            "enough (x.astype(np.float64))"
+        )
     found = ""
     if array.dtype == object:
         for index, item in np.ndenumerate(array):
-            if not isinstance(item, (int, float, np.integer, np.floating, np.bool_)):
+            if not isinstance(item, (int, float, np.integer, np.floating, np.bool_)) or (
+                is_long_double(item)
+            ):
                 text = repr(item)
                 text = text if len(text) <= 40 else text[:37] + "..."
                 where = f" at index {index}" if array.ndim else ""
