@@ -532,6 +532,11 @@ WIDE_ENTRY_POINTS = {
         lambda X: (X * X).sum(), example=(np.ones((3, 2)),)
     )((X,)),
     "a transform": lambda X, x, block, scalar: fa.grad(lambda v: (v * v).sum())(X),
+    "an operand of fa.where": lambda X, x, block, scalar: fa.where(X > 0, block, X),
+    "np.einsum's operand": lambda X, x, block, scalar: np.einsum("ij,ij->", block, X),
+    "fa.concatenate": lambda X, x, block, scalar: fa.concatenate([block, X]),
+    "plain arrays only": lambda X, x, block, scalar: fa.exp(X),
+    "fa.scalar_nodes": lambda X, x, block, scalar: fa.scalar_nodes(X),
 }
 
 

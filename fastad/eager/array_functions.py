@@ -22,6 +22,7 @@ from fastad.eager.block_params import normal_axis
 from fastad.eager.handle import values_of
 from fastad.eager.node import Block, Var, record_block_on
 from fastad.kernels import optable
+from fastad.util.errors import as_float64
 
 CUMSUM = optable.BLOCK_BY_NAME["cumsum"].code
 
@@ -33,7 +34,7 @@ def operand(x: Any, function: str) -> Any:
             f"np.{function} of the scalar node {x!r}: it takes arrays (blocks); a scalar "
             "node is one number: use fa.stack([x]) for a vector of it"
         )
-    return x if isinstance(x, Block) else np.asarray(x, dtype=np.float64)
+    return x if isinstance(x, Block) else as_float64(x, f"np.{function}'s operand")
 
 
 def axes_of(value: Any) -> tuple[Any, ...]:

@@ -33,6 +33,7 @@ from fastad.eager.node import Block, Var, compute_block, elementwise, matmul, re
 from fastad.eager.operators import is_number
 from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
+from fastad.util.errors import as_float64
 
 if TYPE_CHECKING:
     from fastad.eager.node import Axes
@@ -218,7 +219,7 @@ def concatenate(arrays: Sequence[ArrayInput], axis: int | None = 0) -> Any:
     params = normal_axis(first, axis, parts[0])
     tape = tape_of(*parts)
     if tape is None:
-        return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts], axis=params)
+        return np.concatenate([as_float64(p, "concatenate") for p in parts], axis=params)
     return record_block_on(tape, CONCATENATE, tuple(parts), params, "concatenate operand")
 
 
@@ -276,7 +277,7 @@ def _parts(arrays: object, name: str) -> list[Any]:
             )
     _refuse_scalar_nodes(name, "the blocks themselves", *parts)
     # Nested lists of numbers are arrays, as NumPy reads them.
-    return [p if isinstance(p, (Node, np.ndarray)) else np.asarray(p, np.float64) for p in parts]
+    return [p if isinstance(p, (Node, np.ndarray)) else as_float64(p, name) for p in parts]
 
 
 def _holds_nodes(x: object) -> bool:
@@ -308,7 +309,7 @@ def scalar_nodes(
     so ``scalar_nodes(X) @ scalar_nodes(W)`` records every multiply and add.
     Use the ``fastad`` functions (``fa.relu`` and co.) on object arrays too.
     """
-    values = np.asarray(values, dtype=np.float64)
+    values = as_float64(values, "fa.scalar_nodes")
     tape = tape_or_current(tape)
     nodes = np.empty(values.shape, dtype=object)
     for position, value in np.ndenumerate(values):

@@ -19,7 +19,7 @@ from fastad.eager.node import Block, Var, elementwise, record, record_unary
 from fastad.eager.operators import is_number
 from fastad.eager.tape import tape_or_current
 from fastad.kernels import optable
-from fastad.util.errors import is_real_dtype
+from fastad.util.errors import is_long_double, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -216,6 +216,8 @@ def _require_node(x: object, what: str, blocks_allowed: bool = True) -> None:
 
 def _plain_number_result(name: str, code: int, operands: tuple[Any, ...]) -> float:
     for x in operands:
+        if is_long_double(x):
+            raise not_real(x, f"fa.{name}'s operand")
         if not is_number(x):
             shape = f" of shape {np.shape(x)}" if hasattr(x, "shape") else ""
             raise TypeError(

@@ -35,7 +35,7 @@ from fastad.eager.handle import (
 )
 from fastad.eager.operators import Operators, is_number
 from fastad.kernels import optable
-from fastad.util.errors import TraceError, flag, is_int, is_long_double, not_real
+from fastad.util.errors import TraceError, as_float64, flag, is_int, is_long_double, not_real
 
 if TYPE_CHECKING:
     from fastad.eager.tape import Tape
@@ -384,9 +384,8 @@ def record_block_on(
 def compute_block(code: int, operands: tuple[Any, ...], params: object = None) -> Any:
     """What op ``code`` gives on plain arrays and numbers: the same rule, nothing recorded."""
     entry = block_rules.rule(code)
-    values = tuple(
-        float(x) if np.ndim(x) == 0 else np.ascontiguousarray(x, dtype=np.float64) for x in operands
-    )
+    arrays = [as_float64(x, "an operand") for x in operands]
+    values = tuple(float(x) if x.ndim == 0 else np.ascontiguousarray(x) for x in arrays)
     entry.shape(tuple(np.shape(value) for value in values), params)
     return entry.value_of(values, params)
 

@@ -39,6 +39,15 @@ def is_long_double(value: object) -> bool:
     )
 
 
+def as_float64(value: object, what: str) -> NDArray[np.float64]:
+    """``value`` as a float64 array, as ``np.asarray(value, np.float64)`` makes it, except
+    a float wider than float64, which raises (``not_real``) rather than being rounded."""
+    array = np.asarray(value)
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        raise not_real(array, what)
+    return np.asarray(array, dtype=np.float64)
+
+
 def not_real(value: object, what: str) -> TypeError:
     """The error for ``value`` that should hold real numbers and does not: it names the
     dtype and, for objects, the first element that is not a real number and where."""
