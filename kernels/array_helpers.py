@@ -44,9 +44,11 @@ ddot: Any = types.ExternalFunction(SYMBOLS["ddot"], types.float64(_i, _p, _i, _p
 @kernel(inline="always")
 def pairwise_block(a: FloatArray, start: int, n: int) -> float:
     """NumPy's sum of ``a[start:start + n]`` for ``n <= 128``: in order below 8 terms,
-    else eight running sums, combined as a tree, then the rest in order."""
+    from -0.0 as NumPy starts them (a run of -0.0 sums to -0.0, nothing to -0.0: the
+    caller's start decides), else eight running sums, combined as a tree, then the rest
+    in order."""
     if n < 8:
-        res = 0.0
+        res = -0.0
         for i in range(start, start + n):
             res += a[i]
         return res

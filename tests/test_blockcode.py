@@ -1005,12 +1005,16 @@ def test_pairwise_rows_is_numpys_sum_of_each_row(rng):
         sums = np.empty(5)
         array_helpers.pairwise_rows(X, sums, 0.0)
         np.testing.assert_array_equal(sums, X.sum(axis=1))
-    # The start is added last: 0.0 turns a sum of -0.0s into 0.0 as NumPy's sum does,
-    # -0.0 keeps it (reach_sum's strong zero).
-    X = np.full((3, 40), -0.0)
-    for start, sign in ((0.0, 1.0), (-0.0, -1.0)):
-        array_helpers.pairwise_rows(X, sums[:3], start)
-        assert np.all(sums[:3] == 0.0) and np.all(np.copysign(1.0, sums[:3]) == sign)
+    # The start is added last: 0.0 turns a sum of -0.0s (or of nothing) into 0.0 as
+    # NumPy's sum does, -0.0 keeps it (reach_sum's strong zero), short rows included.
+    for columns in [0, 1, 3, 7, 8, 9, 40, 129]:
+        X = np.full((3, columns), -0.0)
+        X[2, : columns // 2] = 0.0  # a row with a +0.0 among its -0.0s, where there is room
+        for start in (0.0, -0.0):
+            array_helpers.pairwise_rows(X, sums[:3], start)
+            want = np.add.reduce(X, axis=1, initial=start)
+            np.testing.assert_array_equal(sums[:3], want)
+            np.testing.assert_array_equal(np.signbit(sums[:3]), np.signbit(want))
 
 
 @pytest.mark.parametrize("columns", [1, 8, 33, 129])
@@ -1023,13 +1027,16 @@ def test_row_sums_in_generated_code_equal_the_interpreter(rng, columns):
 
     def f(X, w):
         rows = (fa.tanh(X) * w).sum(axis=1)
-        return (rows * rows).sum() + (X * X).mean(axis=1, keepdims=True).sum()
+        products = (X * w).prod(axis=1)  # its tangent: a row sum from -0.0
+        return (rows * rows).sum() + (X * X).mean(axis=1, keepdims=True).sum() + products.sum()
 
     generated, reference = assert_generated_gradients_equal_the_interpreters(f, (X, w))
+    for got, want in zip(generated.grad((X, w)), reference.grad((X, w)), strict=True):
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     directions = [rng.normal(size=X.shape), rng.normal(size=w.shape)]
-    np.testing.assert_array_equal(
-        generated.jvp((X, w), directions)[1], reference.jvp((X, w), directions)[1]
-    )
+    directions[0][1] = -0.0  # the zero row does not move
+    tangent, want = generated.jvp((X, w), directions)[1], reference.jvp((X, w), directions)[1]
+    assert tangent == want and np.signbit(tangent) == np.signbit(want)
     assert generated.tier("grad").name == generated.tier("jvp").name == "codegen"
 
 

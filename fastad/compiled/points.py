@@ -318,7 +318,7 @@ class PointCalls:
         outputs = (None if values is None else values.reshape(n_points, 1), gradients)
         found, derivatives, failed = self.run(points, GRAD, None, threads, errors, check, outputs)
         result = (
-            found[:, 0].copy() if values is None else values,
+            self.shape_values(found, False) if values is None else values,
             derivatives if gradients is None else gradients,
         )
         return with_failed(result, failed, False)

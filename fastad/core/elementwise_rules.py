@@ -50,10 +50,11 @@ def _broadcast(shape_a: Shape, shape_b: Shape) -> Shape:
         shape_a = (1,) * -extra + shape_a
     shape = []
     for n, m in zip(shape_a, shape_b, strict=True):
+        # Python ints: a shape of NumPy ints would be remembered for the equal plain one.
         if n == m or m == 1:
-            shape.append(n)
+            shape.append(int(n))
         elif n == 1:
-            shape.append(m)
+            shape.append(int(m))
         else:
             raise ValueError(
                 f"shapes {shape_a[max(-extra, 0) :]} and {shape_b[max(extra, 0) :]} cannot be "
