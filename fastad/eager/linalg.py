@@ -309,7 +309,7 @@ def _operand(x: Any, function: str) -> Any:
     if is_real_dtype(array.dtype):
         return array.astype(np.float64, copy=False)
     if array.dtype.kind == "f":
-        raise not_real(x, function)
+        raise not_real(x, f"{function}'s operand")
     if array.dtype == object:
         node = next((item for item in array.flat if isinstance(item, Node)), None)
         if node is not None:
