@@ -538,6 +538,16 @@ WIDE_ENTRY_POINTS = {
     "plain arrays only": lambda X, x, block, scalar: fa.exp(X),
     "fa.scalar_nodes": lambda X, x, block, scalar: fa.scalar_nodes(X),
 }
+WIDE_IN_OBJECTS = r"must hold real numbers, got dtype object \(longdouble"
+
+
+@pytest.mark.skipif(
+    np.dtype(np.longdouble).itemsize <= 8, reason="long double is float64 here: nothing rounds"
+)
+def test_a_wider_float_inside_an_object_array_is_refused_not_rounded():
+    operand = np.array([np.longdouble(1.5), 2.0], dtype=object)
+    with fa.Tape(), pytest.raises(TypeError, match=WIDE_IN_OBJECTS):
+        np.linalg.solve(fa.var(np.eye(2)), operand)
 
 
 @pytest.mark.parametrize("way", list(WIDE_ENTRY_POINTS) if WIDE is not None else [])

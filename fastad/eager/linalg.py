@@ -19,7 +19,7 @@ from fastad.eager.functions import sqrt, where
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import flag, is_int, is_real_dtype, not_real
+from fastad.util.errors import flag, is_int, is_long_double, is_real_dtype, not_real
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -318,10 +318,11 @@ def _operand(x: Any, function: str) -> Any:
                 f"node {node!r}, which would be read as a number (no gradient): make one "
                 "block of them first, fa.stack([...])"
             )
-        try:
-            return array.astype(np.float64)
-        except (TypeError, ValueError):
-            pass
+        if not any(is_long_double(item) for item in array.flat):  # those: not_real says
+            try:
+                return array.astype(np.float64)
+            except (TypeError, ValueError):
+                pass
     raise not_real(x, f"{function}'s operand")
 
 
