@@ -537,6 +537,9 @@ WIDE_ENTRY_POINTS = {
     "fa.concatenate": lambda X, x, block, scalar: fa.concatenate([block, X]),
     "plain arrays only": lambda X, x, block, scalar: fa.exp(X),
     "fa.scalar_nodes": lambda X, x, block, scalar: fa.scalar_nodes(X),
+    "gradcheck's point": lambda X, x, block, scalar: fa.gradcheck(
+        fa.compile(lambda a, b: a * b, example=np.array([1.0, 2.0])), X[0]
+    ),
 }
 WIDE_IN_OBJECTS = r"must hold real numbers, got dtype object \(longdouble"
 

@@ -116,6 +116,8 @@ def as_point(x: object, what: str = "x", allow_empty: bool = False) -> NDArray[A
         ) from None
     if array.dtype.kind in "biu":
         array = array.astype(np.float64)
+    if is_long_double(array):
+        raise not_real(array, f"gradcheck's {what}")
     if array.dtype.kind != "f":
         hint = "; check a complex function as two real ones" if array.dtype.kind == "c" else ""
         raise TypeError(f"gradcheck needs a real point, got dtype {array.dtype} for {what}{hint}")
