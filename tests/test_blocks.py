@@ -287,6 +287,10 @@ def test_bad_shapes_for_matmul_and_fused_ops():
             fa.mse_loss(A, np.zeros((4, 3)))
         with pytest.raises(TypeError, match="backward needs a scalar output"):
             A.backward()
+        # What the message offers for a cotangent instead works: A's own gradient is it.
+        with pytest.raises(TypeError, match=r"Y\.tape\.vjp\(Y, \[leaves\.\.\.\], G\)"):
+            A.backward(np.ones((3, 4)))
+        np.testing.assert_array_equal(A.tape.vjp(A, [A], np.full((3, 4), 2.0))[0], 2.0)
         with pytest.raises(ValueError, match="axis 2 is out of range"):
             A.sum(axis=2)
 

@@ -532,7 +532,9 @@ class Block(Node, Operators["Block", "Block"]):
     def backward(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError(
             f"backward needs a scalar output, {self!r} is an array: reduce it first "
-            "(e.g. X.sum()) or use a fused loss such as fa.mse_loss"
+            "(e.g. X.sum()) or use a fused loss such as fa.mse_loss; to pull a cotangent G "
+            "of its shape back (PyTorch's Y.backward(G)), Y.tape.vjp(Y, [leaves...], G) "
+            "returns the leaves' gradients"
         )
 
     # -- structure -----------------------------------------------------------------------
