@@ -537,6 +537,7 @@ WIDE_ENTRY_POINTS = {
     "fa.concatenate": lambda X, x, block, scalar: fa.concatenate([block, X]),
     "plain arrays only": lambda X, x, block, scalar: fa.exp(X),
     "fa.scalar_nodes": lambda X, x, block, scalar: fa.scalar_nodes(X),
+    "np.pad's constant": lambda X, x, block, scalar: np.pad(block, 1, constant_values=x),
     "gradcheck's point": lambda X, x, block, scalar: fa.gradcheck(
         fa.compile(lambda a, b: a * b, example=np.array([1.0, 2.0])), X[0]
     ),
@@ -549,8 +550,18 @@ WIDE_IN_OBJECTS = r"must hold real numbers, got dtype object \(longdouble"
 )
 def test_a_wider_float_inside_an_object_array_is_refused_not_rounded():
     operand = np.array([np.longdouble(1.5), 2.0], dtype=object)
-    with fa.Tape(), pytest.raises(TypeError, match=WIDE_IN_OBJECTS):
-        np.linalg.solve(fa.var(np.eye(2)), operand)
+    with fa.Tape():
+        block = fa.var(np.ones(2))
+        for way in (
+            lambda: np.linalg.solve(fa.var(np.eye(2)), operand),
+            lambda: np.einsum("i,i->", block, operand),
+            lambda: np.vstack([block, operand]),
+            lambda: fa.where(np.array([True, False]), block, operand),
+            lambda: fa.logsumexp(operand),
+            lambda: fa.concatenate([operand, operand]),
+        ):
+            with pytest.raises(TypeError, match=WIDE_IN_OBJECTS):
+                way()
 
 
 @pytest.mark.parametrize("way", list(WIDE_ENTRY_POINTS) if WIDE is not None else [])

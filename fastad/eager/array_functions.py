@@ -174,7 +174,7 @@ def tile(A: Any, reps: Any) -> Any:
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> Any:
     x = operand(array, "pad")
-    value = options.pop("constant_values", 0.0)
+    value = as_float64(options.pop("constant_values", 0.0), "np.pad's constant_values")
     refuse_options("pad", **options)
     if mode != "constant" or np.ndim(value) != 0:
         raise TypeError(

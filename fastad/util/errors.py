@@ -43,7 +43,9 @@ def as_float64(value: object, what: str) -> NDArray[np.float64]:
     """``value`` as a float64 array, as ``np.asarray(value, np.float64)`` makes it, except
     a float wider than float64, which raises (``not_real``) rather than being rounded."""
     array = np.asarray(value)
-    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+    if is_long_double(array) or (
+        array.dtype == object and any(is_long_double(item) for item in array.flat)
+    ):
         raise not_real(array, what)
     return np.asarray(array, dtype=np.float64)
 
