@@ -573,6 +573,31 @@ def test_floats_wider_than_float64_are_refused_not_rounded(way):
             WIDE_ENTRY_POINTS[way](X, x, block, scalar)
 
 
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (np.array([1 + 2j, 3.0]), r"must hold real numbers, got dtype complex128"),
+        (np.array(["1", "2"]), r"must hold real numbers, got dtype <U1"),
+        (np.array([1.0, "2"], dtype=object), r"got dtype object \(str '2' at index \(1,\)\)"),
+    ],
+)
+def test_complex_and_text_data_are_refused_not_cut_or_parsed(data, match):
+    # Where data is converted to float64 for a block op, NumPy's conversion would drop
+    # an imaginary part (with only a warning) or parse the text.
+    with fa.Tape():
+        block = fa.var(np.ones(2))
+        for way in (
+            lambda: np.einsum("i,i->", block, data),
+            lambda: np.vstack([block, data]),
+            lambda: fa.where(np.array([True, False]), block, data),
+            lambda: fa.concatenate([data, data]),
+            lambda: fa.scalar_nodes(data),
+            lambda: np.linalg.solve(fa.var(np.eye(2)), data),
+        ):
+            with pytest.raises(TypeError, match=match):
+                way()
+
+
 def test_floats_of_float64_or_narrower_and_integers_still_convert():
     g = fa.compile(lambda X: (X * X).sum(), example=(np.ones((3, 2)),))
     for dtype in (np.float16, np.float32, np.float64, np.int8, np.int64, np.bool_):

@@ -19,7 +19,7 @@ from fastad.eager.functions import sqrt, where
 from fastad.eager.handle import Node, tape_of
 from fastad.eager.node import Block, Var, compute_block, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import flag, is_int, is_long_double, is_real_dtype, not_real
+from fastad.util.errors import as_float64, flag, is_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -306,10 +306,6 @@ def _operand(x: Any, function: str) -> Any:
     if isinstance(x, Node):
         return x
     array = np.asarray(x)
-    if is_real_dtype(array.dtype):
-        return array.astype(np.float64, copy=False)
-    if array.dtype.kind == "f":
-        raise not_real(x, f"{function}'s operand")
     if array.dtype == object:
         node = next((item for item in array.flat if isinstance(item, Node)), None)
         if node is not None:
@@ -318,12 +314,7 @@ def _operand(x: Any, function: str) -> Any:
                 f"node {node!r}, which would be read as a number (no gradient): make one "
                 "block of them first, fa.stack([...])"
             )
-        if not any(is_long_double(item) for item in array.flat):  # those: not_real says
-            try:
-                return array.astype(np.float64)
-            except (TypeError, ValueError):
-                pass
-    raise not_real(x, f"{function}'s operand")
+    return as_float64(array, f"{function}'s operand")
 
 
 def _chain_order(dims: list[int]) -> list[list[int]]:

@@ -39,15 +39,25 @@ def is_long_double(value: object) -> bool:
     )
 
 
+def is_real_number(item: object) -> bool:
+    """Whether ``item``, an element of an object array, is a real number fastad takes:
+    a Python or NumPy bool, int or float, but no float wider than float64."""
+    return isinstance(item, (int, float, np.integer, np.floating, np.bool_)) and not (
+        is_long_double(item)
+    )
+
+
 def as_float64(value: object, what: str) -> NDArray[np.float64]:
-    """``value`` as a float64 array, as ``np.asarray(value, np.float64)`` makes it, except
-    a float wider than float64, which raises (``not_real``) rather than being rounded."""
+    """``value`` as a float64 array: numbers of a real dtype (``is_real_dtype``), or an
+    object array (a list) of real numbers (``is_real_number``). Anything else raises
+    ``not_real``: where ``np.asarray(value, np.float64)`` would round a long double, drop
+    a complex part (with only a warning) or parse a string."""
     array = np.asarray(value)
-    if is_long_double(array) or (
-        array.dtype == object and any(is_long_double(item) for item in array.flat)
-    ):
-        raise not_real(array, what)
-    return np.asarray(array, dtype=np.float64)
+    if is_real_dtype(array.dtype):
+        return array.astype(np.float64, copy=False)
+    if array.dtype == object and all(is_real_number(item) for item in array.flat):
+        return array.astype(np.float64)
+    raise not_real(array, what)
 
 
 def not_real(value: object, what: str) -> TypeError:
@@ -63,9 +73,7 @@ def not_real(value: object, what: str) -> TypeError:
     found = ""
     if array.dtype == object:
         for index, item in np.ndenumerate(array):
-            if not isinstance(item, (int, float, np.integer, np.floating, np.bool_)) or (
-                is_long_double(item)
-            ):
+            if not is_real_number(item):
                 text = repr(item)
                 text = text if len(text) <= 40 else text[:37] + "..."
                 where = f" at index {index}" if array.ndim else ""
