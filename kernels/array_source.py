@@ -35,7 +35,7 @@ same operations run in the same order: the products (the BLAS routine
 np.matmul picks for the shapes, ``ddot``, ``dgemv`` or ``dgemm``, with the
 arguments it passes), elementwise ops and their partials (the same
 expressions, the same libm), the sums (NumPy's pairwise summation, restated
-in ``array_helpers.pairwise``; sums over the first of two axes row by row, as NumPy
+in ``summation.pairwise``; sums over the first of two axes row by row, as NumPy
 adds them), the fused layers' passes. They differ in the softmax family and
 the cross-entropy, whose interpreter takes NumPy's vectorised ``exp`` (not
 libm's, a last-bit difference per element) and reads the softmax as
@@ -259,7 +259,7 @@ def module_source(
         f"# once in fastad's kernel cache; this text changes with them (kernels "
         f"{jit.kernels_source_stamp()[:16]}).",
         "from fastad.kernels.array_helpers import bounded, dot, gemm, gemv  # noqa: F401",
-        "from fastad.kernels.array_helpers import pairwise, pairwise_rows  # noqa: F401",
+        "from fastad.kernels.summation import pairwise, pairwise_rows  # noqa: F401",
         "from fastad.kernels.fused import row_max  # noqa: F401",
         "from fastad.kernels.jit import kernel",
         "",

@@ -26,6 +26,12 @@ CASES = [
     ("trace", lambda a: np.trace(a), [(4, 4)]),
     ("trace offset", lambda a: np.trace(a, offset=-1), [(4, 3)]),
     ("diagonal", lambda a: np.diagonal(a, 1), [(3, 4)]),
+    ("diagonal of a stack", lambda a: np.diagonal(a, 0, 1, 2), [(2, 3, 3)]),
+    ("diagonal of a stack, axes apart", lambda a: np.diagonal(a, -1, 2, 0), [(4, 2, 3)]),
+    ("diagonal past the corner", lambda a: np.diagonal(a, 2, 0, 1), [(5, 3, 2)]),
+    ("diagonal of 4 axes", lambda a: np.diagonal(a, 1, 3, 1), [(2, 3, 2, 4)]),
+    ("trace of a stack", lambda a: np.trace(a, 1, 1, 2), [(3, 4, 4)]),
+    ("diagonal of nothing", lambda a: np.diagonal(a, -3, 1, 2), [(2, 3, 4)]),
     ("diag of a matrix", lambda a: np.diag(a, -1), [(4, 4)]),
     ("diag of a vector", lambda a: np.diag(a), [(3,)]),
     ("diag above", lambda a: np.diag(a, 2), [(3,)]),
@@ -177,6 +183,12 @@ def test_bad_axes_and_options_are_named():
             np.cumsum(X, dtype=np.float32)
         with pytest.raises(ValueError, match="axis 2 is out of range"):
             np.cumsum(X, axis=2)
+        with pytest.raises(ValueError, match=r"at least two axes, got shape \(3,\)"):
+            np.diagonal(X[0])
+        with pytest.raises(ValueError, match="axis1=-1 and axis2=1 are both axis 1"):
+            np.trace(X, 0, -1, 1)
+        with pytest.raises(ValueError, match="axis 3 is out of range"):
+            np.diagonal(X, 0, 0, 3)
 
 
 def test_einsum_is_planned_once_per_subscripts_and_shapes(monkeypatch):

@@ -23,7 +23,7 @@ import pytest
 
 import fastad as fa
 from fastad.compiled import array_kernel
-from fastad.kernels import array_helpers, array_program, array_source
+from fastad.kernels import array_program, array_source, summation
 from fastad.util.errors import BranchError
 
 B, N, H, C = 12, 7, 5, 4
@@ -1003,7 +1003,7 @@ def test_pairwise_rows_is_numpys_sum_of_each_row(rng):
     for columns in [0, 1, 5, 7, 8, 9, 16, 31, 32, 33, 127, 128, 129, 200, 257, 1000]:
         X = rng.normal(size=(5, columns)) * 10.0 ** rng.integers(-3, 4, size=(5, 1))
         sums = np.empty(5)
-        array_helpers.pairwise_rows(X, sums, 0.0)
+        summation.pairwise_rows(X, sums, 0.0)
         np.testing.assert_array_equal(sums, X.sum(axis=1))
     # The start is added last: 0.0 turns a sum of -0.0s (or of nothing) into 0.0 as
     # NumPy's sum does, -0.0 keeps it (reach_sum's strong zero), short rows included.
@@ -1011,7 +1011,7 @@ def test_pairwise_rows_is_numpys_sum_of_each_row(rng):
         X = np.full((3, columns), -0.0)
         X[2, : columns // 2] = 0.0  # a row with a +0.0 among its -0.0s, where there is room
         for start in (0.0, -0.0):
-            array_helpers.pairwise_rows(X, sums[:3], start)
+            summation.pairwise_rows(X, sums[:3], start)
             want = np.add.reduce(X, axis=1, initial=start)
             np.testing.assert_array_equal(sums[:3], want)
             np.testing.assert_array_equal(np.signbit(sums[:3]), np.signbit(want))

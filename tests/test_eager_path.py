@@ -3,7 +3,8 @@ broadcast (NumPy's), the log-softmax rows (the formula in NumPy), what a
 rule's forward saves for its VJP (the VJP that computes it again), the
 first-element shortcut of the reach test, the backward's skipping of
 runs that hold only array leaves (a long chain of them against NumPy's
-hand-written gradients), and add's VJP without a kernel (the kernel's)."""
+hand-written gradients), add's VJP without a kernel (the kernel's), and
+sums over short last axes in one compiled call (NumPy's sums, bit for bit)."""
 
 import math
 import warnings
@@ -262,3 +263,61 @@ def test_gradients_of_intermediate_nodes_and_functions_of_constants(rng):
         loss = np.sum(np.exp(c) * x)
         loss.backward()
     np.testing.assert_allclose(x.grad, np.exp(values[::-1]), rtol=1e-15)
+
+
+def _bits(x):
+    """The bits of a float array, every nan alike (NumPy and a compiled loop may carry
+    different payloads)."""
+    x = np.array(x, dtype=np.float64)
+    x[np.isnan(x)] = np.nan
+    return x.view(np.int64)
+
+
+@pytest.mark.parametrize("shape", [(5, 1), (5, 7), (5, 8), (5, 33), (2, 3, 128), (4, 0, 9)])
+@pytest.mark.parametrize("start", [0.0, -0.0])
+def test_short_row_sums_are_numpys_bit_for_bit(rng, shape, start):
+    # add_reduce sums these rows with one compiled call: NumPy's sum (initial=-0.0:
+    # reach_sum's), the sign of every zero, inf and nan included.
+    X = rng.normal(size=shape) * 10.0 ** rng.integers(-3, 4, size=(*shape[:-1], 1))
+    if X.size:
+        X.reshape(-1, shape[-1])[0] = -0.0  # a row of -0.0s: +0.0 from 0.0, -0.0 from -0.0
+        X.reshape(-1, shape[-1])[-1, 0] = np.inf
+        X.reshape(-1, shape[-1])[-1, -1] = -np.inf  # inf - inf: nan (a one-element row: -inf)
+    X[rng.random(shape) < 0.3] = -0.0
+    for keepdims in (False, True):
+        with np.errstate(invalid="ignore"):  # inf - inf, as the rules run it
+            want = np.add.reduce(X, axis=-1, keepdims=keepdims, initial=start)
+            got = reach.add_reduce(X, (X.ndim - 1,), keepdims, start)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_other_sums_are_numpys_own(rng):
+    # Long rows, other axes and views that are not C-contiguous keep NumPy's reduction.
+    X = rng.normal(size=(3, 200))
+    cases = [(X, (1,)), (X, (0,)), (X, None), (X[:, ::2], (1,)), (X.T, (1,))]
+    for x, axes in cases:
+        want = np.add.reduce(x, axis=axes)
+        np.testing.assert_array_equal(_bits(reach.add_reduce(x, axes, False)), _bits(want))
+
+
+def test_sums_of_rows_on_a_tape_are_numpys(rng):
+    # The eager path: sum and mean over the last axis, their values NumPy's, bit for bit,
+    # and their gradients (a broadcast of the adjoint) and tangents (reach_sum).
+    X = rng.normal(size=(6, 3, 20))
+    X[0, 0] = -0.0
+    with fa.Tape() as tape:
+        x = fa.var(X)
+        total = x.sum(axis=-1)
+        mean = x.mean(axis=2, keepdims=True)
+        np.testing.assert_array_equal(_bits(total.value), _bits(X.sum(axis=-1)))
+        np.testing.assert_array_equal(_bits(mean.value), _bits(X.mean(axis=2, keepdims=True)))
+        weights = rng.normal(size=(6, 3))
+        loss = (total * weights).sum() + mean.sum()
+        loss.backward()
+        want_grad = np.broadcast_to(weights[..., None] + 1.0 / 20, X.shape)
+        np.testing.assert_allclose(x.grad, want_grad, rtol=1e-15)
+        direction = rng.normal(size=X.shape)
+        tangent = tape.tangent(loss, [x], [direction])
+        want = (direction.sum(axis=-1) * weights).sum() + direction.mean(axis=2).sum()
+        assert tangent == pytest.approx(want, rel=1e-13)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.kernels import block_reach, strong_zeros
+from fastad.kernels import block_reach, strong_zeros, summation
 
 if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, RuleValue
@@ -71,6 +71,45 @@ def any_reached(x: RuleValue) -> bool:
 _add_reduce: Callable[..., Any] = np.add.reduce
 """What ``np.sum`` calls, without its Python wrapper (a few microseconds a call)."""
 
+SHORT_ROWS = 128
+"""The longest last axis that :func:`add_reduce` sums with one compiled call."""
+
+
+def sums_short_rows(x: FloatArray, axis: int | tuple[int, ...] | None) -> bool:
+    """Whether :func:`add_reduce` sums ``x`` over ``axis`` with one compiled call: its
+    last axis, of 1 to ``SHORT_ROWS`` elements, of a C-contiguous float64 array of at
+    least two axes."""
+    last = x.ndim - 1
+    return (
+        (axis == (last,) or axis == last or axis == -1)
+        and last > 0
+        and 0 < x.shape[last] <= SHORT_ROWS
+        and x.dtype == np.float64
+        and x.flags.c_contiguous
+    )
+
+
+def add_reduce(
+    x: FloatArray, axis: int | tuple[int, ...] | None, keepdims: bool, start: float = 0.0
+) -> Any:
+    """``np.add.reduce(x, axis, keepdims=keepdims)`` (``initial=start`` where ``start`` is
+    -0.0), bit for bit.
+
+    A sum over the last axis of at most ``SHORT_ROWS`` elements of a C-contiguous
+    array is one compiled call in NumPy's order (``summation.pairwise_rows``):
+    NumPy's reduction costs more per row than its additions there, 5.1 us against
+    1.8 for 256 rows of 32 and 109 us against 9 for 10,000 rows of 2. On longer rows
+    NumPy's own vectorised sum is the faster.
+    """
+    if sums_short_rows(x, axis):
+        rows = x.shape[:-1]
+        sums = np.empty(rows)
+        summation.pairwise_rows(x.reshape(-1, x.shape[-1]), sums.reshape(-1), start)
+        return sums[..., np.newaxis] if keepdims else sums
+    if start == 0.0 and math.copysign(1.0, start) > 0.0:
+        return _add_reduce(x, axis=axis, keepdims=keepdims)
+    return _add_reduce(x, axis=axis, keepdims=keepdims, initial=start)
+
 
 def reach_sum(
     x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
@@ -78,7 +117,7 @@ def reach_sum(
     """``x.sum(axis)`` that keeps strong zeros: a sum of UNREACHED elements only is
     UNREACHED (NumPy's own sum starts at +0.0, which would mark it reached)."""
     if type(x) is np.ndarray and x.ndim:
-        return _add_reduce(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
+        return add_reduce(x, axis, keepdims, UNREACHED)
     return np.sum(x, axis=axis, keepdims=keepdims, initial=UNREACHED)
 
 

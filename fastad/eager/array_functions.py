@@ -102,27 +102,44 @@ def flip(m: Any, axis: Any = None) -> Any:
 
 
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    """``np.diagonal``: the diagonal of the two axes as the last axis, the other axes
+    kept in their order, for blocks of any rank."""
     x = operand(a, "diagonal")
-    if x.ndim != 2:
-        raise TypeError(
-            f"np.diagonal of fastad blocks takes matrices (2 axes), got shape {x.shape}: "
-            "index the stack instead"
+    if x.ndim < 2:
+        raise ValueError(
+            f"np.diagonal takes at least two axes, got shape {x.shape}: np.diag of a vector "
+            "makes a matrix"
         )
     first, second = normal_axis(x.shape, axis1, x), normal_axis(x.shape, axis2, x)
     if first == second:
         raise ValueError(f"np.diagonal: axis1={axis1!r} and axis2={axis2!r} are both axis {first}")
-    offset = integer(offset, "np.diagonal's offset")
-    if first == 1:
-        x = x.T
-    rows = np.arange(max(0, -offset), min(x.shape[0], x.shape[1] - offset))
-    return x[rows, rows + offset]
+    return diagonal_last(x, integer(offset, "np.diagonal's offset"), first, second)
+
+
+def diagonal_last(x: Any, offset: int, first: int, second: int) -> Any:
+    """The diagonal of axes ``first`` and ``second`` of ``x`` (offset ``offset`` above it),
+    as ``np.diagonal`` gives it: a transpose putting the pair last (where it is not
+    there already), a slice for the offset, and every ``(columns + 1)``th element of
+    the pair flattened, a strided slice. ``x`` is a block, or ``np.einsum``'s planned
+    value (the ops it asks for are the plan's)."""
+    rest = [n for n in range(x.ndim) if n not in (first, second)]
+    x = permuted(x, (*rest, first, second))
+    if offset > 0:  # the diagonal starts in column `offset`
+        x = x[..., :, offset:]
+    elif offset < 0:  # in row `-offset`
+        x = x[..., -offset:, :]
+    rows, columns = x.shape[-2:]
+    count = min(rows, columns)
+    flat = x.reshape((*x.shape[:-2], rows * columns))
+    return flat[..., : count * (columns + 1) : columns + 1]
 
 
 def trace(
     a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None
 ) -> Any:
     refuse_options("trace", out=out, dtype=other_dtype(dtype))
-    return diagonal(a, offset, axis1, axis2).sum()
+    d = diagonal(a, offset, axis1, axis2)
+    return d.sum() if d.ndim == 1 else d.sum(axis=-1)
 
 
 def diag(v: Any, k: int = 0) -> Any:

@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from fastad.eager.array_functions import axes_of, moveaxis, operand, permuted, refuse_options
+from fastad.eager.array_functions import (
+    axes_of,
+    diagonal_last,
+    moveaxis,
+    operand,
+    permuted,
+    refuse_options,
+)
 from fastad.eager.block_params import normal_axis
 from fastad.eager.blocks import stack
 from fastad.eager.node import Var, matmul
@@ -322,8 +329,8 @@ def _letters(subscripts: str, arrays: list[Any]) -> tuple[list[str], str]:
 
 
 def _diagonals(x: Any, group: str, subscripts: str) -> tuple[Any, str]:
-    """``x`` with each letter repeated in ``group`` reduced to its diagonal (last axis), a
-    strided slice of the two axes flattened."""
+    """``x`` with each letter repeated in ``group`` reduced to its diagonal (last axis), as
+    ``np.diagonal`` takes it."""
     while len(set(group)) != len(group):
         letter = next(c for c in group if group.count(c) > 1)
         first = group.index(letter)
@@ -333,11 +340,8 @@ def _diagonals(x: Any, group: str, subscripts: str) -> tuple[Any, str]:
                 f"np.einsum {subscripts!r}: letter {letter!r} stands for {x.shape[first]} and "
                 f"{x.shape[second]} elements"
             )
-        rest = [n for n in range(x.ndim) if n not in (first, second)]
-        x = permuted(x, (*rest, first, second))
-        size = x.shape[-1]  # the pair last, flattened: its diagonal is every (size + 1)th
-        x = x.reshape((*x.shape[:-2], size * size))[..., :: size + 1]
-        group = "".join(group[n] for n in rest) + letter
+        x = diagonal_last(x, 0, first, second)
+        group = "".join(c for n, c in enumerate(group) if n not in (first, second)) + letter
     return x, group
 
 
