@@ -308,21 +308,25 @@ def test_out_receives_the_gradients(rng):
 
 
 @pytest.mark.parametrize(
-    "bad, message",
+    "bad, error, message",
     [
-        (lambda g: [g[0].astype(np.float32), None, None, None], "float64"),
-        (lambda g: [np.empty((H, N)), None, None, None], r"shape \(7, 5\)"),
-        (lambda g: [np.empty((N, H), order="F")[:, :], None, None, None], "C-contiguous"),
-        (lambda g: [None, None, None], "a list of 4"),
-        (lambda g: g[0], "a list of 4"),
+        # A wrong type or dtype is a TypeError (NumPy's out= too), a wrong shape,
+        # layout or length a ValueError.
+        (lambda g: [g[0].astype(np.float32), None, None, None], TypeError, "float64.*float32"),
+        (lambda g: [[[0.0] * H] * N, None, None, None], TypeError, "got list"),
+        (lambda g: [np.empty((H, N)), None, None, None], ValueError, r"shape \(7, 5\)"),
+        (lambda g: [np.empty((N, H), order="F")[:, :], None, None, None], ValueError, "C-contig"),
+        (lambda g: [None, None, None], ValueError, "a list of 4"),
+        (lambda g: g[0], TypeError, "a list of 4"),
     ],
 )
-def test_bad_out_is_refused(bad, message, rng):
+def test_bad_out_is_refused(bad, error, message, rng):
     args = mlp_args(rng, False)
     f = compiled("mlp", args, "codegen")
     gradients = f.grad(args)
-    with pytest.raises((ValueError, TypeError), match=message):
+    with pytest.raises(error, match=message) as refusal:
         f.value_and_grad(args, out=bad(gradients))
+    assert refusal.type is error  # not only a subclass
 
 
 def test_read_only_out_is_refused(rng):

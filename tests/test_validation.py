@@ -536,6 +536,7 @@ WIDE_ENTRY_POINTS = {
     "np.einsum's operand": lambda X, x, block, scalar: np.einsum("ij,ij->", block, X),
     "fa.concatenate": lambda X, x, block, scalar: fa.concatenate([block, X]),
     "plain arrays only": lambda X, x, block, scalar: fa.exp(X),
+    "fa.matmul of plain arrays": lambda X, x, block, scalar: fa.matmul(X, X.T),
     "fa.scalar_nodes": lambda X, x, block, scalar: fa.scalar_nodes(X),
     "np.pad's constant": lambda X, x, block, scalar: np.pad(block, 1, constant_values=x),
     "gradcheck's point": lambda X, x, block, scalar: fa.gradcheck(
@@ -593,9 +594,24 @@ def test_complex_and_text_data_are_refused_not_cut_or_parsed(data, match):
             lambda: fa.concatenate([data, data]),
             lambda: fa.scalar_nodes(data),
             lambda: np.linalg.solve(fa.var(np.eye(2)), data),
+            lambda: fa.matmul(data, data),
         ):
             with pytest.raises(TypeError, match=match):
                 way()
+
+
+@pytest.mark.parametrize("data", [np.array([1 + 2j, 3.0]), np.array(["1", "2"])], ids=repr)
+def test_a_function_of_a_plain_array_of_another_dtype_names_it(data):
+    with pytest.raises(TypeError, match=rf"fa.exp's ndarray operand .* dtype {data.dtype}"):
+        fa.exp(data)
+
+
+def test_fa_matmul_of_plain_arrays_computes_in_float64():
+    # As fastad's other functions of plain arrays: float32 and integers convert exactly.
+    A = np.arange(4, dtype=np.float32).reshape(2, 2)
+    product = fa.matmul(A, [1, 1])
+    assert product.dtype == np.float64
+    np.testing.assert_array_equal(product, A.astype(np.float64) @ np.ones(2))
 
 
 def test_floats_of_float64_or_narrower_and_integers_still_convert():

@@ -176,9 +176,14 @@ class Arguments:
             return None
         positions, single = self._wrt or (list(range(self._count)), False)
         listed = [out] if single else out
-        if not isinstance(listed, (list, tuple)) or len(listed) != len(positions):
-            form = "one array" if single else f"a list of {len(positions)} (arrays or None)"
+        form = "one array" if single else f"a list of {len(positions)} (arrays or None)"
+        if not isinstance(listed, (list, tuple)):
             raise TypeError(f"out must be {form}, one per gradient, got {type(out).__name__}")
+        if len(listed) != len(positions):
+            raise ValueError(
+                f"out must be {form}, one per gradient, got a {type(out).__name__} of "
+                f"{len(listed)}"
+            )
         checked: list[NDArray[np.float64] | None] = []
         shapes = self.call_shapes(arguments)
         for position, array in zip(positions, listed, strict=True):
@@ -191,19 +196,19 @@ class Arguments:
                     f"out for argument {position}: a scalar argument's gradient is a float; "
                     "give None there"
                 )
-            if (
-                not isinstance(array, np.ndarray)
-                or array.dtype != np.float64
-                or array.shape != shape
-                or not array.flags.c_contiguous
-                or not array.flags.writeable
-            ):
+            if not isinstance(array, np.ndarray) or array.dtype != np.float64:
+                # A wrong type or dtype is a TypeError, as for NumPy's out= and the
+                # compiled functions of scalars; a wrong shape or layout a ValueError.
+                found = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
+                raise TypeError(
+                    f"out for argument {position} must be a float64 NumPy array of shape "
+                    f"{shape}, got {found}"
+                )
+            if array.shape != shape or not array.flags.c_contiguous or not array.flags.writeable:
                 described = (
-                    f"{array.dtype} array of shape {array.shape}"
+                    f"array of shape {array.shape}"
                     + ("" if array.flags.c_contiguous else ", not C-contiguous")
                     + ("" if array.flags.writeable else ", read-only")
-                    if isinstance(array, np.ndarray)
-                    else type(array).__name__
                 )
                 raise ValueError(
                     f"out for argument {position} must be a writable C-contiguous float64 array "

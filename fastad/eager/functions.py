@@ -216,8 +216,8 @@ def _require_node(x: object, what: str, blocks_allowed: bool = True) -> None:
 
 def _plain_number_result(name: str, code: int, operands: tuple[Any, ...]) -> float:
     for x in operands:
-        if is_long_double(x):
-            raise not_real(x, f"fa.{name}'s operand")
+        if is_long_double(x) or (isinstance(x, np.ndarray) and x.ndim):
+            raise not_real(x, f"fa.{name}'s {type(x).__name__} operand")  # another dtype
         if not is_number(x):
             shape = f" of shape {np.shape(x)}" if hasattr(x, "shape") else ""
             raise TypeError(

@@ -432,8 +432,8 @@ def matmul(x: Any, y: Any) -> Any: ...
 def matmul(x: Any, y: Any) -> Any:
     """``x @ y`` with NumPy's rules (vectors, batch axes that broadcast); a scalar node
     for two vectors (typed as a block, as NumPy types a product of two arrays)."""
-    if tape_of(x, y) is None:
-        return np.matmul(x, y)
+    if tape_of(x, y) is None:  # in float64, as fastad's other functions of plain arrays
+        return np.matmul(as_float64(x, "fa.matmul's operand"), as_float64(y, "fa.matmul's operand"))
     return record_block(MATMUL, (x, y), None, "matmul operand")
 
 
