@@ -181,8 +181,7 @@ class Arguments:
             raise TypeError(f"out must be {form}, one per gradient, got {type(out).__name__}")
         if len(listed) != len(positions):
             raise ValueError(
-                f"out must be {form}, one per gradient, got a {type(out).__name__} of "
-                f"{len(listed)}"
+                f"out must be {form}, one per gradient, got a {type(out).__name__} of {len(listed)}"
             )
         checked: list[NDArray[np.float64] | None] = []
         shapes = self.call_shapes(arguments)
