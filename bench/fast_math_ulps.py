@@ -47,7 +47,7 @@ def main():
             for name in host.functions
             if hasattr(library, vector_ir.vector_symbol(name, lanes))
         )
-        native_code.fast_math = lambda lanes=lanes, functions=functions: native_code.FastMath(
+        native_code.fast_math = lambda lanes=lanes, functions=functions: native_code.Vectors(
             lanes, functions
         )
         found = [

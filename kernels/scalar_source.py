@@ -48,6 +48,8 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -582,10 +584,40 @@ def module_source(
         "",
         "UNREACHED = -0.0",
     ]
-    if lanes:
-        listed = "".join(f'"{name}", ' for name in vector_math)
-        header += ["", f"LANES = {lanes}", f"VECTOR_MATH = ({listed})"]
-    return "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels_text]) + "\n"
+    text = "\n\n\n".join(["\n".join(header), *helper_sources(), *kernels_text]) + "\n"
+    return on_vectors(text, lanes, vector_math) if lanes else text
+
+
+def on_vectors(text: str, lanes: int, vector_math: tuple[str, ...]) -> str:
+    """``text`` (:func:`module_source`'s, without ``lanes``) with the header lines that
+    run its ``batch`` kernel on ``lanes`` points at once (``LANES``), calling libmvec for
+    the functions of ``vector_math`` (``VECTOR_MATH``) and libm on each lane for the
+    others (:mod:`fastad.kernels.vector_ir`)."""
+    header, rest = text.split("\n\n\n", 1)
+    listed = "".join(f'"{name}", ' for name in vector_math)
+    return f"{header}\n\nLANES = {lanes}\nVECTOR_MATH = ({listed})\n\n\n{rest}"
+
+
+def libm_calls(text: str) -> int:
+    """How many calls of the C library's math functions the ``batch`` kernel of
+    :func:`module_source`'s ``text`` makes per point: its call sites of those functions
+    (not ``fabs``, ``copysign`` and ``sqrt``, single instructions) and of the rule
+    helpers that call them."""
+    return len(_LIBM_CALL.findall(text, text.index("\ndef batch(")))
+
+
+def _calling_libm(source: str) -> bool:
+    return _LIBM_FUNCTION.search(source.split(":", 1)[1]) is not None  # past the signature
+
+
+_LIBM = [
+    name
+    for name in optable.MATH_NAMES
+    if callable(getattr(math, name)) and name not in {"fabs", "copysign", "sqrt"}
+]
+_LIBM_FUNCTION = re.compile(rf"\b({'|'.join(_LIBM)})\(")
+_LIBM_HELPERS = [h.__name__ for h in optable.HELPERS if _calling_libm(inspect.getsource(h))]
+_LIBM_CALL = re.compile(rf"\b({'|'.join(_LIBM + _LIBM_HELPERS)})\(")
 
 
 MATH_NAMES = sorted({*optable.MATH_NAMES, "copysign", "isfinite"})

@@ -105,12 +105,31 @@ def both_tiers(function, example, **options):
     return interpreted, generated
 
 
+@pytest.fixture(params=["a point at a time", "vectors of points"])
+def batch_code(request, monkeypatch):
+    """Both ways a generated batch kernel runs outside fast math: a point at a time, or
+    on the host's vectors of points with libm on each lane (every kernel, whatever its
+    share of libm calls)."""
+    if request.param == "a point at a time":
+        monkeypatch.setattr(native_code, "default_vectors", lambda: None)
+    elif native_code.default_vectors() is None:
+        pytest.skip(f"{llvm.get_process_triple()} has no vectors of doubles for batches")
+    else:
+        monkeypatch.setattr(module_cache, "VECTOR_CALLS_PER_ROW", float("inf"))
+    return request.param
+
+
+def assert_batch_code(function, call, batch_code):
+    reason = function.tier(call).reason
+    assert ("on vectors of" in reason) == (batch_code == "vectors of points"), reason
+
+
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_programs_equal_the_interpreter_in_every_mode(seed):
-    check_every_mode(seed)
+def test_random_programs_equal_the_interpreter_in_every_mode(seed, batch_code):
+    check_every_mode(seed, batch_code)
 
 
-def check_every_mode(seed):
+def check_every_mode(seed, batch_code=None):
     rng = np.random.default_rng(100 + seed)
     function = random_program(seed)
     example = rng.uniform(0.5, 1.5, 4)
@@ -135,14 +154,17 @@ def check_every_mode(seed):
             generated.jacobian(points, mode=mode), interpreted.jacobian(points, mode=mode)
         )
     assert_same_bits(generated(points[7]), interpreted(points[7]))
+    if batch_code is not None:
+        for call in ("values", "vjp", "jvp", "jacobian_fwd", "jacobian_rev"):
+            assert_batch_code(generated, call, batch_code)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_scalar_programs_equal_the_interpreter(seed):
-    check_scalar_modes(seed)
+def test_random_scalar_programs_equal_the_interpreter(seed, batch_code):
+    check_scalar_modes(seed, batch_code)
 
 
-def check_scalar_modes(seed):
+def check_scalar_modes(seed, batch_code=None):
     rng = np.random.default_rng(200 + seed)
     function = random_program(seed + 10, n_outputs=1)
     interpreted, generated = both_tiers(
@@ -169,6 +191,33 @@ def check_scalar_modes(seed):
         assert_same_bits(value, expected_value)
         assert_same_bits(gradient, expected_gradient)
         assert_same_bits(generated(point), interpreted(point))
+    if batch_code is not None:
+        for call in ("grad", "hvp", "hessian"):
+            assert_batch_code(generated, call, batch_code)
+
+
+def test_batches_run_on_vectors_where_libm_calls_are_few():
+    # Arithmetic and one exp (example 2): vectors of points, libm on each lane. A chain
+    # of sines and tanh calls libm in most rows: a point at a time, faster there.
+    host = native_code.default_vectors()
+    arithmetic = fa.compile(demo.example_2, example=EXAMPLE_2, backend="codegen")
+    math = fa.compile(
+        lambda a, b: fa.sin(fa.tanh(fa.sin(a * b)) + fa.tanh(b)),
+        example=np.array([0.5, 0.25]),
+        backend="codegen",
+    )
+    points = np.random.default_rng(5).uniform(-1, 1, (50, 6))
+    arithmetic.value_and_grad(points)
+    math.value_and_grad(points[:, :2])
+    program = math._calls.replay._generated.program
+    text = generator.module_source(program, "grad", ("batch",))
+    assert generator.libm_calls(text) > module_cache.VECTOR_CALLS_PER_ROW * (2 * len(math.tape))
+    assert "on vectors" not in math.tier("grad").reason
+    if host is not None:
+        want = f"batches on vectors of {host.lanes} points (libm on each lane)"
+        assert want in arithmetic.tier("grad").reason
+    else:
+        assert "on vectors" not in arithmetic.tier("grad").reason
 
 
 @pytest.mark.parametrize("mode", generator.MODES)
@@ -199,8 +248,10 @@ def test_statements_parsed_by_shape_lower_as_the_parsed_text(monkeypatch, mode):
 def test_code_that_fails_to_build_leaves_the_interpreter_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
     monkeypatch.setattr(native_code, "version_key", lambda: "a key of its own")
-    monkeypatch.setattr(
-        scalar_ir, "module_irs", lambda source, name, modules: scalar_ir.Modules(["define {"], 1)
+    monkeypatch.setattr(  # the scalar kernels' lowering and the vector kernels' (batch=)
+        scalar_ir,
+        "module_irs",
+        lambda source, name, modules, batch=None: scalar_ir.Modules(["define {"], 1),
     )
     interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
     points = np.random.default_rng(4).uniform(-1, 1, (20, 6))
@@ -222,6 +273,7 @@ def test_long_kernels_run_in_parts_with_the_same_bits(monkeypatch, tmp_path):
     monkeypatch.setattr(scalar_ir, "PART_STATEMENTS", 7)
     monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
     monkeypatch.setattr(native_code, "version_key", lambda: "parts of 7 statements")
+    monkeypatch.setattr(native_code, "default_vectors", lambda: None)  # scalar kernels
     program = fa.compile(demo.example_2, example=EXAMPLE_2)._calls.replay._generated.program
     text = scalar_ir.module_ir(generator.module_source(program, "grad"), "fastad_test")
     assert text.count("define internal void @fastad_test_batch.part") > 2

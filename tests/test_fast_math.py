@@ -40,7 +40,7 @@ WIDTHS = [lanes for lanes in (2, 4, 8) if lanes <= (HOST.lanes if HOST else 2)]
 
 def lanes_without_vector_math(monkeypatch, lanes):
     """Fast math on ``lanes`` points per vector, every math function libm's."""
-    monkeypatch.setattr(native_code, "fast_math", lambda: native_code.FastMath(lanes, ()))
+    monkeypatch.setattr(native_code, "fast_math", lambda: native_code.Vectors(lanes, ()))
 
 
 def without_libmvec(monkeypatch):
@@ -220,7 +220,7 @@ def lanes_with_vector_math(monkeypatch, lanes):
     functions = tuple(
         name for name in HOST.functions if hasattr(library, vector_ir.vector_symbol(name, lanes))
     )
-    monkeypatch.setattr(native_code, "fast_math", lambda: native_code.FastMath(lanes, functions))
+    monkeypatch.setattr(native_code, "fast_math", lambda: native_code.Vectors(lanes, functions))
     return functions
 
 

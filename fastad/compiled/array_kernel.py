@@ -165,7 +165,7 @@ class BlockCode:
         integers: Sequence[bool],
         title: str,
         batch_axes: dict[int, tuple[int, ...]] | None = None,
-        fast_math: native_code.FastMath | None = None,
+        fast_math: native_code.Vectors | None = None,
     ) -> None:
         """``integers``: per argument, whether the example held integers (its class
         labels, if it is only ever labels, are compiled for int64). ``batch_axes``: per
@@ -708,7 +708,7 @@ def build(
     integers: Sequence[bool],
     title: str,
     batch_axes: dict[int, tuple[int, ...]] | None = None,
-    fast_math: native_code.FastMath | None = None,
+    fast_math: native_code.Vectors | None = None,
 ) -> BlockCode:
     """The generated code of a traced tape, its array constants in place; raises
     :class:`Unsupported` naming what it cannot run."""

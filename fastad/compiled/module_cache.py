@@ -66,6 +66,19 @@ MODES = generator.MODES
 COMPILE_SECONDS_FIXED = 0.2
 COMPILE_SECONDS_PER_ROW = 0.000075
 BUDGET_ROWS = 40_000
+# A batch kernel runs on the host's vectors of points outside fast math (libm on each
+# lane) where at most this share of its rows calls libm: measured on the 2-core AVX-512
+# machine with eight lanes, an RK4 pendulum (0.095 calls a row) ran 0.78x its scalar
+# kernel's time, example 2 (0.04) 0.85x, random programs of sin and tanh 0.5-0.9x at
+# 0.15 and 1.0-1.5x from 0.33 (each lane's call after the other's, the vectors spilled
+# around them). Vector code compiles as one module (scalar code's parts are shared
+# out among threads) with a call per lane: about twice the scalar code's time (the
+# pendulum's 16,796 rows in 1.4 s against 0.6-0.8 with fastad's kernels warm), so only
+# kernels of up to VECTOR_ROWS rows run on vectors, within the compile time of
+# BUDGET_ROWS of scalar code.
+VECTOR_CALLS_PER_ROW = 0.2
+VECTOR_ROWS = 20_000
+VECTOR_COMPILE_FACTOR = 2.0
 
 
 def configured_threads() -> int:
@@ -284,7 +297,7 @@ class GeneratedCode:
     """
 
     def __init__(
-        self, program: Program, title: str, fast_math: native_code.FastMath | None = None
+        self, program: Program, title: str, fast_math: native_code.Vectors | None = None
     ) -> None:
         self._program = program
         self._title = title  # for progress reports only: never part of the code
@@ -292,6 +305,7 @@ class GeneratedCode:
         # Every node's traced value: the kernels read the constants from it.
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
+        self._batch_vectors: dict[str, native_code.Vectors | None] = {}  # by mode
         self._natives: dict[tuple[str, str], native_code.Native] = {}
         self._prepared: set[tuple[str, str, bool]] = set()  # (mode, kernel, parallel) ready
 
@@ -307,20 +321,46 @@ class GeneratedCode:
         found = self._sources.get((mode, kernel))
         if found is None:
             with progress(f"generating code for {self._title} ({mode}, {kernel})"):
-                vector = self.fast_math if kernel == "batch" else None
-                lanes, functions = vector or (0, ())
-                text = generator.module_source(self._program, mode, (kernel,), lanes, functions)
+                text = generator.module_source(self._program, mode, (kernel,))
+                if kernel == "batch":
+                    vectors = self._batch_vectors[mode] = self._vectors(mode, text)
+                    if vectors is not None:
+                        text = generator.on_vectors(text, *vectors)
             found = self._sources[mode, kernel] = (text, native_code.module_name(text))
         return found
 
-    def fast_math_reason(self) -> str | None:
-        """How batches run under fast math: None without fast math."""
-        if self.fast_math is None:
+    def _vectors(self, mode: str, text: str) -> native_code.Vectors | None:
+        """The vectors of points ``mode``'s batch kernel (``text``) runs on, or None: one
+        point at a time.
+
+        Fast math's, where asked for. Else the host's, with libm on each lane (the
+        scalar kernel's bits), for a kernel of at most ``VECTOR_ROWS`` rows that calls
+        libm in at most ``VECTOR_CALLS_PER_ROW`` of them: its arithmetic then runs on
+        vectors. Where calls are denser a point at a time is faster, a math function's
+        lanes running one after another.
+        """
+        if self.fast_math is not None:
+            return self.fast_math
+        host = native_code.default_vectors()
+        size = rows(self._program, mode)
+        if host is None or size > VECTOR_ROWS:
             return None
-        return (
-            f"batches in fast math, {self.fast_math.lanes} points per vector (glibc's "
-            "libmvec; a single point runs libm)"
-        )
+        return host if generator.libm_calls(text) <= VECTOR_CALLS_PER_ROW * size else None
+
+    def vectors_reason(self, mode: str) -> str | None:
+        """How ``mode``'s batches run on vectors of points, for ``f.tier``: fast math's
+        always; the host's vectors once the batch kernel's code was made (its first
+        batch, or its build in the background). None: a point at a time, or not
+        known yet."""
+        if self.fast_math is not None:
+            return (
+                f"batches in fast math, {self.fast_math.lanes} points per vector (glibc's "
+                "libmvec; a single point runs libm)"
+            )
+        vectors = self._batch_vectors.get(mode)
+        if vectors is None:
+            return None
+        return f"batches on vectors of {vectors.lanes} points (libm on each lane)"
 
     def is_cached(self, mode: str) -> bool:
         """Whether ``mode``'s batch code is in the cache: a load, not a compile."""
@@ -333,10 +373,13 @@ class GeneratedCode:
         text, name = self._source(mode, kernel)  # before any lock: a duplicate is harmless
         size = rows(self._program, mode)
         message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
+        expected = expected_compile_seconds(size)
+        if kernel == "batch" and self._batch_vectors.get(mode) is not None:
+            expected *= VECTOR_COMPILE_FACTOR
         # One build at a time, under the lock a fork waits for (LLVM's locks would not be
         # the child's); the progress report's thread ends outside it.
         with (
-            progress(message, expected=expected_compile_seconds(size))
+            progress(message, expected=expected)
             if report and not native_code.is_cached(name)
             else _quiet()
         ):

@@ -111,16 +111,36 @@ def module_name(source: str) -> str:
     return f"fastad_{digest.hexdigest()[:32]}"
 
 
-class FastMath(NamedTuple):
-    """The vector math this process can run: doubles per vector and the math functions
-    glibc's libmvec has at that width and every narrower one (``vector_ir``,
-    ``vector_math``)."""
+class Vectors(NamedTuple):
+    """How generated code runs on vectors (``vector_ir``, ``vector_math``): doubles per
+    vector, and the math functions that call glibc's libmvec there (fast math: those
+    libmvec has at that width and every narrower one). Every other math function runs
+    libm's scalar function on each lane, the scalar code's bits: outside fast math, all
+    of them."""
 
     lanes: int
     functions: tuple[str, ...]
 
 
-def fast_math() -> FastMath:
+def host_lanes() -> int:
+    """Doubles per vector on this CPU: eight with AVX-512, four with AVX2, two with SSE2
+    (every x86-64 CPU); 0 on other CPUs, whose batches run a point at a time."""
+    triple, _, features = _host()
+    if not triple.startswith("x86_64"):
+        return 0
+    flags = set(features.split(","))
+    return 8 if "+avx512f" in flags else 4 if "+avx2" in flags else 2
+
+
+@functools.cache
+def default_vectors() -> Vectors | None:
+    """The vectors of points a batch kernel of generated code may run on outside fast
+    math: the host's widest, libm's math on each lane; None where it has none."""
+    lanes = host_lanes()
+    return Vectors(lanes, ()) if lanes else None
+
+
+def fast_math() -> Vectors:
     """The host's fast math: eight lanes with AVX-512, four with AVX2, two with SSE2;
     libmvec loaded into the process, so the code that calls it links.
 
@@ -151,7 +171,7 @@ def row_exp_lanes() -> int:
     return found.lanes if "exp" in found.functions else 0
 
 
-def fast_math_for(name: str, stacklevel: int = 2) -> FastMath | None:
+def fast_math_for(name: str, stacklevel: int = 2) -> Vectors | None:
     """:func:`fast_math` for the function ``name``, compiled with ``fast_math=True``;
     None, with a warning, on a machine without it (a function saved where it was,
     loaded where it is not): its generated code then runs libm's math.
@@ -169,11 +189,11 @@ def fast_math_for(name: str, stacklevel: int = 2) -> FastMath | None:
 
 
 @functools.cache
-def _fast_math() -> FastMath | str:
+def _fast_math() -> Vectors | str:
     """:func:`fast_math`'s answer, or why not: looked up once per process."""
-    triple, _, features = _host()
-    if not triple.startswith("x86_64"):
-        return f"fast math needs an x86-64 CPU (glibc's libmvec); this is {triple}"
+    lanes = host_lanes()
+    if not lanes:
+        return f"fast math needs an x86-64 CPU (glibc's libmvec); this is {_host()[0]}"
     # find_library asks ldconfig or a compiler; glibc's soname is the fallback.
     path = ctypes.util.find_library("mvec") or "libmvec.so.1"
     try:
@@ -181,8 +201,6 @@ def _fast_math() -> FastMath | str:
         llvm.load_library_permanently(path)
     except (OSError, RuntimeError) as error:
         return f"fast math needs glibc's libmvec, and {path} did not load ({error})"
-    flags = set(features.split(","))
-    lanes = 8 if "+avx512f" in flags else 4 if "+avx2" in flags else 2
     functions = tuple(  # those at every width up to the lanes: LLVM may pick any
         name
         for name in scalar_source.MATH_NAMES
@@ -192,7 +210,7 @@ def _fast_math() -> FastMath | str:
             for width in vector_math.widths(lanes)
         )
     )
-    return FastMath(lanes, functions)
+    return Vectors(lanes, functions)
 
 
 def compiling_threads() -> int:

@@ -188,10 +188,10 @@ class Replay:
     def tier(self, mode: int) -> Tier:
         """The tier that runs ``mode`` now, and why (a question: it starts nothing)."""
         found = self._tiers.tier(MODE_NAMES[mode])
-        fast_math = self._generated.fast_math_reason()
-        if fast_math is None or found.name != "codegen":
+        if found.name != "codegen":
             return found
-        return found._replace(reason=f"{found.reason}; {fast_math}")
+        vectors = self._generated.vectors_reason(MODE_NAMES[mode])
+        return found if vectors is None else found._replace(reason=f"{found.reason}; {vectors}")
 
     def derivative_width(self, mode: int) -> int:
         """Derivative numbers per point in ``mode`` (the generator's rule, one place)."""
