@@ -54,6 +54,7 @@ _BLOCK = optable.BLOCK_BY_NAME
 MATMUL, SUM, MEAN = _BLOCK["matmul"].code, _BLOCK["sum"].code, _BLOCK["mean"].code
 RESHAPE, TRANSPOSE, INDEX = _BLOCK["reshape"].code, _BLOCK["transpose"].code, _BLOCK["index"].code
 MAX, MIN, PROD = _BLOCK["max"].code, _BLOCK["min"].code, _BLOCK["prod"].code
+_FLOAT64 = np.dtype(np.float64)
 
 
 # -- scalar nodes ------------------------------------------------------------------------------
@@ -306,6 +307,8 @@ def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
     """A node for ``x``: nodes pass through, numbers and arrays become constants."""
     if isinstance(x, Node):
         return cast("Var | Block", x)
+    if type(x) is np.ndarray and x.dtype == _FLOAT64 and x.ndim:  # data: the common case
+        return tape.block_constant(x)
     if is_number(x):  # Python and NumPy reals, 0-d arrays included
         return tape.constant(x)
     if is_array(x):

@@ -530,9 +530,14 @@ def _real_array(value: object) -> np.ndarray:
     return array
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
 def _block_copy(value: object) -> FloatArray:
     """A private read-only float64 copy of array data for a block leaf or constant."""
-    copy = np.array(_real_array(value), dtype=np.float64, order="C")  # the caller cannot change it
+    float64 = type(value) is np.ndarray and value.dtype == _FLOAT64 and value.ndim
+    array = value if float64 else _real_array(value)  # (checked: the common case first)
+    copy = np.array(array, dtype=np.float64, order="C")  # the caller cannot change it
     copy.flags.writeable = False
     return copy
 
