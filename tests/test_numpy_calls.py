@@ -249,6 +249,20 @@ def test_derivatives_at_the_ends_of_the_domains_are_the_functions():
         np.testing.assert_array_equal(db, [0.5, 0.5, np.nan])
 
 
+@pytest.mark.parametrize("at", [0.0, 1e-9, -3.0, 2.5])
+def test_logaddexp_has_the_functions_second_derivative_at_a_tie_too(at):
+    # d2/dx2 logaddexp(0, x) = s (1 - s), s = sigmoid(x): 1/4 at x = 0, where the two
+    # arguments tie (a composition through max and |a - b| put its kinks there: 0).
+    s = 1.0 / (1.0 + np.exp(-at))
+    assert fa.hessian(lambda x: np.logaddexp(0.0, x))(at) == pytest.approx(s * (1 - s), rel=1e-12)
+    s2 = 1.0 / (1.0 + 2.0 ** -at)
+    want = np.log(2.0) * s2 * (1 - s2)  # logaddexp2(0, x) = log2(1 + 2**x)
+    assert fa.hessian(lambda x: np.logaddexp2(0.0, x))(at) == pytest.approx(want, rel=1e-12)
+    # Along the tie a = b = at: H (1, 0) = (1/4, -1/4).
+    hv = fa.hvp(lambda x, y: np.logaddexp(x, y), argnums=(0, 1))((at, at), (1.0, 0.0))
+    np.testing.assert_allclose(hv, [0.25, -0.25], rtol=1e-12)
+
+
 def test_reduction_keywords_as_numpy_takes_them():
     X = np.array([4.0, 1.0, 2.0])
     with fa.Tape():

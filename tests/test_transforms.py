@@ -107,6 +107,39 @@ def test_has_aux_returns_the_auxiliary_output():
     np.testing.assert_allclose(aux2["scores"], X @ w + b, rtol=RTOL)
 
 
+def test_aux_comes_from_the_arguments_as_given():
+    # A 0-d array is traced as a number, but aux is fn's own output on the array itself
+    # (its .sum() exists): as jax.value_and_grad(has_aux=True) gives it.
+    def f(x):
+        return (x * x).sum(), x.sum()
+
+    (value, aux), gradient = fa.value_and_grad(f, has_aux=True)(np.array(3.0))
+    assert (value, float(aux), gradient) == (9.0, 3.0, 6.0)
+    gradient, aux = fa.grad(f, has_aux=True)(np.array(-2.0))
+    assert (gradient, float(aux)) == (-4.0, -2.0)
+
+
+def test_a_0d_array_argnums_is_its_integer():
+    assert fa.grad(lambda a, b: a * b, argnums=np.array(1))(2.0, 3.0) == 2.0
+    with pytest.raises(TypeError, match="argnums must be an int"):
+        fa.grad(lambda a, b: a * b, argnums=np.array(1.5))(2.0, 3.0)
+
+
+def test_a_tangents_error_names_the_argument_by_its_place_in_the_call():
+    # A static int before the arrays is not traced: the positions are still the call's.
+    def g(n, x, y):
+        return (np.sin(x) * y).sum() * n
+
+    x, y = np.array([0.3, 0.7]), np.array([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"tangent for argument 2 has shape \(3,\)"):
+        fa.hvp(g, argnums=2)((3, x, y), np.ones(3))
+    with pytest.raises(ValueError, match=r"tangent for argument 2 has shape \(5,\)"):
+        fa.hvp(g, argnums=(1, 2))((3, x, y), (np.ones(2), np.ones(5)))
+    hx, hy = fa.hvp(g, argnums=(1, 2))((3, x, y), (np.ones(2), np.zeros(2)))
+    np.testing.assert_allclose(hx, -3 * np.sin(x) * y, rtol=1e-14)  # d2/dx2, along x
+    np.testing.assert_allclose(hy, 3 * np.cos(x), rtol=1e-14)  # d2/dy dx
+
+
 def test_one_trace_per_signature():
     traces = []
 

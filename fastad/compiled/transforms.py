@@ -70,12 +70,9 @@ class _Traced:
     def wrt(self) -> int | tuple[int, ...]:
         return self.positions[0] if self.single else self.positions
 
-    def run(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Callable[..., _T]
-    ) -> tuple[_T, tuple[Any, ...]]:
-        """``(call(traced, traced_arguments), arguments)``: ``call`` on a traced function
-        for these arguments, with the arguments it takes (numbers as floats, arrays as
-        given), and all of them.
+    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any], call: Callable[..., _T]) -> _T:
+        """``call(traced, traced_arguments)``: ``call`` on a traced function for these
+        arguments, with the arguments it takes (numbers as floats, arrays as given).
 
         A Python int or bool (or a 0-d array of one) that is not differentiated is
         static, as in ``jax.grad``: it reaches ``fn`` as itself (an index, a count, a
@@ -102,7 +99,7 @@ class _Traced:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
         for traced in traces:
             try:
-                return call(traced, traced_arguments), values
+                return call(traced, traced_arguments)
             except BranchError:
                 continue
             except Exception:  # noqa: BLE001
@@ -122,7 +119,7 @@ class _Traced:
             warning = self._drop_oldest(key)
         if warning is not None:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
-        return result, values
+        return result
 
     def _drop_oldest(self, key: tuple[object, ...]) -> str | None:
         """Drop the least recently called signatures while more than ``SIGNATURES`` are
@@ -214,9 +211,10 @@ class _Traced:
         result = self.function(*args)
         return _pair(result, self.what)[0] if self.has_aux else result
 
-    def aux(self, values: tuple[Any, ...]) -> Any:
-        """``fn``'s auxiliary output at ``values``, from a call on the plain arguments."""
-        return _pair(self.function(*values), self.what)[1]
+    def aux(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fn``'s auxiliary output, from a call on the caller's arguments as given (a
+        0-d array stays one: the traced call takes it as a number)."""
+        return _pair(self.function(*args, **kwargs), self.what)[1]
 
     def form(self, derivatives: Any) -> Any:
         """One derivative for an int ``argnums``, else a tuple (JAX's form)."""
@@ -225,6 +223,8 @@ class _Traced:
 
 def _argnums(argnums: object, what: str) -> tuple[bool, tuple[int, ...]]:
     """``(single, positions)`` of an ``argnums``: checked, never wrapped around."""
+    if isinstance(argnums, np.ndarray) and argnums.ndim == 0:
+        argnums = argnums[()]  # a 0-d array: its one element, as NumPy reads an index
     single = is_int(argnums)
     if single:
         positions: tuple[object, ...] = (argnums,)
@@ -355,11 +355,11 @@ def value_and_grad(
     traced = _Traced(function, argnums, has_aux, "fa.value_and_grad")
 
     def transformed(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        (value, gradients), values = traced.run(
+        value, gradients = traced.run(
             args, kwargs, lambda compiled, moving: compiled.value_and_grad(moving)
         )
         gradients = traced.form(gradients)
-        return ((value, traced.aux(values)) if traced.has_aux else value), gradients
+        return ((value, traced.aux(args, kwargs)) if traced.has_aux else value), gradients
 
     return _named(transformed, function, "value_and_grad")
 
@@ -370,9 +370,9 @@ def _grad(
     traced = _Traced(function, argnums, has_aux, "fa.grad")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        found, values = traced.run(args, kwargs, lambda compiled, moving: compiled.grad(moving))
+        found = traced.run(args, kwargs, lambda compiled, moving: compiled.grad(moving))
         gradients = traced.form(found)
-        return (gradients, traced.aux(values)) if traced.has_aux else gradients
+        return (gradients, traced.aux(args, kwargs)) if traced.has_aux else gradients
 
     return _named(transformed, function, "grad")
 
@@ -381,7 +381,7 @@ def _jacobian(function: Callable[..., Any], argnums: Argnums, what: str) -> Call
     traced = _Traced(function, argnums, False, f"fa.{what}")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        found, _ = traced.run(args, kwargs, lambda compiled, moving: compiled.jacobian(moving))
+        found = traced.run(args, kwargs, lambda compiled, moving: compiled.jacobian(moving))
         return traced.form(found)
 
     return _named(transformed, function, what)
@@ -417,7 +417,7 @@ def _hessian(function: Callable[..., Any], argnums: Argnums) -> Callable[..., An
     traced = _Traced(function, argnums, False, "fa.hessian")
 
     def transformed(*args: Any, **kwargs: Any) -> Any:
-        rows, _ = traced.run(args, kwargs, lambda compiled, moving: compiled.hessian(moving))
+        rows = traced.run(args, kwargs, lambda compiled, moving: compiled.hessian(moving))
         return rows if traced.single else tuple(tuple(row) for row in rows)
 
     return _named(transformed, function, "hessian")
@@ -434,12 +434,29 @@ def _hvp(function: Callable[..., Any], argnums: Argnums) -> Callable[..., Any]:
             )
         if traced.single and isinstance(tangents, tuple) and len(tangents) == 1:
             tangents = tangents[0]  # jax.jvp's form: a tuple of one
-        found, _ = traced.run(
+        _check_tangents(traced, primals, tangents)
+        found = traced.run(
             tuple(primals), {}, lambda compiled, moving: compiled.hvp(moving, tangents)
         )
         return traced.form(found)
 
     return _named(transformed, function, "hvp")
+
+
+def _check_tangents(traced: _Traced, primals: Sequence[Any], tangents: Any) -> None:
+    """A tangent of each differentiated argument's shape, else an error naming the
+    argument by its position in the call (the traced function counts only the arguments
+    it takes, static ones left out)."""
+    listed = [tangents] if traced.single else tangents
+    if not isinstance(listed, (list, tuple)) or len(listed) != len(traced.positions):
+        return  # the traced function's own check names what is wrong with the list
+    for position, tangent in zip(traced.positions, listed, strict=True):
+        if position < len(primals) and not isinstance(tangent, (list, tuple)):
+            if np.shape(tangent) != np.shape(primals[position]):
+                raise ValueError(
+                    f"{traced.what}: the tangent for argument {position} has shape "
+                    f"{np.shape(tangent)}, the argument has shape {np.shape(primals[position])}"
+                )
 
 
 # -- the names shared with the tape functions ------------------------------------------------------

@@ -110,11 +110,18 @@ def hypot(a: Any, b: Any) -> Any:
 
 
 def logaddexp(a: Any, b: Any) -> Any:
-    """``log(exp(a) + exp(b))`` as ``max + log1p(exp(-|a - b|))``. Two equal infinities
-    (whose difference is nan) give themselves, as NumPy does, with the derivative's
-    limit along ``a = b`` (1/2 each); a nan gives nan and a nan derivative."""
+    """``log(exp(a) + exp(b))`` as NumPy computes it, the larger plus
+    ``log1p(exp(-|a - b|))``: ``a + softplus(b - a)`` where ``a >= b``, else
+    ``b + softplus(a - b)`` (``softplus(x) = log1p(exp(x))`` there, ``x <= 0``). Each
+    side is smooth with the function's derivatives of every order, so a tie has them
+    too (``max`` and ``|a - b|`` would put their kinks there: a second derivative of 0
+    instead of 1/4). Two equal infinities (whose difference is nan) give themselves,
+    as NumPy does, with the derivative's limit along ``a = b`` (1/2 each); a nan gives
+    nan and a nan derivative."""
     difference = a - b
-    stable = functions.maximum(a, b) + log1p(functions.exp(-functions.abs(difference)))
+    stable = where(
+        difference >= 0.0, a + functions.softplus(-difference), b + functions.softplus(difference)
+    )
     equal_infinities = where(a == b, 0.5 * (a + b), stable)
     return where(difference != difference, equal_infinities, stable)
 
