@@ -255,7 +255,7 @@ def test_logaddexp_has_the_functions_second_derivative_at_a_tie_too(at):
     # arguments tie (a composition through max and |a - b| put its kinks there: 0).
     s = 1.0 / (1.0 + np.exp(-at))
     assert fa.hessian(lambda x: np.logaddexp(0.0, x))(at) == pytest.approx(s * (1 - s), rel=1e-12)
-    s2 = 1.0 / (1.0 + 2.0 ** -at)
+    s2 = 1.0 / (1.0 + 2.0**-at)
     want = np.log(2.0) * s2 * (1 - s2)  # logaddexp2(0, x) = log2(1 + 2**x)
     assert fa.hessian(lambda x: np.logaddexp2(0.0, x))(at) == pytest.approx(want, rel=1e-12)
     # Along the tie a = b = at: H (1, 0) = (1/4, -1/4).
