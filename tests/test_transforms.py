@@ -119,6 +119,12 @@ def test_aux_comes_from_the_arguments_as_given():
     assert (gradient, float(aux)) == (-4.0, -2.0)
 
 
+def test_nested_transforms_are_refused_naming_what_to_use():
+    with pytest.raises(TypeError, match=r"do not nest .* use fa.hessian\(f\) or fa.hvp\(f\)"):
+        fa.grad(fa.grad(lambda x: x**3))(2.0)
+    assert fa.hessian(lambda x: x**3)(2.0) == 12.0
+
+
 def test_a_0d_array_argnums_is_its_integer():
     assert fa.grad(lambda a, b: a * b, argnums=np.array(1))(2.0, 3.0) == 2.0
     with pytest.raises(TypeError, match="argnums must be an int"):

@@ -254,7 +254,8 @@ def _argument(value: object, position: int, what: str, differentiated: bool) -> 
     if isinstance(value, Node):
         raise TypeError(
             f"{what}: argument {position} is a fastad node; the transformed function "
-            "takes numbers and arrays (it records its own tape)"
+            "takes numbers and arrays (it records its own tape). Transforms do not nest "
+            "(fa.grad(fa.grad(f))): for second derivatives use fa.hessian(f) or fa.hvp(f)"
         )
     if differentiated and isinstance(value, (tuple, list)):
         kind = type(value).__name__
