@@ -607,7 +607,11 @@ def libm_calls(text: str) -> int:
 
 
 def _calling_libm(source: str) -> bool:
-    return _LIBM_FUNCTION.search(source.split(":", 1)[1]) is not None  # past the signature
+    """Whether a helper's code (not its comments) calls one of ``_LIBM``."""
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _LIBM
+        for node in ast.walk(ast.parse(source))
+    )
 
 
 _LIBM = [
@@ -615,7 +619,6 @@ _LIBM = [
     for name in optable.MATH_NAMES
     if callable(getattr(math, name)) and name not in {"fabs", "copysign", "sqrt"}
 ]
-_LIBM_FUNCTION = re.compile(rf"\b({'|'.join(_LIBM)})\(")
 _LIBM_HELPERS = [h.__name__ for h in optable.HELPERS if _calling_libm(inspect.getsource(h))]
 _LIBM_CALL = re.compile(rf"\b({'|'.join(_LIBM + _LIBM_HELPERS)})\(")
 

@@ -220,6 +220,23 @@ def test_batches_run_on_vectors_where_libm_calls_are_few():
         assert "on vectors" not in arithmetic.tier("grad").reason
 
 
+def test_libm_calls_are_counted_from_code_not_comments():
+    # atan2's partials are arithmetic (their helpers' comments name atan2): a gradient of
+    # ten atan2 nodes calls libm ten times a point, and runs on vectors.
+    def chain(a, b, c):
+        x = a
+        for _ in range(10):
+            x = fa.arctan2(x, b) * c + x * b
+        return x
+
+    f = fa.compile(chain, num_inputs=3, example=np.array([0.3, 0.7, 0.2]), backend="codegen")
+    f.value_and_grad(np.random.default_rng(6).uniform(0.1, 1.0, (20, 3)))
+    program = f._calls.replay._generated.program
+    assert generator.libm_calls(generator.module_source(program, "grad", ("batch",))) == 10
+    if native_code.default_vectors() is not None:
+        assert "on vectors of" in f.tier("grad").reason
+
+
 @pytest.mark.parametrize("mode", generator.MODES)
 def test_statements_parsed_by_shape_lower_as_the_parsed_text(monkeypatch, mode):
     # The kernels' statements are parsed once per shape and bound to their names; the
