@@ -275,9 +275,9 @@ class BlockCode:
         ``hvp`` makes three, the values with their tangents and two backward)."""
         return len(self.program.nodes) * {"values": 1, "hvp": 3}.get(mode, 2)
 
-    def expected_seconds(self, size: int) -> float:
-        """The cold compile time the measured curve predicts for ``size`` rows."""
-        return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_ROW * size
+    def expected_seconds(self, mode: str) -> float:
+        """The cold compile time the measured curve predicts for ``mode``'s code."""
+        return COMPILE_SECONDS_FIXED + COMPILE_SECONDS_PER_ROW * self.rows(mode)
 
     def _source(self, mode: str) -> tuple[str, str]:
         found = self._sources.get(mode)
@@ -477,7 +477,7 @@ class BlockCode:
             module_cache.compile_kernels(
                 [(kernel, tuple(examples))],
                 lambda names: f"compiling generated code for {self._title} ({mode}, {rows} rows)",
-                self.expected_seconds(rows),
+                self.expected_seconds(mode),
                 report,
             )
             module_cache.mark_compiled(self._source(mode)[1])

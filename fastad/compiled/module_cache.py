@@ -373,9 +373,9 @@ class GeneratedCode:
         text, name = self._source(mode, kernel)  # before any lock: a duplicate is harmless
         size = rows(self._program, mode)
         message = f"compiling generated code for {self._title} ({mode}, {size:,} rows)"
-        expected = expected_compile_seconds(size)
-        if kernel == "batch" and self._batch_vectors.get(mode) is not None:
-            expected *= VECTOR_COMPILE_FACTOR
+        expected = (
+            self.expected_seconds(mode) if kernel == "batch" else expected_compile_seconds(size)
+        )
         # One build at a time, under the lock a fork waits for (LLVM's locks would not be
         # the child's); the progress report's thread ends outside it.
         with (
@@ -451,9 +451,12 @@ class GeneratedCode:
         """The size of ``mode``'s code: nodes times passes."""
         return rows(self._program, mode)
 
-    def expected_seconds(self, size: int) -> float:
-        """The cold compile time of ``size`` rows."""
-        return expected_compile_seconds(size)
+    def expected_seconds(self, mode: str) -> float:
+        """The cold compile time of ``mode``'s batch code: the measured curve's for its
+        rows, ``VECTOR_COMPILE_FACTOR`` times that for vector code (known once its text
+        was made: ``is_cached`` makes it)."""
+        seconds = expected_compile_seconds(self.rows(mode))
+        return seconds * VECTOR_COMPILE_FACTOR if self._batch_vectors.get(mode) else seconds
 
     def run(
         self,

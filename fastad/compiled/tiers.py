@@ -70,7 +70,7 @@ class Code(Protocol):
     def budget_rows(self) -> int: ...  # ``auto`` builds no code of more rows
 
     def rows(self, mode: str) -> int: ...
-    def expected_seconds(self, rows: int) -> float: ...
+    def expected_seconds(self, mode: str) -> float: ...  # a cold compile of mode's code
     def is_cached(self, mode: str) -> bool: ...
     def prepare(self, mode: str, parallel: bool, report: bool = True) -> None: ...
     def prepare_latency(self, mode: str) -> None: ...  # what one-point calls use, if any
@@ -134,7 +134,7 @@ class Tiers:
         if self.backend == "codegen":  # compiled by the first call that needs it
             return _READY, f'backend="codegen": generated code, {size:,} rows'
         if size > self._code.budget_rows:
-            seconds = self._code.expected_seconds(size)
+            seconds = self._code.expected_seconds(mode)
             return _INTERPRET, (
                 f'backend="auto": {size:,} rows of code would take about {seconds:.0f} s to '
                 f"compile, above the budget of {self._code.budget_rows:,} rows; "
@@ -142,7 +142,7 @@ class Tiers:
             )
         cached = self._code.is_cached(mode)
         if not self._interpreter_warm():  # seconds of generated code, not the interpreter's
-            seconds = self._code.expected_seconds(size)
+            seconds = self._code.expected_seconds(mode)
             how = "loaded from the cache" if cached else f"about {seconds:.1f} s to compile"
             return _READY, (
                 f'backend="auto": generated code, {size:,} rows ({how}), from the first call: '
@@ -160,7 +160,7 @@ class Tiers:
         return (
             f'backend="auto": interpreted until these calls have done {HOT_NODE_POINTS:,} '
             f"node-points of work ({self._work.get(mode, 0):,} so far); then its generated "
-            f"code ({size:,} rows, about {self._code.expected_seconds(size):.0f} s) "
+            f"code ({size:,} rows, about {self._code.expected_seconds(mode):.0f} s) "
             "compiles in a background thread and takes over"
         )
 
