@@ -19,7 +19,7 @@ from op_table import OP_CASES
 import fastad as fa
 from fastad import demo
 from fastad.compiled import module_cache, native_code, replay, tiers
-from fastad.kernels import lane_sweeps, native_calls, scalar_ir
+from fastad.kernels import lane_sweeps, native_calls, scalar_ir, vector_ir
 from fastad.kernels import scalar_source as generator
 from fastad.util import memory
 from fastad.util import threads as thread_work
@@ -218,6 +218,30 @@ def test_batches_run_on_vectors_where_libm_calls_are_few():
         assert want in arithmetic.tier("grad").reason
     else:
         assert "on vectors" not in arithmetic.tier("grad").reason
+
+
+def test_vector_code_that_fails_to_build_leaves_the_scalar_kernel(monkeypatch, tmp_path):
+    # Outside fast math, a batch kernel whose vector code does not build runs a point at
+    # a time (the same bits), saying so, not on the interpreter.
+    if native_code.default_vectors() is None:
+        pytest.skip(f"{llvm.get_process_triple()} has no vectors of doubles for batches")
+    monkeypatch.setattr(native_code, "cache_directory", lambda: tmp_path)
+    monkeypatch.setattr(native_code, "version_key", lambda: "vector code that fails")
+
+    def unsupported(*args):
+        raise NotImplementedError("a construct the vector lowering lacks")
+
+    monkeypatch.setattr(vector_ir, "_batch_kernel", unsupported)
+    interpreted, generated = both_tiers(demo.example_2, EXAMPLE_2)
+    points = np.random.default_rng(8).uniform(-1, 1, (37, 6))
+    with pytest.warns(RuntimeWarning, match="vector code of .* could not be built"):
+        value, gradient = generated.value_and_grad(points)
+    want_value, want_gradient = interpreted.value_and_grad(points)
+    assert_same_bits(value, want_value)
+    assert_same_bits(gradient, want_gradient)
+    tier = generated.tier("grad")
+    assert tier.name == "codegen", tier.reason
+    assert "a point at a time: vector code not built (NotImplementedError" in tier.reason
 
 
 def test_libm_calls_are_counted_from_code_not_comments():

@@ -306,6 +306,7 @@ class GeneratedCode:
         self.constants = np.append(program.values, 0.0)
         self._sources: dict[tuple[str, str], tuple[str, str]] = {}
         self._batch_vectors: dict[str, native_code.Vectors | None] = {}  # by mode
+        self._vector_failures: dict[str, str] = {}  # why a mode's vector code did not build
         self._natives: dict[tuple[str, str], native_code.Native] = {}
         self._prepared: set[tuple[str, str, bool]] = set()  # (mode, kernel, parallel) ready
 
@@ -357,6 +358,10 @@ class GeneratedCode:
                 f"batches in fast math, {self.fast_math.lanes} points per vector (glibc's "
                 "libmvec; a single point runs libm)"
             )
+        if mode in self._vector_failures:
+            return (
+                f"batches a point at a time: vector code not built ({self._vector_failures[mode]})"
+            )
         vectors = self._batch_vectors.get(mode)
         if vectors is None:
             return None
@@ -386,8 +391,31 @@ class GeneratedCode:
             with _COMPILING:
                 found = self._natives.get((mode, kernel))
                 if found is None:
-                    found = self._natives[mode, kernel] = native_code.native(text, name, kernel)
+                    try:
+                        found = native_code.native(text, name, kernel)
+                    except native_code.GenerationError as error:
+                        if kernel != "batch" or self.fast_math or not self._batch_vectors.get(mode):
+                            raise
+                        found = self._scalar_instead(mode, error)
+                    self._natives[mode, kernel] = found
         return found
+
+    def _scalar_instead(self, mode: str, error: Exception) -> native_code.Native:
+        """``mode``'s batch kernel a point at a time, where its vector code (outside fast
+        math) did not build: the same bits, slower. Says so in a warning and in
+        ``f.tier``; the scalar code's own failure is the call's."""
+        self._vector_failures[mode] = str(error)  # a GenerationError names its cause
+        warnings.warn(
+            f"fastad: the vector code of {self._title} ({mode}) could not be built "
+            f"({self._vector_failures[mode]}); its batches run a point at a time",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        text = generator.module_source(self._program, mode, ("batch",))
+        name = native_code.module_name(text)
+        self._batch_vectors[mode] = None
+        self._sources[mode, "batch"] = (text, name)
+        return native_code.native(text, name, "batch")
 
     def prepare_latency(self, mode: str) -> None:
         """Compile (or load) ``mode``'s one-point kernel, where it has one: the background
