@@ -236,6 +236,17 @@ def test_cbrt_and_arccosh_derivatives_at_the_edges():
         assert np.isnan(fa.grad(np.arccosh(y).sum(), y)).all()
 
 
+@pytest.mark.parametrize("x", [0.5, -2.0, -np.inf, np.nan])
+def test_arccosh_below_one_has_a_nan_second_derivative(x):
+    # Below 1 the function is nan, and so are its derivatives of every order: a
+    # composition through x * nan (linear) would give a second derivative of 0.
+    with np.errstate(all="ignore"):
+        assert np.isnan(fa.hessian(np.arccosh)(x))
+        block = fa.hessian(lambda v: np.arccosh(v).sum())(np.array([x, 2.0]))
+        assert np.isnan(block[0, 0])
+        assert block[1, 1] == pytest.approx(-2.0 / 3.0**1.5, rel=1e-15)  # -x / (x² - 1)^1.5
+
+
 def test_derivatives_at_the_ends_of_the_domains_are_the_functions():
     with fa.Tape(), np.errstate(all="ignore"):
         x = fa.var(np.array([np.inf, -np.inf, 27.0]))

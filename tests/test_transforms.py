@@ -179,6 +179,28 @@ def test_jacobians_in_jax_layout(transform):
     np.testing.assert_allclose(Js, np.tanh(A @ x), rtol=RTOL)
 
 
+@pytest.mark.parametrize("transform", [fa.jacfwd, fa.jacrev])
+def test_a_constant_array_output_has_a_zero_jacobian(transform):
+    # As JAX: an output that no argument reaches, returned as a plain array, is a
+    # constant whose Jacobian is zeros of the output's shape then the argument's.
+    J = transform(lambda x: np.arange(6.0).reshape(3, 2))(np.ones((2, 4)))
+    np.testing.assert_array_equal(J, np.zeros((3, 2, 2, 4)))
+    values = fa.compile(lambda x: np.arange(3.0), example=(np.ones(2),), backend="codegen")
+    np.testing.assert_array_equal(values([np.ones(2)]), [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="needs a scalar output"):
+        fa.grad(lambda x: np.ones(3))(np.ones(2))
+
+
+def test_trace_errors_name_the_argument_as_the_function_does():
+    def f(n, x):
+        return x[n]
+
+    with pytest.raises(IndexError, match="name='x'"):
+        fa.grad(f, argnums=1)(5, np.ones(3))
+    with pytest.raises(IndexError, match="name='x1'"):  # no names to read: the position
+        fa.grad(lambda *a: a[1][5], argnums=1)(5, np.ones(3))
+
+
 def test_hessian_and_hvp_of_a_quadratic_form():
     rng = np.random.default_rng(4)
     A = rng.normal(size=(4, 4))

@@ -289,11 +289,12 @@ def trace_arrays(
     guards = storage_of(tape).end_trace()
     if isinstance(result, (tuple, list)):
         raise ValueError("a function of arrays returns one output (a scalar or an array)")
-    output = (
-        result
-        if isinstance(result, Block) and result.tape is tape
-        else output_node(tape, result, 0)
-    )
+    if isinstance(result, Block) and result.tape is tape:
+        output: Var | Block = result
+    elif isinstance(result, np.ndarray) and result.ndim > 0:
+        output = tape.block_constant(result)  # no input reaches it: its derivatives are 0
+    else:
+        output = output_node(tape, result, 0)
     return tape, inputs, output, guards
 
 

@@ -16,6 +16,7 @@ the transform.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 from collections import OrderedDict
@@ -204,7 +205,28 @@ class _Traced:
                 full[position] = value
             return self._output(*full)
 
+        output.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY)
+                for name in self._names(moving)
+            ]
+        )  # the traced leaves are named as fn's parameters (errors, printed tapes)
         return output
+
+    def _names(self, positions: list[int]) -> list[str]:
+        """fn's parameter names at ``positions`` of a call; ``x<position>`` where it has
+        none (``*args``, an unreadable signature)."""
+        try:
+            parameters = list(inspect.signature(self.function).parameters.values())
+        except (TypeError, ValueError):
+            parameters = []
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [
+            parameters[p].name
+            if p < len(parameters) and parameters[p].kind in positional
+            else f"x{p}"
+            for p in positions
+        ]
 
     def _output(self, *args: Any) -> Any:
         """What is traced: ``fn``'s output (its first item with ``has_aux``)."""

@@ -73,11 +73,12 @@ def arcsinh(x: Any) -> Any:
 
 
 def arccosh(x: Any) -> Any:
-    """nan below 1 (a nan derivative too), as NumPy; the exact form would round to a
-    finite value or an infinity there."""
+    """nan below 1, as NumPy, and so are its first and second derivatives (``sqrt`` of
+    the negative ``x - 1``); the exact form would round to a finite value or an infinity
+    there, and ``x * nan`` would have a second derivative of 0."""
     t = x - 1.0
     inside = where(x > LARGE, log(x) + LN2, log1p(t + sqrt(t * (t + 2.0))))
-    return where(x >= 1.0, inside, x * np.nan)
+    return where(x >= 1.0, inside, sqrt(t))
 
 
 def _arctanh_of_positive(a: Any) -> Any:
