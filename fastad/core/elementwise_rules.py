@@ -119,7 +119,7 @@ class Elementwise(BlockRule):
     def forward(self, values: Values, params: object) -> FloatArray:
         a = values[0]
         if self.arity == 1:
-            if type(a) is np.ndarray and a.dtype is _FLOAT64:  # the common case: a view
+            if type(a) is np.ndarray and a.dtype == _FLOAT64:  # the common case: a view
                 out = np.empty(a.shape)  # owns its memory: stored as it is
                 flat_a = a.reshape(-1)
                 map_rules.FORWARD[self.code](flat_a, flat_a, out.reshape(-1))

@@ -18,8 +18,11 @@ from fastad.core.reach import (
     UNREACHED,
     Need,
     add_sent,
+    blas_products,
+    c_matrices,
     contributions,
     reach_matmul,
+    settled,
     unbroadcast,
 )
 from fastad.kernels import fused
@@ -51,8 +54,13 @@ class Matmul(BlockRule):
         return batch + a[-2:-1] + b[-1:] if len(b) > 1 else batch + a[-2:-1]
 
     def forward(self, values: Values, params: object) -> RuleValue:
+        a, b = values
+        if a.ndim == 2 and b.ndim == 2:  # the common case: one compiled call, NumPy's bits
+            products = blas_products()
+            if products is not None and c_matrices(a, b):
+                return products.product(a, False, b, False)  # type: ignore[no-any-return]
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
-            out = np.matmul(values[0], values[1])
+            out = np.matmul(a, b)
         return float(out) if np.ndim(out) == 0 else out
 
     def vjp(
@@ -61,6 +69,16 @@ class Matmul(BlockRule):
         a, b = values
         want_a, want_b = (True, True) if needs is None else needs
         if a.ndim == 2 and b.ndim == 2:  # the common case, without reshapes
+            products = blas_products()
+            if products is not None and c_matrices(a, b, g):  # both products in one call
+                da, zeros_a, nonfinite_a, db, zeros_b, nonfinite_b = products.matmul_vjp(
+                    a, b, g, bool(want_a), bool(want_b)
+                )
+                if zeros_a or nonfinite_a:  # (counts are 0 for a product not made)
+                    settled(da, zeros_a, nonfinite_a, g, b.T, True, _wants_reach(needs, 0))
+                if zeros_b or nonfinite_b:
+                    settled(db, zeros_b, nonfinite_b, a.T, g, False, _wants_reach(needs, 1))
+                return da if want_a else None, db if want_b else None
             return (
                 reach_matmul(g, b.T, True, _wants_reach(needs, 0)) if want_a else None,
                 reach_matmul(a.T, g, False, _wants_reach(needs, 1)) if want_b else None,
@@ -162,6 +180,9 @@ class Linear(BlockRule):
 
     def forward(self, values: Values, params: object) -> RuleValue:
         X, W, b = values
+        products = blas_products()
+        if products is not None and c_matrices(X, W, b):  # one compiled call, NumPy's bits
+            return products.linear(X, W, b, self.relu)  # type: ignore[no-any-return]
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
             Y = X @ W  # a fresh C-contiguous array: the kernel finishes it in place
         (fused.add_bias_relu if self.relu else fused.add_bias)(Y, b)
@@ -173,6 +194,23 @@ class Linear(BlockRule):
         X, W, _ = values
         G = np.ascontiguousarray(g)
         want_dx, want_dw = (True, True) if needs is None else needs[:2]
+        products = blas_products()
+        if products is not None and c_matrices(X, W, G, out):  # one compiled call
+            wants = bool(want_dx), bool(want_dw)
+            if self.relu:
+                dZ, db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = (
+                    products.linear_relu_vjp(X, W, out, G, *wants)
+                )
+            else:
+                dZ = G
+                db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = products.linear_vjp(
+                    X, W, G, *wants
+                )
+            if zeros_x or nonfinite_x:  # (counts are 0 for a product not made)
+                settled(dX, zeros_x, nonfinite_x, dZ, W.T, True, _wants_reach(needs, 0))
+            if zeros_w or nonfinite_w:
+                settled(dW, zeros_w, nonfinite_w, X.T, dZ, False, _wants_reach(needs, 1))
+            return dX if want_dx else None, dW if want_dw else None, db
         if self.relu:
             dZ, db = fused.relu_backward(out, G)
         else:

@@ -155,11 +155,13 @@ def reach_matmul(
     as exact, but the zeros keep BLAS's signs: nothing will read their reach.
     """
     if x.ndim == 2 and y.ndim == 2:  # the common case, in as few calls as it takes
-        product = x @ y  # a new C-contiguous array of IEEE results, rechecked here
-        zeros, nonfinite = block_reach.zeros_and_nonfinite(product)
-        if nonfinite or (zeros and reach):
-            product_reach(product, x, y, adjoint_left, reach)
-        return product
+        products, left, right = blas_products(), blas_matrix(x), blas_matrix(y)
+        if products is not None and left is not None and right is not None:
+            product, zeros, nonfinite = products.counted_product(*left, *right)
+        else:
+            product = x @ y  # a new C-contiguous array of IEEE results, rechecked here
+            zeros, nonfinite = block_reach.zeros_and_nonfinite(product)
+        return settled(product, zeros, nonfinite, x, y, adjoint_left, reach)
     x2 = x[np.newaxis, :] if x.ndim == 1 else x
     y2 = y[:, np.newaxis] if y.ndim == 1 else y
     product = np.ascontiguousarray(x2 @ y2)  # IEEE results, rechecked below
@@ -189,6 +191,71 @@ def reach_matmul(
     if y.ndim == 1:
         product = product[..., 0]
     return product
+
+
+def settled(
+    product: FloatArray,
+    zeros: int,
+    nonfinite: int,
+    x: FloatArray,
+    y: FloatArray,
+    adjoint_left: bool,
+    reach: bool = True,
+) -> FloatArray:
+    """``product = x @ y`` made exact (see ``reach_matmul``), given its counts of zeros and
+    non-finite elements: as it is where neither asks for more, the common case."""
+    if nonfinite or (zeros and reach):
+        product_reach(product, x, y, adjoint_left, reach)
+    return product
+
+
+_products: Any = None  # fastad.kernels.products once loaded; False where it cannot run
+
+
+def blas_products() -> Any:
+    """``fastad.kernels.products`` (block products as one compiled call each on NumPy's
+    BLAS, NumPy's bits), or None where compiled code cannot call NumPy's BLAS
+    (``NUMBA_DISABLE_JIT``, a NumPy without its bundled OpenBLAS): ``np.matmul`` then.
+
+    Loaded by the first product, not by ``import fastad``: finding NumPy's BLAS takes
+    about 5 ms.
+    """
+    global _products
+    if _products is None:
+        from fastad.kernels import blas
+
+        if blas.unavailable() is None:
+            from fastad.kernels import products
+
+            _products = products
+        else:
+            _products = False
+    return _products or None
+
+
+def blas_matrix(x: Any) -> tuple[FloatArray, bool] | None:
+    """A float64 matrix as BLAS reads it, ``(C-contiguous matrix, transposed)``, as
+    ``np.matmul`` passes it; None for any other layout (``np.matmul`` runs those)."""
+    if type(x) is not np.ndarray or x.dtype != _FLOAT64 or x.ndim != 2:
+        return None
+    flags = x.flags
+    if flags.c_contiguous:
+        return x, False
+    if flags.f_contiguous:
+        return x.T, True
+    return None
+
+
+def c_matrices(*arrays: Any) -> bool:
+    """Whether every one of ``arrays`` is a C-contiguous float64 array (the products'
+    kernels' operands)."""
+    for x in arrays:  # a loop, not all([...]): this runs once per product on a tape
+        if type(x) is not np.ndarray or x.dtype != _FLOAT64 or not x.flags.c_contiguous:
+            return False
+    return True
+
+
+_FLOAT64 = np.dtype(np.float64)  # (compared with ==: arrays made by Numba hold a copy)
 
 
 def product_reach(
