@@ -40,7 +40,9 @@ ddot: Any = types.ExternalFunction(SYMBOLS["ddot"], types.float64(_i, _p, _i, _p
 
 
 @kernel
-def gemm(trans_a: bool, trans_b: bool, A: FloatArray, B: FloatArray, C: FloatArray) -> None:
+def gemm(
+    trans_a: bool | np.bool_, trans_b: bool | np.bool_, A: FloatArray, B: FloatArray, C: FloatArray
+) -> None:
     """``C = op(A) @ op(B)`` for C-contiguous matrices, op a transpose where asked, with
     the BLAS routine np.matmul picks: ``ddot`` when ``C`` is one element, ``dgemv`` when
     it is one row or one column, else ``dgemm``; the vectors are passed with their

@@ -3,10 +3,10 @@
 Each kernel does in one compiled call what the unfused graph does in
 several nodes, and each backward rule is derived by hand below; the tests
 check every one against the same computation recorded unfused (as blocks and
-as scalar nodes). The matrix products are the front end's, through NumPy
-(``fastad/core/block_rules.py``): one BLAS in the process. Numba's ``np.dot`` would
-call SciPy's copy of OpenBLAS beside NumPy's, and two thread pools spinning
-on the same cores made threaded steps 10-80x slower (``bench/threads.py``).
+as scalar nodes). The matrix products call NumPy's own BLAS (``products.py``,
+``blas.py``): one BLAS in the process. Numba's ``np.dot`` would call SciPy's
+copy of OpenBLAS beside NumPy's, and two thread pools spinning on the same
+cores made threaded steps 10-80x slower (``bench/threads.py``).
 The kernels here are the passes around the products: bias, ReLU and their
 backward rules, losses, the softmax family's backward rules.
 

@@ -9,7 +9,10 @@ one call, through :func:`array_helpers.gemm`: the BLAS routine ``np.matmul``
 picks for the shapes, with the arguments it passes, so the products are
 NumPy's bit for bit (and generated code's), and no warning is raised.
 
-A product's VJP returns its products with their counts; the front end
+``matmul``'s VJP and ``linear_relu``'s (mask, bias sum and products) are one
+call each; ``linear``'s runs its bias sum, then :func:`counted_product` per
+product, which any 2-D product of an adjoint with values (``reach.reach_matmul``)
+calls. A product's VJP returns its products with their counts; the front end
 settles the reach of the rare product that holds a zero or a non-finite
 element (``reach.product_reach``), as it does for NumPy's products.
 
@@ -20,17 +23,30 @@ rest). A factor that is not wanted is an empty (0, 0) array, with counts 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numba import types
 
 from .array_helpers import gemm
 from .arrays import FloatArray
 from .block_reach import zeros_and_nonfinite
-from .fused import add_bias, add_bias_relu, bias_gradient, relu_backward
+from .fused import add_bias, add_bias_relu, relu_backward
 from .jit import kernel
 
+# One signature per kernel, its arrays read-only: a call converts a writable array to
+# it, so each compiles once (a tape's values are read-only, adjoints often writable).
+_IN2 = types.Array(types.float64, 2, "C", readonly=True)
+_IN1 = types.Array(types.float64, 1, "C", readonly=True)
+_OUT2, _OUT1, _COUNT, _FLAG = types.float64[:, ::1], types.float64[::1], types.int64, types.boolean
+_COUNTED = (_OUT2, _COUNT, _COUNT)
+_tuple: Any = types.Tuple
 
-@kernel
-def product(A: FloatArray, trans_a: bool, B: FloatArray, trans_b: bool) -> FloatArray:
+
+@kernel(signatures=(_OUT2(_IN2, _FLAG, _IN2, _FLAG),))
+def product(
+    A: FloatArray, trans_a: bool | np.bool_, B: FloatArray, trans_b: bool | np.bool_
+) -> FloatArray:
     """``op(A) @ op(B)``, a fresh C-contiguous matrix (op a transpose where asked)."""
     m = A.shape[1] if trans_a else A.shape[0]
     n = B.shape[0] if trans_b else B.shape[1]
@@ -39,9 +55,9 @@ def product(A: FloatArray, trans_a: bool, B: FloatArray, trans_b: bool) -> Float
     return C
 
 
-@kernel
+@kernel(signatures=(_tuple(_COUNTED)(_IN2, _FLAG, _IN2, _FLAG),))
 def counted_product(
-    A: FloatArray, trans_a: bool, B: FloatArray, trans_b: bool
+    A: FloatArray, trans_a: bool | np.bool_, B: FloatArray, trans_b: bool | np.bool_
 ) -> tuple[FloatArray, int, int]:
     """:func:`product` with its count of zeros and of non-finite elements."""
     C = product(A, trans_a, B, trans_b)
@@ -49,7 +65,7 @@ def counted_product(
     return C, zeros, nonfinite
 
 
-@kernel
+@kernel(signatures=(_OUT2(_IN2, _IN2, _IN1, _FLAG),))
 def linear(X: FloatArray, W: FloatArray, b: FloatArray, relu: bool) -> FloatArray:
     """``X @ W + b``, with the ReLU where ``relu``: one product, one pass over it."""
     Y = product(X, np.bool_(False), W, np.bool_(False))
@@ -60,7 +76,7 @@ def linear(X: FloatArray, W: FloatArray, b: FloatArray, relu: bool) -> FloatArra
     return Y
 
 
-@kernel
+@kernel(signatures=(_tuple(_COUNTED + _COUNTED)(_IN2, _IN2, _IN2, _FLAG, _FLAG),))
 def _products_of(
     left: FloatArray, right: FloatArray, G: FloatArray, want_left: bool, want_right: bool
 ) -> tuple[FloatArray, int, int, FloatArray, int, int]:
@@ -79,7 +95,7 @@ def _products_of(
     return d_left, zeros_left, nonfinite_left, d_right, zeros_right, nonfinite_right
 
 
-@kernel
+@kernel(signatures=(_tuple(_COUNTED + _COUNTED)(_IN2, _IN2, _IN2, _FLAG, _FLAG),))
 def matmul_vjp(
     A: FloatArray, B: FloatArray, G: FloatArray, want_a: bool, want_b: bool
 ) -> tuple[FloatArray, int, int, FloatArray, int, int]:
@@ -87,17 +103,9 @@ def matmul_vjp(
     return _products_of(A, B, G, want_a, want_b)
 
 
-@kernel
-def linear_vjp(
-    X: FloatArray, W: FloatArray, G: FloatArray, want_x: bool, want_w: bool
-) -> tuple[FloatArray, FloatArray, int, int, FloatArray, int, int]:
-    """The VJP of ``X @ W + b``: ``(db, dX, zeros, nonfinite, dW, zeros, nonfinite)``."""
-    db = bias_gradient(G)
-    dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = _products_of(X, W, G, want_x, want_w)
-    return db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w
-
-
-@kernel
+@kernel(
+    signatures=(_tuple((_OUT2, _OUT1, *_COUNTED, *_COUNTED))(_IN2, _IN2, _IN2, _IN2, _FLAG, _FLAG),)
+)
 def linear_relu_vjp(
     X: FloatArray, W: FloatArray, H: FloatArray, G: FloatArray, want_x: bool, want_w: bool
 ) -> tuple[FloatArray, FloatArray, FloatArray, int, int, FloatArray, int, int]:

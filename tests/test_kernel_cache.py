@@ -171,3 +171,29 @@ def test_kernels_call_kernels_without_int_or_bool_constants():
                 if callee.id in kernels and constants:
                     found.append(f"{name}:{call.lineno} {ast.unparse(call)}")
     assert not found, found
+
+
+def test_a_kernel_with_signatures_compiles_them_once_and_converts_writable_arrays():
+    import numpy as np
+    from numba import types
+
+    readonly = types.Array(types.float64, 1, "C", readonly=True)
+
+    @jit.kernel(signatures=(types.float64(readonly),), cache=False)
+    def total(x):
+        return x.sum()
+
+    writable = np.arange(4.0)
+    frozen = writable.copy()
+    frozen.flags.writeable = False
+    assert total(writable) == total(frozen) == 6.0
+    assert total.signatures == [(readonly,)]  # one compile, the writable call converted
+    with pytest.raises(TypeError):  # and no other: nothing compiles for a 2-D array
+        total(np.ones((2, 2)))
+
+
+def test_the_products_kernels_have_one_signature_each():
+    from fastad.kernels import products
+
+    for name in ("product", "counted_product", "linear", "matmul_vjp", "linear_relu_vjp"):
+        assert len(getattr(products, name).signatures) == 1, name

@@ -91,21 +91,18 @@ def test_reach_matmul_gives_the_numpy_paths_bits(rng, numpy_products, adjoint_le
 
 @pytest.mark.parametrize("name", ["matmul", "linear", "linear_relu"])
 @pytest.mark.parametrize("special", [False, True], ids=["finite", "non-finite"])
-def test_the_rules_forwards_and_vjps_give_the_numpy_paths_bits(
-    rng, numpy_products, name, special
-):
+def test_the_rules_forwards_and_vjps_give_the_numpy_paths_bits(rng, numpy_products, name, special):
     rule = block_rules.RULES[optable.BLOCK_BY_NAME[name].code]
     Need = reach.Need
     cases = []
-    for trial in range(40):
+    for _ in range(40):
         B, n, h = (int(v) for v in rng.integers(1, 9, size=3))
         X, W = factor(rng, (B, n), False, special), factor(rng, (n, h), False, special)
         values = (X, W) if name == "matmul" else (X, W, rng.normal(size=h))
         G = factor(rng, (B, h), False, special)
         G[rng.random(G.shape) < 0.3] = -0.0  # unreached adjoints
         needs = tuple(
-            [Need.ALL, Need.VALUES, Need.NOTHING][int(i)]
-            for i in rng.integers(3, size=len(values))
+            [Need.ALL, Need.VALUES, Need.NOTHING][int(i)] for i in rng.integers(3, size=len(values))
         )
         cases.append((values, G, needs))
 

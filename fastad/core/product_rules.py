@@ -4,6 +4,10 @@ Products of an adjoint or tangent with values go through
 ``reach.reach_matmul`` (BLAS, with the term-by-term path only where a
 non-finite element or an unexplained zero needs it). ``linear`` and
 ``linear_relu`` fuse ``X @ W + b`` (and the ReLU) into one compiled kernel.
+Matrix products of C-contiguous float64 operands (a tape's values always are)
+are one compiled call each (``reach.blas_products``), NumPy's bits without
+``np.errstate`` around ``np.matmul``; other layouts, and machines whose NumPy
+BLAS compiled code cannot call, run ``np.matmul``.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class Matmul(BlockRule):
         if a.ndim == 2 and b.ndim == 2:  # the common case: one compiled call, NumPy's bits
             products = blas_products()
             if products is not None and c_matrices(a, b):
-                return products.product(a, False, b, False)  # type: ignore[no-any-return]
+                return products.product(a, False, b, False)
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
             out = np.matmul(a, b)
         return float(out) if np.ndim(out) == 0 else out
@@ -158,10 +162,11 @@ def _matmul_reach(x: FloatArray, y: FloatArray, adjoint_left: bool) -> FloatArra
 class Linear(BlockRule):
     """``X @ W + b`` (``linear``) or ``relu(X @ W + b)`` (``linear_relu``) as one node.
 
-    One product (NumPy's BLAS) finished in place by one compiled pass (bias,
-    ReLU); backward, one compiled pass for the ReLU mask and the bias sum
-    (``kernels/fused.py``), then only the products wanted (``needs``). The
-    tests check them against the same layer recorded unfused.
+    One compiled call: the product on NumPy's BLAS, finished in place by one
+    pass for the bias and the ReLU (``kernels/products.py``, ``kernels/fused.py``).
+    Backward, ``linear_relu``'s ReLU mask, bias sum and the products wanted
+    (``needs``) are one call too; ``linear``'s bias sum is one pass, then its
+    products. The tests check them against the same layer recorded unfused.
     """
 
     def __init__(self, name: str) -> None:
@@ -182,7 +187,7 @@ class Linear(BlockRule):
         X, W, b = values
         products = blas_products()
         if products is not None and c_matrices(X, W, b):  # one compiled call, NumPy's bits
-            return products.linear(X, W, b, self.relu)  # type: ignore[no-any-return]
+            return products.linear(X, W, b, self.relu)
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE results, like the sweeps
             Y = X @ W  # a fresh C-contiguous array: the kernel finishes it in place
         (fused.add_bias_relu if self.relu else fused.add_bias)(Y, b)
@@ -195,17 +200,10 @@ class Linear(BlockRule):
         G = np.ascontiguousarray(g)
         want_dx, want_dw = (True, True) if needs is None else needs[:2]
         products = blas_products()
-        if products is not None and c_matrices(X, W, G, out):  # one compiled call
-            wants = bool(want_dx), bool(want_dw)
-            if self.relu:
-                dZ, db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = (
-                    products.linear_relu_vjp(X, W, out, G, *wants)
-                )
-            else:
-                dZ = G
-                db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = products.linear_vjp(
-                    X, W, G, *wants
-                )
+        if self.relu and products is not None and c_matrices(X, W, G, out):  # one call
+            dZ, db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = products.linear_relu_vjp(
+                X, W, out, G, bool(want_dx), bool(want_dw)
+            )
             if zeros_x or nonfinite_x:  # (counts are 0 for a product not made)
                 settled(dX, zeros_x, nonfinite_x, dZ, W.T, True, _wants_reach(needs, 0))
             if zeros_w or nonfinite_w:
