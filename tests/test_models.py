@@ -358,8 +358,7 @@ def test_clip_gradient_is_one_inside_zero_outside_half_at_a_bound():
         np.testing.assert_array_equal(fa.grad(Y.sum(), X), [0.0, 0.5, 1.0, 0.5, 0.0])
         x = fa.var(5.0)
         assert fa.grad(fa.clip(x, None, 2.0), x) == 0.0
-        with pytest.raises(ValueError, match="bound"):
-            fa.clip(X, None, None)
+        assert fa.clip(X, None, None) is X  # no bounds: x itself, as NumPy 2
 
 
 def test_stop_gradient_passes_the_value_and_stops_the_gradient():
@@ -455,7 +454,7 @@ def test_numpy_functions_on_scalar_nodes():
         (lambda X: np.sum(X, out=np.empty(())), "out="),
         (lambda X: np.exp(X, out=np.empty((2, 3))), "out="),
         (lambda X: np.mean(X, dtype=np.float32), "dtype="),
-        (lambda X: np.add.reduce(X), "np.add.reduce .* Block.sum"),
+        (lambda X: np.add.reduce(X), "np.add.reduce .* np.sum"),
         (lambda X: np.cumsum(X, out=np.empty(6)), "np.cumsum with out="),
         (lambda X: np.mod(X, 2.0), r"np.remainder .* np.floor\(x / y\)"),
         (lambda X: np.linalg.svd(X), "np.linalg.svd is not recorded .*eigh of A.T @ A"),
@@ -465,7 +464,6 @@ def test_numpy_functions_on_scalar_nodes():
         (lambda X: np.cumprod(X, dtype=np.float32), "np.cumprod with dtype="),
         (lambda X: np.linalg.norm(X, 2), "ord=2 of a matrix"),
         (lambda X: scipy.special.erf(X), "fa.erf"),
-        (lambda X: np.sum(X.sum(), axis=0), "scalar node"),
         (lambda X: X % 2, r"no % \(x % y\): it is a step function"),
         (lambda X: 2.0 % X, r"no % \(y % x\)"),
         (lambda X: X // 2, "no //"),

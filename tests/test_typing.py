@@ -151,7 +151,7 @@ with fa.Tape():
     X = fa.var(np.ones(3))
     fa.grad(X, x)  # wrong: the output must be a scalar node
     x.backward(accumulate="yes")  # wrong: a flag, not a string
-    fa.mse_loss(X, np.ones(3)).T  # wrong: the loss is a scalar node, no axes
+    fa.mse_loss(X, np.ones(3)).mT  # wrong: the loss is a scalar node, no matrix axes
 f = fa.compile(lambda a, b: a * b)
 f.grad()  # wrong: the point is missing
 fa.compile(lambda a: a, num_inputs="1")  # wrong: an int

@@ -22,7 +22,7 @@ from fastad.eager.block_params import normal_axis
 from fastad.eager.handle import values_of
 from fastad.eager.node import Block, Var, record_block_on
 from fastad.kernels import optable
-from fastad.util.errors import as_float64
+from fastad.util.errors import as_float64, is_int
 
 CUMSUM = optable.BLOCK_BY_NAME["cumsum"].code
 
@@ -61,6 +61,12 @@ def expand_dims(a: Any, axis: Any) -> Any:
     x = operand(a, "expand_dims")
     wanted = axes_of(axis)
     rank = x.ndim + len(wanted)
+    for ax in wanted:
+        if is_int(ax) and not -rank <= ax < rank:
+            raise np.exceptions.AxisError(
+                f"np.expand_dims: axis {ax} is out of range for the result's {rank} axes "
+                f"({x!r} of shape {x.shape} and {len(wanted)} new)"
+            )
     placed = sorted(normal_axis((1,) * rank, ax, x) for ax in wanted)
     if len(set(placed)) != len(placed):
         raise ValueError(f"np.expand_dims: axis {axis!r} names a position twice")

@@ -48,7 +48,8 @@ def normal_axis(shape: tuple[int, ...], axis: object, owner: object) -> int:
         )
     axis = int(axis)
     if not -len(shape) <= axis < len(shape):
-        raise ValueError(f"axis {axis} is out of range for {owner!r} of shape {shape}")
+        # NumPy's AxisError: a ValueError and an IndexError, as NumPy raises it
+        raise np.exceptions.AxisError(f"axis {axis} is out of range for {owner!r} of shape {shape}")
     return axis % len(shape)
 
 

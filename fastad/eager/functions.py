@@ -449,13 +449,11 @@ def clip(x: Block, low: Any, high: Any) -> Block: ...
 @overload
 def clip(x: Any, low: Any, high: Any) -> Any: ...
 def clip(x: Any, low: Any, high: Any) -> Any:
-    """``x`` limited to ``[low, high]`` (either may be None), as ``np.clip``.
+    """``x`` limited to ``[low, high]`` (either or both may be None), as ``np.clip``.
 
     Recorded as ``fa.minimum(fa.maximum(x, low), high)``, as ``jnp.clip``:
     the gradient is 1 inside, 0 outside, and a half at a bound (the tie
-    rule of ``maximum``; ``torch.clamp`` gives 1 there).
+    rule of ``maximum``; ``torch.clamp`` gives 1 there). Without bounds, ``x``.
     """
-    if low is None and high is None:
-        raise ValueError("fa.clip needs a low or a high bound (both are None)")
     lower = x if low is None else maximum(x, low)
     return lower if high is None else minimum(lower, high)

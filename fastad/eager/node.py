@@ -225,38 +225,113 @@ class Var(ScalarNode, Operators["Var", "Block"]):
         check_live(self)
         return self._tape.adjoint(self._id)
 
-    def __getitem__(self, key: Any) -> Var:
-        """``x[()]`` and ``x[...]``: the node itself, as for a 0-d array; a scalar node has no
-        axes, so any other index raises ``IndexError`` naming it."""
-        if (isinstance(key, tuple) and not key) or key is Ellipsis:
-            return self
+    def __getitem__(self, key: Any) -> Var | Block:
+        """``x[()]`` and ``x[...]``: the node itself, as for a 0-d array; ``x[None]`` (and
+        ``x[None, None]``, ``x[..., None]``...) a block of one element with one axis per
+        ``None``. A scalar node has no axes, so any other index raises ``IndexError``."""
+        parts = key if isinstance(key, tuple) else (key,)
+        if all(part is None or part is Ellipsis for part in parts) and parts.count(Ellipsis) < 2:
+            new_axes = parts.count(None)
+            return cast("Block", _numpy.reshape(self, (1,) * new_axes)) if new_axes else self
         raise IndexError(
-            f"{self!r} is a scalar node (no axes): index it with () or ..., not {key!r}"
+            f"{self!r} is a scalar node (no axes): index it with (), ... or None, not {key!r}"
         )
+
+    # -- a 0-d array's shape and methods: what JAX gives a 0-d array argument ------------
+    shape: tuple[()] = ()
+    ndim = 0
+    size = 1
+
+    def reshape(self, *shape: int | Sequence[int]) -> Var | Block:
+        """The number in ``shape``, of one element, as ``np.reshape`` of a 0-d array: the
+        node itself for ``()``, else a block (``x.reshape(1)``, ``x.reshape(1, 1)``)."""
+        wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return cast("Var | Block", _numpy.reshape(self, wanted))
+
+    def ravel(self) -> Block:
+        """A block of the one element, shape ``(1,)``, as ``np.ravel`` of a 0-d array."""
+        return cast("Block", _numpy.reshape(self, (1,)))
+
+    flatten = ravel
+
+    def transpose(self, *axes: Any) -> Var:
+        """The node itself: a 0-d array's transpose (its axes, none, permuted)."""
+        if axes not in ((), (None,), ((),)):
+            raise ValueError(f"{self!r}.transpose{axes}: a scalar node has no axes to permute")
+        return self
+
+    @property
+    def T(self) -> Var:
+        """The node itself, as ``ndarray.T`` of a 0-d array."""
+        return self
+
+    def squeeze(self, axis: Axes = None) -> Var:
+        """The node itself (no axis of length 1 to remove; any axis named is refused)."""
+        return self._reduced("squeeze", axis, False)
+
+    def item(self) -> Var:
+        """The node itself, as ``Block.item`` gives the element of a block of one."""
+        return self
+
+    def copy(self) -> Var:
+        """The node itself: a node's value never changes (see ``Block.copy``)."""
+        return self
+
+    def astype(self, dtype: Any) -> Var:
+        """The node itself for float64; another type raises, as ``Block.astype``."""
+        _float64_only(self, dtype)
+        return self
+
+    def var(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Var:
+        """The variance of one number, ``(x - x)**2 / (1 - ddof)``: 0 (nan for ``ddof=1``),
+        with the derivative ``Block.var`` gives a slice of one element (0)."""
+        self._reduced("var", axis, keepdims)
+        centred = self - self
+        squares = centred * centred
+        return squares if ddof == 0 else squares / float(max(1 - ddof, 0))
+
+    def std(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Var:
+        """``sqrt(var)``; see :meth:`var`."""
+        return self.var(axis, ddof, keepdims) ** 0.5
+
+    def cumsum(self, axis: int | None = None) -> Block:
+        """A block of the one element, shape ``(1,)``, as ``np.cumsum`` of a 0-d array."""
+        self._reduced("cumsum", axis, False)
+        return self.ravel()
 
     # One number, not a sequence: iter() and list() raise TypeError, as for a 0-d array
     # (without this, iteration would call __getitem__(0) and stop at its IndexError).
     __iter__ = None
 
     # NumPy's reductions over all (none) of a scalar's axes: the node itself.
-    def sum(self, axis: Axes = None, keepdims: bool = False) -> Var:
+    def sum(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.sum()``: the node itself (a scalar node has no axes to reduce)."""
+        if options:  # where=, initial=...: as np.sum takes them
+            return _numpy.sum(self, axis, keepdims=keepdims, **options)
         return self._reduced("sum", axis, keepdims)
 
-    def mean(self, axis: Axes = None, keepdims: bool = False) -> Var:
+    def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.mean()``: the node itself (a scalar node has no axes to reduce)."""
+        if options:  # where=, initial=...: as np.mean takes them
+            return _numpy.mean(self, axis, keepdims=keepdims, **options)
         return self._reduced("mean", axis, keepdims)
 
-    def prod(self, axis: Axes = None, keepdims: bool = False) -> Var:
+    def prod(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.prod()``: the node itself (a scalar node has no axes to reduce)."""
+        if options:  # where=, initial=...: as np.prod takes them
+            return _numpy.prod(self, axis, keepdims=keepdims, **options)
         return self._reduced("prod", axis, keepdims)
 
-    def max(self, axis: Axes = None, keepdims: bool = False) -> Var:
+    def max(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.max()``: the node itself (a scalar node has no axes to reduce)."""
+        if options:  # where=, initial=...: as np.max takes them
+            return _numpy.max(self, axis, keepdims=keepdims, **options)
         return self._reduced("max", axis, keepdims)
 
-    def min(self, axis: Axes = None, keepdims: bool = False) -> Var:
+    def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.min()``: the node itself (a scalar node has no axes to reduce)."""
+        if options:  # where=, initial=...: as np.min takes them
+            return _numpy.min(self, axis, keepdims=keepdims, **options)
         return self._reduced("min", axis, keepdims)
 
     def _reduced(self, method: str, axis: object, keepdims: object) -> Var:
@@ -301,6 +376,21 @@ class Var(ScalarNode, Operators["Var", "Block"]):
         label = self._tape._storage.label(self._id)
         named = f", name={label!r}" if label else ""
         return f"Var({value}{named}, id={self._id})"
+
+
+_numpy: Any = np
+"""NumPy, for its functions called on nodes (``__array_function__`` records them); its type
+stubs know arrays only."""
+
+
+def _float64_only(node: Var | Block, dtype: Any) -> None:
+    """``node.astype(dtype)``'s check: float64, the one type fastad computes in."""
+    if np.dtype(dtype) != np.float64:
+        raise TypeError(
+            f"fastad computes in float64 only; {node!r}.astype({np.dtype(dtype)}) is not "
+            f"recorded. Use x.value.astype({np.dtype(dtype)}) for a NumPy array of the "
+            "values (no gradient flows through it)"
+        )
 
 
 def as_operand(tape: Tape, x: Any, what: str = "operand") -> Var | Block:
@@ -567,54 +657,64 @@ class Block(Node, Operators["Block", "Block"]):
         return _append(self._tape, INDEX, (self,), frozen_key(key))
 
     @overload
-    def sum(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    def sum(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
     @overload
-    def sum(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
-    def sum(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+    def sum(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
+    def sum(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Sum over ``axis`` (an int, a tuple of them, or None for all), as ``np.sum``.
 
         All axes without ``keepdims`` give a scalar node (a ``Var``).
         """
+        if options:  # where=, initial=, dtype=, out=: as np.sum takes them
+            return _numpy.sum(self, axis, keepdims=keepdims, **options)
         return _append(self._tape, SUM, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def mean(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    def mean(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
     @overload
-    def mean(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
-    def mean(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+    def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
+    def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Mean over ``axis``, as ``np.mean`` (nan, silently, for no elements); see :meth:`sum`."""
+        if options:  # where=, initial=, dtype=, out=: as np.mean takes them
+            return _numpy.mean(self, axis, keepdims=keepdims, **options)
         return _append(self._tape, MEAN, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def max(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    def max(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
     @overload
-    def max(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
-    def max(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+    def max(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
+    def max(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Largest element over ``axis``, as ``np.max``; see :meth:`sum`.
 
         NumPy's value (nan if any element is nan). The gradient goes to the
         elements equal to the result, split evenly among ties, as ``torch.amax``.
         """
+        if options:  # where=, initial=, dtype=, out=: as np.max takes them
+            return _numpy.max(self, axis, keepdims=keepdims, **options)
         return _append(self._tape, MAX, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def min(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    def min(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
     @overload
-    def min(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
-    def min(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+    def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
+    def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Smallest element over ``axis``; see :meth:`max`."""
+        if options:  # where=, initial=, dtype=, out=: as np.min takes them
+            return _numpy.min(self, axis, keepdims=keepdims, **options)
         return _append(self._tape, MIN, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
-    def prod(self, axis: None = None, keepdims: Literal[False] = False) -> Var: ...
+    def prod(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
     @overload
-    def prod(self, axis: Axes = None, keepdims: bool = False) -> Block | Var: ...
-    def prod(self, axis: Axes = None, keepdims: bool = False) -> Block | Var:
+    def prod(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
+    def prod(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Product over ``axis``, as ``np.prod``; see :meth:`sum`.
 
         An element's derivative is the product of the others in its slice,
         exact at zeros (computed without dividing by the result).
         """
+        if options:  # where=, initial=, dtype=, out=: as np.prod takes them
+            return _numpy.prod(self, axis, keepdims=keepdims, **options)
         return _append(self._tape, PROD, (self,), reduction(self.shape, axis, keepdims, self))
 
     @overload
@@ -648,14 +748,20 @@ class Block(Node, Operators["Block", "Block"]):
         return variance**0.5
 
     @overload
-    def reshape(self, shape: tuple[()], /) -> Var: ...  # type: ignore[overload-overlap]
+    def reshape(self, shape: tuple[()], /, *, order: str = "C") -> Var: ...  # type: ignore[overload-overlap]
     @overload
-    def reshape(self, *shape: int | Sequence[int]) -> Block: ...
-    def reshape(self, *shape: int | Sequence[int]) -> Block | Var:
+    def reshape(self, *shape: int | Sequence[int], order: str = "C") -> Block: ...
+    def reshape(self, *shape: int | Sequence[int], order: str = "C") -> Block | Var:
         """The same elements in ``shape`` (one ``-1`` is inferred), as ``np.reshape``.
 
-        The shape ``()`` (one element) gives a scalar node: the element itself.
+        The shape ``()`` (one element) gives a scalar node: the element itself. Blocks
+        are C-ordered: ``order="F"`` is refused.
         """
+        if order != "C":
+            raise TypeError(
+                f"{self!r}.reshape(..., order={order!r}) is not recorded: blocks are C-ordered "
+                "(order='C'); x.T.reshape(shape[::-1]).T reads the elements in Fortran order"
+            )
         wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         try:
             new_shape = np.empty(self.shape, dtype=np.bool_).reshape(wanted).shape
@@ -715,10 +821,8 @@ class Block(Node, Operators["Block", "Block"]):
         return self.reshape(kept)
 
     def clip(self, min: Any = None, max: Any = None) -> Block:  # noqa: A002 - NumPy's names
-        """The block limited to ``[min, max]`` (either may be None), as :func:`fastad.clip`:
-        ``minimum(maximum(x, min), max)``."""
-        if min is None and max is None:
-            raise ValueError("clip needs a min or a max bound (both are None)")
+        """The block limited to ``[min, max]`` (either or both may be None), as
+        :func:`fastad.clip`: ``minimum(maximum(x, min), max)``."""
         lower = self if min is None else elementwise(_MAXIMUM, self, min)
         return cast("Block", lower if max is None else elementwise(_MINIMUM, lower, max))
 
@@ -756,6 +860,19 @@ class Block(Node, Operators["Block", "Block"]):
         """``np.swapaxes(self, axis1, axis2)``."""
         return cast("Block", np.swapaxes(self, axis1, axis2))
 
+    def take(
+        self, indices: Any, axis: int | None = None, out: Any = None, mode: str = "raise"
+    ) -> Any:
+        """``np.take(self, indices, axis)``."""
+        return np.take(self, indices, axis, out, mode)  # type: ignore[call-overload]
+
+    @property
+    def mT(self) -> Block:  # noqa: N802 - NumPy's name
+        """The last two axes swapped (a stack of matrices transposed), as ``ndarray.mT``."""
+        if self.ndim < 2:
+            raise ValueError(f"{self!r}.mT needs at least two axes, it has {self.ndim}")
+        return self.swapaxes(-1, -2)
+
     def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Block:
         """``np.diagonal(self, ...)``."""
         return cast("Block", np.diagonal(self, offset, axis1, axis2))
@@ -789,12 +906,7 @@ class Block(Node, Operators["Block", "Block"]):
     def astype(self, dtype: Any) -> Block:
         """The block itself for float64, the one type fastad computes in; another type
         raises (``x.value.astype(dtype)`` gives a NumPy copy)."""
-        if np.dtype(dtype) != np.float64:
-            raise TypeError(
-                f"fastad computes in float64 only; {self!r}.astype({np.dtype(dtype)}) is not "
-                f"recorded. Use x.value.astype({np.dtype(dtype)}) for a NumPy array of the "
-                "values (no gradient flows through it)"
-            )
+        _float64_only(self, dtype)
         return self
 
 

@@ -109,9 +109,7 @@ def ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: Mapping
     """``__array_ufunc__`` of every node: record the ufunc's fastad op, or raise naming one."""
     name = ufunc.__name__
     if method != "__call__":
-        hints = {"add": "Block.sum", "maximum": "Block.max", "minimum": "Block.min"}
-        hint = hints.get(name, "the Block methods (sum, max, min, prod) or fastad functions")
-        _refuse(f"np.{name}.{method}", hint)
+        _refuse(f"np.{name}.{method}", _method_hint(name, method))
     if kwargs.get("out") is not None:
         _refuse(
             f"np.{name}(..., out=...)",
@@ -124,6 +122,25 @@ def ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: Mapping
     if handler is None:
         _refuse(f"np.{name}", _UFUNC_HINTS.get(name, _suggestion(name)))
     return handler(*inputs)
+
+
+_REDUCTIONS = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min"}
+
+
+def _method_hint(name: str, method: str) -> str:
+    """What to use for ``np.<name>.<method>``, which fastad does not record."""
+    if method == "outer":
+        return f"np.{name}(x[:, None], y) for vectors: broadcasting makes the outer {name}"
+    reduction = _REDUCTIONS.get(name)
+    if reduction is None:
+        return "the Block methods (sum, max, min, prod) or fastad functions"
+    if method == "reduce":
+        return f"np.{reduction}(x, axis) or x.{reduction}(axis)"
+    if method == "accumulate" and name in ("add", "multiply"):
+        return f"np.cum{reduction}(x, axis)"
+    if method == "reduceat":
+        return f"a {reduction} per slice, x[i:j].{reduction}(axis), joined with np.stack"
+    return f"x.{reduction}(axis) per prefix, or the fastad functions"
 
 
 def _suggestion(name: str) -> str:
@@ -142,6 +159,19 @@ def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> b
         and where is True
         and initial is None
     )
+
+
+def _one_element(
+    a: Any, axis: Any, keepdims: Any, where: Any, initial: Any, function: str
+) -> tuple[Any, Any]:
+    """A reduction's operand and axis: a scalar node's axis checked (it has none), and the
+    node as a block of its one element where ``where=`` or ``initial=`` takes part."""
+    if not isinstance(a, Var):
+        return a, axis
+    a._reduced(function, axis, keepdims)  # raises naming a bad axis or keepdims
+    if where is True and initial is None:
+        return a, None  # the node itself (_one_number)
+    return a.reshape(1), None
 
 
 def _mask(where: Any, block: Block, function: str) -> Any:
@@ -197,6 +227,7 @@ def _sum_like(name: str) -> Callable[..., Any]:
     ) -> Any:
         initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, dtype=other_dtype(dtype), out=out, **options)
+        a, axis = _one_element(a, axis, keepdims, where, initial, name)
         if _one_number(a, axis, keepdims, where, initial):
             return a
         block: Any = _block(a, name)
@@ -222,6 +253,7 @@ def _extremum(name: str) -> Callable[..., Any]:
     ) -> Any:
         initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, out=out, **options)
+        a, axis = _one_element(a, axis, keepdims, where, initial, name)
         if _one_number(a, axis, keepdims, where, initial):
             return a
         block: Any = _block(a, name)
@@ -265,7 +297,8 @@ def _spread(name: str) -> Callable[..., Any]:
         if correction is not None and ddof != 0:
             raise ValueError(f"np.{name}: ddof and correction are one setting: give one")
         ddof = ddof if correction is None else correction
-        return getattr(_block(a, name), name)(axis, ddof=ddof, keepdims=keepdims)
+        spread = a if isinstance(a, Var) else _block(a, name)
+        return getattr(spread, name)(axis, ddof=ddof, keepdims=keepdims)
 
     return reduce
 
@@ -277,29 +310,37 @@ def _reshape(
         _refuse(f"np.reshape(..., order={order!r})", "order='C' (the only order of blocks)")
     wanted = shape if shape is not None else newshape
     if isinstance(a, Var):  # one number: itself for (), else a block of one element
-        target = np.empty((), np.bool_).reshape(wanted).shape  # NumPy's checks and -1
+        try:
+            target = np.empty((), np.bool_).reshape(wanted).shape  # NumPy's checks and -1
+        except (ValueError, TypeError) as error:
+            raise type(error)(f"cannot reshape {a!r} (one number) to {wanted}: {error}") from None
         one: list[Any] = [a]
         return a if target == () else blocks.stack(one).reshape(target)
     return _block(a, "reshape").reshape(wanted)
 
 
-def _transpose(a: object, axes: Any = None) -> Block:
-    block = _block(a, "transpose")
-    return block.transpose() if axes is None else block.transpose(axes)
+def _node(x: object, function: str) -> Block | Var:
+    """A block, or a scalar node where the function has a 0-d array's meaning for it."""
+    return x if isinstance(x, Var) else _block(x, function)
+
+
+def _transpose(a: object, axes: Any = None) -> Block | Var:
+    node = _node(a, "transpose")
+    return node.transpose() if axes is None else node.transpose(axes)
 
 
 def _ravel(a: object, order: str = "C") -> Block:
     if order != "C":
         _refuse(f"np.ravel(..., order={order!r})", "order='C'")
-    return _block(a, "ravel").ravel()
+    return _node(a, "ravel").ravel()
 
 
 def _squeeze(a: object, axis: Any = None) -> Block | Var:
-    return _block(a, "squeeze").squeeze(axis)
+    return _node(a, "squeeze").squeeze(axis)
 
 
-def _copy(a: object, order: str = "K", subok: bool = False) -> Block:
-    return _block(a, "copy").copy()
+def _copy(a: object, order: str = "K", subok: bool = False) -> Block | Var:
+    return _node(a, "copy").copy()
 
 
 def _concatenate(arrays: Any, axis: Any = 0, out: Any = None, **options: Any) -> Any:

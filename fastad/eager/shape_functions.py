@@ -87,6 +87,13 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     positions = np.asarray(indices)
     if positions.size == 0 and not isinstance(indices, np.ndarray):
         positions = positions.astype(np.intp)  # [] takes nothing (np.asarray makes it float)
+    if positions.dtype.kind == "b":
+        positions = positions.astype(np.intp)  # as NumPy: True and False are 1 and 0 here
+    if positions.dtype.kind not in "iu":
+        raise TypeError(
+            f"np.take: indices must be integers, got {type(indices).__name__} {indices!r} "
+            f"(dtype {positions.dtype})"
+        )
     return x[_along(x.ndim, ax, positions)]
 
 

@@ -13,6 +13,8 @@ every replay), as it refuses ``np.sort``.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -52,13 +54,19 @@ def median(
     if len(set(axes)) != len(axes):
         raise ValueError(f"np.median: axis {axis!r} names an axis twice")
     kept = [n for n in range(x.ndim) if n not in axes]
-    lined = permuted(x, kept + axes).reshape(tuple(x.shape[n] for n in kept) + (-1,))
-    count = lined.shape[-1]
-    if count == 0:
-        raise ValueError(f"np.median over no elements (shape {x.shape}, axis {axis!r})")
-    ordered = sort(lined, axis=-1)
-    middle = [count // 2] if count % 2 else [count // 2 - 1, count // 2]
-    result = functions.where((lined != lined).max(axis=-1), np.nan, ordered[..., middle].mean(-1))
+    count = math.prod(x.shape[n] for n in axes)
+    lined = permuted(x, kept + axes).reshape(tuple(x.shape[n] for n in kept) + (count,))
+    if lined.size == 0:
+        # No results (an empty axis kept): an empty block. Or a median of nothing: nan,
+        # as NumPy gives it (with its warning), with no element to take a gradient.
+        if count == 0:
+            warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=2)
+        result = lined.sum(axis=-1) + (np.nan if count == 0 else 0.0)
+    else:
+        ordered = sort(lined, axis=-1)
+        middle = [count // 2] if count % 2 else [count // 2 - 1, count // 2]
+        is_nan = (lined != lined).max(axis=-1)
+        result = functions.where(is_nan, np.nan, ordered[..., middle].mean(-1))
     if keepdims:
         return np.reshape(result, tuple(1 if n in axes else x.shape[n] for n in range(x.ndim)))
     return result

@@ -31,6 +31,7 @@ from fastad.eager.handle import values_of
 from fastad.eager.node import Var
 
 LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2  # NumPy's NPY_LOG2E, the same double
 LARGE = 2.0**28
 """Beyond this, ``arcsinh(x) = log(2x)`` and ``arccosh(x) = log(2x)`` to rounding (glibc's
 cut): the exact forms would square ``x`` past float64's range."""
@@ -51,8 +52,14 @@ def _cbrt_of_positive(t: Any) -> Any:
     return where(t > 0.0, where(t < np.inf, step, root), root)
 
 
+def _sign_bit(x: Any) -> Any:
+    """``np.signbit(x)`` as a condition: ``atan2(x, -1)`` is -pi at -0.0 and +pi at +0.0,
+    so the odd functions below keep the sign of a zero, as NumPy's do."""
+    return functions.arctan2(x, -1.0) < 0.0
+
+
 def cbrt(x: Any) -> Any:
-    return where(x < 0.0, -_cbrt_of_positive(-x), _cbrt_of_positive(x))
+    return where(_sign_bit(x), -_cbrt_of_positive(-x), _cbrt_of_positive(x))
 
 
 def arcsin(x: Any) -> Any:
@@ -69,7 +76,7 @@ def _arcsinh_of_positive(a: Any) -> Any:
 
 
 def arcsinh(x: Any) -> Any:
-    return where(x < 0.0, -_arcsinh_of_positive(-x), _arcsinh_of_positive(x))
+    return where(_sign_bit(x), -_arcsinh_of_positive(-x), _arcsinh_of_positive(x))
 
 
 def arccosh(x: Any) -> Any:
@@ -119,16 +126,25 @@ def logaddexp(a: Any, b: Any) -> Any:
     instead of 1/4). Two equal infinities (whose difference is nan) give themselves,
     as NumPy does, with the derivative's limit along ``a = b`` (1/2 each); a nan gives
     nan and a nan derivative."""
-    difference = a - b
-    stable = where(
-        difference >= 0.0, a + functions.softplus(-difference), b + functions.softplus(difference)
-    )
-    equal_infinities = where(a == b, 0.5 * (a + b), stable)
-    return where(difference != difference, equal_infinities, stable)
+    return _log_add(a, b, functions.softplus)
+
+
+def _softplus2(x: Any) -> Any:
+    """``log2(1 + 2**x)`` as NumPy's ``logaddexp2`` computes it: ``log1p(exp2(x))`` times
+    ``log2(e)``."""
+    return LOG2E * log1p(exp2(x))
 
 
 def logaddexp2(a: Any, b: Any) -> Any:
-    return logaddexp(a * LN2, b * LN2) * (1.0 / LN2)
+    """``log2(2**a + 2**b)``, NumPy's formula in base 2 (see :func:`logaddexp`)."""
+    return _log_add(a, b, _softplus2)
+
+
+def _log_add(a: Any, b: Any, softplus: Callable[[Any], Any]) -> Any:
+    difference = a - b
+    stable = where(difference >= 0.0, a + softplus(-difference), b + softplus(difference))
+    equal_infinities = where(a == b, 0.5 * (a + b), stable)
+    return where(difference != difference, equal_infinities, stable)
 
 
 def _ignoring_nan(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
