@@ -255,7 +255,9 @@ def _stack_scalars(parts: list[Any], axis: int) -> Block:
             )
     tape_of(*parts)  # one tape, none stale
     placed = np.eye(len(parts))
-    total: Any = np.array([0.0 if isinstance(p, Var) else float(p) for p in parts])
+    # A node's place starts at -0.0, as a pick's other places are: x + -0.0 is x, bit for
+    # bit, where +0.0 would turn a -0.0 node into +0.0.
+    total: Any = np.array([-0.0 if isinstance(p, Var) else float(p) for p in parts])
     for i, part in enumerate(parts):
         if isinstance(part, Var):
             total = total + elementwise(PICK, placed[i], part)

@@ -242,11 +242,11 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     ndim = 0
     size = 1
 
-    def reshape(self, *shape: int | Sequence[int]) -> Var | Block:
+    def reshape(self, *shape: int | Sequence[int], order: str = "C") -> Var | Block:
         """The number in ``shape``, of one element, as ``np.reshape`` of a 0-d array: the
         node itself for ``()``, else a block (``x.reshape(1)``, ``x.reshape(1, 1)``)."""
         wanted = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return cast("Var | Block", _numpy.reshape(self, wanted))
+        return cast("Var | Block", _numpy.reshape(self, wanted, order=order))
 
     def ravel(self) -> Block:
         """A block of the one element, shape ``(1,)``, as ``np.ravel`` of a 0-d array."""
@@ -337,7 +337,7 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     def _reduced(self, method: str, axis: object, keepdims: object) -> Var:
         """A reduction over no axes; any axis, or keepdims, is refused, naming it."""
         if not (axis is None or (isinstance(axis, tuple) and not axis)):
-            kind = ValueError if is_int(axis) else TypeError
+            kind = np.exceptions.AxisError if is_int(axis) else TypeError  # AxisError: a ValueError
             raise kind(
                 f"{self!r}.{method}(axis={axis!r}): a scalar node has no axes (axis=None or ())"
             )
