@@ -185,6 +185,11 @@ ZERO_D = {
     "np.sum(x, where=False) + x": lambda x: np.sum(x, where=False) + x,
     "x.cumsum().sum()": lambda x: x.cumsum().sum() ** 2,
     "x.astype(float) ** 3": lambda x: x.astype(float) ** 3,
+    "np.cumsum(x) * x": lambda x: np.cumsum(x) * x,
+    "np.atleast_2d(x) ** 2": lambda x: np.atleast_2d(x) ** 2,
+    "np.expand_dims(x, (0, 1)) * x": lambda x: np.expand_dims(x, (0, 1)) * x,
+    "np.median(x) * x": lambda x: np.median(x) * x,
+    "np.take(x, [0, 0]) * x": lambda x: np.take(x, [0, 0]) * x,
 }
 
 

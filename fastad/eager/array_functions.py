@@ -58,7 +58,7 @@ def permuted(x: Any, order: Sequence[int]) -> Any:
 
 
 def expand_dims(a: Any, axis: Any) -> Any:
-    x = operand(a, "expand_dims")
+    x = a if isinstance(a, Var) else operand(a, "expand_dims")  # a scalar node: a 0-d array
     wanted = axes_of(axis)
     rank = x.ndim + len(wanted)
     for ax in wanted:
@@ -220,6 +220,8 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **options: Any) -> A
 
 def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     """Running sums along ``axis`` (None: of the flattened array), one block op."""
+    if isinstance(a, Var) and axis is None:  # a 0-d array: its one running sum
+        a = a.reshape(1)
     x = operand(a, "cumsum")
     refuse_options("cumsum", out=out, dtype=other_dtype(dtype))
     if not isinstance(x, Block):

@@ -19,6 +19,7 @@ import numpy as np
 from fastad.eager import blocks, functions
 from fastad.eager.array_functions import along, flip, operand, refuse_options, swapaxes
 from fastad.eager.block_params import normal_axis
+from fastad.eager.node import Var
 
 
 def _along(rank: int, axis: int, key: Any) -> tuple[Any, ...]:
@@ -83,6 +84,8 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
             f"np.take with mode={mode!r} is not recorded on fastad nodes: bring the indices "
             "into range first (np.clip(indices, 0, n - 1) or indices % n), then np.take"
         )
+    if isinstance(a, Var) and axis is None:  # a 0-d array, flattened as NumPy does
+        a = a.reshape(1)
     x, ax = along(operand(a, "take"), axis)
     positions = np.asarray(indices)
     if positions.size == 0 and not isinstance(indices, np.ndarray):
@@ -135,7 +138,7 @@ def _at_least(rank: int) -> Callable[..., Any]:
     def raised(*arys: Any) -> Any:
         results = []
         for a in arys:
-            x = operand(a, function.__name__)
+            x = a if isinstance(a, Var) else operand(a, function.__name__)  # a 0-d array
             results.append(x.reshape(function(np.empty(x.shape)).shape))
         return results[0] if len(results) == 1 else tuple(results)
 

@@ -47,6 +47,8 @@ def median(
     """The middle of the sorted values (the mean of the two middle ones for an even count)
     over ``axis`` (one, several, or None: all); nan where a nan is among them, as NumPy."""
     refuse_options("median", out=out)
+    if isinstance(a, Var) and axis in (None, ()) and not keepdims:
+        return a  # the median of one number
     x = operand(a, "median")
     values_of(x, "np.median")  # refused by name while tracing, before np.sort's refusal
     given = tuple(range(x.ndim)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
