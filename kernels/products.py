@@ -77,30 +77,18 @@ def linear(X: FloatArray, W: FloatArray, b: FloatArray, relu: bool) -> FloatArra
 
 
 @kernel(signatures=(_tuple(_COUNTED + _COUNTED)(_IN2, _IN2, _IN2, _FLAG, _FLAG),))
-def _products_of(
-    left: FloatArray, right: FloatArray, G: FloatArray, want_left: bool, want_right: bool
-) -> tuple[FloatArray, int, int, FloatArray, int, int]:
-    """The VJP's products of ``left @ right`` for the adjoint ``G``: ``G @ right.T``
-    and ``left.T @ G``, each with its counts."""
-    d_left, zeros_left, nonfinite_left = np.empty((0, 0)), 0, 0
-    d_right, zeros_right, nonfinite_right = np.empty((0, 0)), 0, 0
-    if want_left:
-        d_left, zeros_left, nonfinite_left = counted_product(
-            G, np.bool_(False), right, np.bool_(True)
-        )
-    if want_right:
-        d_right, zeros_right, nonfinite_right = counted_product(
-            left, np.bool_(True), G, np.bool_(False)
-        )
-    return d_left, zeros_left, nonfinite_left, d_right, zeros_right, nonfinite_right
-
-
-@kernel(signatures=(_tuple(_COUNTED + _COUNTED)(_IN2, _IN2, _IN2, _FLAG, _FLAG),))
 def matmul_vjp(
     A: FloatArray, B: FloatArray, G: FloatArray, want_a: bool, want_b: bool
 ) -> tuple[FloatArray, int, int, FloatArray, int, int]:
-    """``dA = G @ B.T`` and ``dB = A.T @ G`` for ``A @ B``, with their counts."""
-    return _products_of(A, B, G, want_a, want_b)
+    """``dA = G @ B.T`` and ``dB = A.T @ G`` for ``A @ B`` and its adjoint ``G``, each
+    with its counts (an empty product, counts 0, where not wanted)."""
+    d_a, zeros_a, nonfinite_a = np.empty((0, 0)), 0, 0
+    d_b, zeros_b, nonfinite_b = np.empty((0, 0)), 0, 0
+    if want_a:
+        d_a, zeros_a, nonfinite_a = counted_product(G, np.bool_(False), B, np.bool_(True))
+    if want_b:
+        d_b, zeros_b, nonfinite_b = counted_product(A, np.bool_(True), G, np.bool_(False))
+    return d_a, zeros_a, nonfinite_a, d_b, zeros_b, nonfinite_b
 
 
 @kernel(
@@ -112,5 +100,5 @@ def linear_relu_vjp(
     """The VJP of ``H = relu(X @ W + b)``: ``(dZ, db, dX, zeros, nonfinite, dW, zeros,
     nonfinite)``, ``dZ`` the adjoint behind the ReLU, which the products' recheck reads."""
     dZ, db = relu_backward(H, G)
-    dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = _products_of(X, W, dZ, want_x, want_w)
+    dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = matmul_vjp(X, W, dZ, want_x, want_w)
     return dZ, db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w

@@ -12,7 +12,8 @@ BLAS compiled code cannot call, run ``np.matmul``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,14 +76,8 @@ class Matmul(BlockRule):
         if a.ndim == 2 and b.ndim == 2:  # the common case, without reshapes
             products = blas_products()
             if products is not None and c_matrices(a, b, g):  # both products in one call
-                da, zeros_a, nonfinite_a, db, zeros_b, nonfinite_b = products.matmul_vjp(
-                    a, b, g, bool(want_a), bool(want_b)
-                )
-                if zeros_a or nonfinite_a:  # (counts are 0 for a product not made)
-                    settled(da, zeros_a, nonfinite_a, g, b.T, True, _wants_reach(needs, 0))
-                if zeros_b or nonfinite_b:
-                    settled(db, zeros_b, nonfinite_b, a.T, g, False, _wants_reach(needs, 1))
-                return da if want_a else None, db if want_b else None
+                made = products.matmul_vjp(a, b, g, bool(want_a), bool(want_b))
+                return _settled_pair(made, a, b, g, needs)
             return (
                 reach_matmul(g, b.T, True, _wants_reach(needs, 0)) if want_a else None,
                 reach_matmul(a.T, g, False, _wants_reach(needs, 1)) if want_b else None,
@@ -134,6 +129,21 @@ class Matmul(BlockRule):
                 moved = np.asarray(ta, dtype=np.float64)
                 sent[1] = add_sent(sent[1], self.vjp((moved, b), out, g, params, (False, True))[1])
         return tuple(sent)
+
+
+def _settled_pair(
+    made: Sequence[Any], a: FloatArray, b: FloatArray, g: FloatArray, needs: Needs
+) -> tuple[FloatArray | None, FloatArray | None]:
+    """The VJP of ``a @ b`` from ``products.matmul_vjp``'s ``(da, zeros, nonfinite, db,
+    zeros, nonfinite)`` for the adjoint ``g``: each product wanted, its reach settled
+    where its counts ask (``reach.settled``); None for one not wanted."""
+    da, zeros_a, nonfinite_a, db, zeros_b, nonfinite_b = made
+    want_a, want_b = (True, True) if needs is None else needs[:2]
+    if zeros_a or nonfinite_a:  # counts are 0 for a product not made; views made here only
+        settled(da, zeros_a, nonfinite_a, g, b.T, True, _wants_reach(needs, 0))
+    if zeros_b or nonfinite_b:
+        settled(db, zeros_b, nonfinite_b, a.T, g, False, _wants_reach(needs, 1))
+    return da if want_a else None, db if want_b else None
 
 
 def _wants_reach(needs: Needs, operand: int) -> bool:
@@ -201,14 +211,8 @@ class Linear(BlockRule):
         want_dx, want_dw = (True, True) if needs is None else needs[:2]
         products = blas_products()
         if self.relu and products is not None and c_matrices(X, W, G, out):  # one call
-            dZ, db, dX, zeros_x, nonfinite_x, dW, zeros_w, nonfinite_w = products.linear_relu_vjp(
-                X, W, out, G, bool(want_dx), bool(want_dw)
-            )
-            if zeros_x or nonfinite_x:  # (counts are 0 for a product not made)
-                settled(dX, zeros_x, nonfinite_x, dZ, W.T, True, _wants_reach(needs, 0))
-            if zeros_w or nonfinite_w:
-                settled(dW, zeros_w, nonfinite_w, X.T, dZ, False, _wants_reach(needs, 1))
-            return dX if want_dx else None, dW if want_dw else None, db
+            dZ, db, *made = products.linear_relu_vjp(X, W, out, G, bool(want_dx), bool(want_dw))
+            return (*_settled_pair(made, X, W, dZ, needs), db)
         if self.relu:
             dZ, db = fused.relu_backward(out, G)
         else:

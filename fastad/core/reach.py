@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, RuleValue
 
 UNREACHED = strong_zeros.UNREACHED
+_FLOAT64 = np.dtype(np.float64)  # (compared with ==: arrays made by Numba hold a copy)
 
 
 class Need(enum.IntEnum):
@@ -253,9 +254,6 @@ def c_matrices(*arrays: Any) -> bool:
         if type(x) is not np.ndarray or x.dtype != _FLOAT64 or not x.flags.c_contiguous:
             return False
     return True
-
-
-_FLOAT64 = np.dtype(np.float64)  # (compared with ==: arrays made by Numba hold a copy)
 
 
 def product_reach(

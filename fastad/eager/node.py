@@ -306,36 +306,31 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     # NumPy's reductions over all (none) of a scalar's axes: the node itself.
     def sum(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.sum()``: the node itself (a scalar node has no axes to reduce)."""
-        if options:  # where=, initial=...: as np.sum takes them
-            return _numpy.sum(self, axis, keepdims=keepdims, **options)
-        return self._reduced("sum", axis, keepdims)
+        return self._reduced("sum", axis, keepdims, options)
 
     def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.mean()``: the node itself (a scalar node has no axes to reduce)."""
-        if options:  # where=, initial=...: as np.mean takes them
-            return _numpy.mean(self, axis, keepdims=keepdims, **options)
-        return self._reduced("mean", axis, keepdims)
+        return self._reduced("mean", axis, keepdims, options)
 
     def prod(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.prod()``: the node itself (a scalar node has no axes to reduce)."""
-        if options:  # where=, initial=...: as np.prod takes them
-            return _numpy.prod(self, axis, keepdims=keepdims, **options)
-        return self._reduced("prod", axis, keepdims)
+        return self._reduced("prod", axis, keepdims, options)
 
     def max(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.max()``: the node itself (a scalar node has no axes to reduce)."""
-        if options:  # where=, initial=...: as np.max takes them
-            return _numpy.max(self, axis, keepdims=keepdims, **options)
-        return self._reduced("max", axis, keepdims)
+        return self._reduced("max", axis, keepdims, options)
 
     def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Var:
         """``x.min()``: the node itself (a scalar node has no axes to reduce)."""
-        if options:  # where=, initial=...: as np.min takes them
-            return _numpy.min(self, axis, keepdims=keepdims, **options)
-        return self._reduced("min", axis, keepdims)
+        return self._reduced("min", axis, keepdims, options)
 
-    def _reduced(self, method: str, axis: object, keepdims: object) -> Var:
-        """A reduction over no axes; any axis, or keepdims, is refused, naming it."""
+    def _reduced(
+        self, method: str, axis: object, keepdims: object, options: dict[str, Any] | None = None
+    ) -> Var:
+        """A reduction over no axes; any axis, or keepdims, is refused, naming it. With
+        NumPy's other keywords (``where=``, ``initial=``), ``np.<method>`` of the node."""
+        if options:
+            return cast("Var", getattr(_numpy, method)(self, axis, keepdims=keepdims, **options))
         if not (axis is None or (isinstance(axis, tuple) and not axis)):
             kind = np.exceptions.AxisError if is_int(axis) else TypeError  # AxisError: a ValueError
             raise kind(
@@ -665,9 +660,7 @@ class Block(Node, Operators["Block", "Block"]):
 
         All axes without ``keepdims`` give a scalar node (a ``Var``).
         """
-        if options:  # where=, initial=, dtype=, out=: as np.sum takes them
-            return _numpy.sum(self, axis, keepdims=keepdims, **options)
-        return _append(self._tape, SUM, (self,), reduction(self.shape, axis, keepdims, self))
+        return self._reduce(SUM, "sum", axis, keepdims, options)
 
     @overload
     def mean(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
@@ -675,9 +668,7 @@ class Block(Node, Operators["Block", "Block"]):
     def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
     def mean(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Mean over ``axis``, as ``np.mean`` (nan, silently, for no elements); see :meth:`sum`."""
-        if options:  # where=, initial=, dtype=, out=: as np.mean takes them
-            return _numpy.mean(self, axis, keepdims=keepdims, **options)
-        return _append(self._tape, MEAN, (self,), reduction(self.shape, axis, keepdims, self))
+        return self._reduce(MEAN, "mean", axis, keepdims, options)
 
     @overload
     def max(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
@@ -689,9 +680,7 @@ class Block(Node, Operators["Block", "Block"]):
         NumPy's value (nan if any element is nan). The gradient goes to the
         elements equal to the result, split evenly among ties, as ``torch.amax``.
         """
-        if options:  # where=, initial=, dtype=, out=: as np.max takes them
-            return _numpy.max(self, axis, keepdims=keepdims, **options)
-        return _append(self._tape, MAX, (self,), reduction(self.shape, axis, keepdims, self))
+        return self._reduce(MAX, "max", axis, keepdims, options)
 
     @overload
     def min(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
@@ -699,9 +688,7 @@ class Block(Node, Operators["Block", "Block"]):
     def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var: ...
     def min(self, axis: Axes = None, keepdims: bool = False, **options: Any) -> Block | Var:
         """Smallest element over ``axis``; see :meth:`max`."""
-        if options:  # where=, initial=, dtype=, out=: as np.min takes them
-            return _numpy.min(self, axis, keepdims=keepdims, **options)
-        return _append(self._tape, MIN, (self,), reduction(self.shape, axis, keepdims, self))
+        return self._reduce(MIN, "min", axis, keepdims, options)
 
     @overload
     def prod(self, axis: None = None, keepdims: Literal[False] = False, **options: Any) -> Var: ...
@@ -713,9 +700,7 @@ class Block(Node, Operators["Block", "Block"]):
         An element's derivative is the product of the others in its slice,
         exact at zeros (computed without dividing by the result).
         """
-        if options:  # where=, initial=, dtype=, out=: as np.prod takes them
-            return _numpy.prod(self, axis, keepdims=keepdims, **options)
-        return _append(self._tape, PROD, (self,), reduction(self.shape, axis, keepdims, self))
+        return self._reduce(PROD, "prod", axis, keepdims, options)
 
     @overload
     def var(self, axis: None = None, ddof: int = 0, keepdims: Literal[False] = False) -> Var: ...
@@ -865,6 +850,17 @@ class Block(Node, Operators["Block", "Block"]):
     ) -> Any:
         """``np.take(self, indices, axis)``."""
         return np.take(self, indices, axis, out, mode)  # type: ignore[call-overload]
+
+    def _reduce(
+        self, code: int, method: str, axis: Axes, keepdims: bool, options: dict[str, Any]
+    ) -> Block | Var:
+        """Block op ``code`` over ``axis``; with NumPy's other keywords (``where=``,
+        ``initial=``, ``dtype=``, ``out=``), ``np.<method>`` of the block, which takes them."""
+        if options:
+            return cast(
+                "Block | Var", getattr(_numpy, method)(self, axis, keepdims=keepdims, **options)
+            )
+        return _append(self._tape, code, (self,), reduction(self.shape, axis, keepdims, self))
 
     @property
     def mT(self) -> Block:  # noqa: N802 - NumPy's name

@@ -150,28 +150,16 @@ def _suggestion(name: str) -> str:
 
 
 # -- array functions ---------------------------------------------------------------------------
-def _one_number(a: Any, axis: Any, keepdims: Any, where: Any, initial: Any) -> bool:
-    """A reduction of a scalar node over all (none) of its axes: the node itself."""
-    return (
-        isinstance(a, Var)
-        and axis in (None, ())
-        and not keepdims
-        and where is True
-        and initial is None
-    )
-
-
 def _one_element(
     a: Any, axis: Any, keepdims: Any, where: Any, initial: Any, function: str
 ) -> tuple[Any, Any]:
-    """A reduction's operand and axis: a scalar node's axis checked (it has none), and the
-    node as a block of its one element where ``where=`` or ``initial=`` takes part."""
+    """A reduction's operand and axis. A scalar node's axis is checked (it has none); the
+    node stays itself where it is its own reduction, and becomes a block of its one
+    element where ``where=`` or ``initial=`` takes part."""
     if not isinstance(a, Var):
         return a, axis
     a._reduced(function, axis, keepdims)  # raises naming a bad axis or keepdims
-    if where is True and initial is None:
-        return a, None  # the node itself (_one_number)
-    return a.reshape(1), None
+    return (a if where is True and initial is None else a.reshape(1)), None
 
 
 def _mask(where: Any, block: Block, function: str) -> Any:
@@ -228,7 +216,7 @@ def _sum_like(name: str) -> Callable[..., Any]:
         initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, dtype=other_dtype(dtype), out=out, **options)
         a, axis = _one_element(a, axis, keepdims, where, initial, name)
-        if _one_number(a, axis, keepdims, where, initial):
+        if isinstance(a, Var):  # a scalar node reduced over its (no) axes: itself
             return a
         block: Any = _block(a, name)
         if where is not True:
@@ -254,7 +242,7 @@ def _extremum(name: str) -> Callable[..., Any]:
         initial, where = _initial(options.pop("initial", None), name), options.pop("where", True)
         refuse_options(name, out=out, **options)
         a, axis = _one_element(a, axis, keepdims, where, initial, name)
-        if _one_number(a, axis, keepdims, where, initial):
+        if isinstance(a, Var):  # a scalar node reduced over its (no) axes: itself
             return a
         block: Any = _block(a, name)
         if where is not True:
