@@ -700,3 +700,24 @@ def test_the_softmax_familys_row_maxima_are_the_in_order_scans_bit_for_bit(rng):
             assert np.signbit(shift[r]) == np.signbit(want), (row, shift[r], want)
             with np.errstate(invalid="ignore"):
                 np.testing.assert_array_equal(shifted[r], row - want)
+
+
+def test_a_blocks_square_root_power_is_numpys_and_a_scalar_nodes_is_pythons():
+    edges = np.array([-np.inf, -0.0, 0.0, 0.25, 2.0, 1e300, np.inf, np.nan])
+    with np.errstate(invalid="ignore"):
+        want = edges**0.5  # NumPy's power of an array: its square root
+    with fa.Tape():
+        X = fa.var(edges)
+        roots = [X**0.5, np.power(X, 0.5), X ** np.float64(0.5)]
+        for root in roots:
+            np.testing.assert_array_equal(np.signbit(root.value), np.signbit(want))
+            np.testing.assert_array_equal(root.value, want)
+        roots[0].sum().backward()
+    # d sqrt(x) / dx = 0.5 / sqrt(x): inf at +0.0, -inf at -0.0, nan below 0.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(X.grad, 0.5 / want)
+    with fa.Tape():
+        x = fa.var(-0.0)
+        y = fa.var(-np.inf)
+        assert math.copysign(1.0, (x**0.5).value) == math.copysign(1.0, (-0.0) ** 0.5) == 1.0
+        assert (y**0.5).value == float("-inf") ** 0.5 == math.inf

@@ -199,6 +199,7 @@ class Var(ScalarNode, Operators["Var", "Block"]):
     __slots__ = ()
     _record = staticmethod(record)
     _record_unary = staticmethod(record_unary)
+    _square_root_power = False
 
     def __init__(self, tape: Tape, node_id: int, value: float) -> None:
         # Node.__init__ written out: this runs once per recorded node.
@@ -549,6 +550,7 @@ class Block(Node, Operators["Block", "Block"]):
     __slots__ = ()
     _record = staticmethod(elementwise)
     _record_unary = staticmethod(elementwise)
+    _square_root_power = True
 
     # -- what it is --------------------------------------------------------------
     @property

@@ -32,7 +32,7 @@ A = TypeVar("A")
 
 _op = optable.BY_NAME
 ADD, SUB, MUL, DIV = _op["add"].code, _op["sub"].code, _op["mul"].code, _op["div"].code
-NEG, POW, ABS = _op["neg"].code, _op["pow"].code, _op["abs"].code
+NEG, POW, ABS, SQRT = _op["neg"].code, _op["pow"].code, _op["abs"].code, _op["sqrt"].code
 LT, LE, GT, GE = _op["lt"].code, _op["le"].code, _op["gt"].code, _op["ge"].code
 EQ, NE = _op["eq"].code, _op["ne"].code
 
@@ -70,6 +70,11 @@ class Operators(Generic[S, A]):
 
         @staticmethod
         def _record_unary(code: int, x: Any, /) -> Any: ...
+
+        _square_root_power: bool
+        """Whether ``x ** 0.5`` is ``sqrt(x)``: NumPy's power of an array (its ufunc takes
+        the square root for that exponent: ``-0.0`` stays ``-0.0``, ``-inf`` gives nan)
+        for ``Block``; Python's float power, ``pow``, for ``Var``."""
 
     # Comparisons: the type checker's fallback for other operands is object's ==.
     @overload
@@ -190,6 +195,8 @@ class Operators(Generic[S, A]):
         # the article's graph (its node 12 is d * d).
         if is_number(exponent) and exponent == 2:
             return self._record(MUL, self, self)
+        if self._square_root_power and is_number(exponent) and exponent == 0.5:
+            return self._record_unary(SQRT, self)
         return self._record(POW, self, exponent)
 
     @overload
