@@ -137,6 +137,11 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
     def transpose_x(state, meta):
         state["block_dims"][:2] = [5, 8]  # X (8, 5) read as (5, 8): the same data size
 
+    def seventy_axes(state, meta):  # X (8, 5) as (8, 5, 1, ..., 1): the same data size
+        state["block_ndim"][0] = 70
+        dims = state["block_dims"]
+        state["block_dims"] = np.concatenate([dims[:2], np.ones(68, dims.dtype), dims[2:]])
+
     cases = [
         (transpose_x, f"node {matmul}: .*shape"),
         (set_value("block_dims", 1, 4), "block shapes need 50 elements, data holds 58"),
@@ -148,7 +153,10 @@ def test_damaged_files_are_refused_naming_the_problem(arrays):
             set_meta("params", [{"bogus": 1}] * len(storage_of(f.tape).blocks.ops)),
             "malformed block op",
         ),
-        (set_meta("wrt", [7]), "wrt position 7 is out of range"),
+        (set_meta("wrt", [7]), "pickle: metadata wrt position 7 is out of range"),
+        (set_meta("wrt", [1.5]), "pickle: metadata wrt holds argument positions"),
+        (set_meta("wrt", [-1]), "pickle: metadata wrt must hold positions from 0"),
+        (seventy_axes, "pickle: a block has 70 axes, NumPy's most is 64"),
         (set_value("block_data", 0, np.nan), None),  # a value, not a structure: loads
     ]
     for change, message in cases:
@@ -269,3 +277,44 @@ def test_a_function_of_arrays_has_a_checked_mode(arrays):
     with pytest.raises(fa.NonFiniteError) as caught:
         g.grad((ones, ones), check=True)  # sqrt at 0: an infinite slope
     assert caught.value.origin.phase == "backward"
+
+
+def test_a_refused_call_leaves_the_tape_as_the_last_good_call_had_it(tmp_path):
+    def loss(X, w):
+        s = (X @ w).sum()
+        return s * s if s > 0 else -s
+
+    X, w = np.ones((4, 2)), np.array([1.0, 2.0])
+    f = fa.compile(loss, example=(X, w), wrt=1, batch=(0,), backend="interpret")
+    assert f((X[:3], w)) == 81.0  # a good call with three rows
+    for refused in [(X, -w), (X[:2], -w)]:
+        with pytest.raises(fa.BranchError):
+            f(refused)
+        # The tape holds the last good call: a save or pickle loads and runs.
+        assert np.array_equal(f.tape.block_value(f.tape.inputs[0]), X[:3])
+        for again in round_trips(f, tmp_path):
+            assert again((X, w)) == 144.0
+
+
+def test_metadata_nested_past_pythons_depth_is_a_damaged_file(arrays):
+    f = fa.compile(guarded, example=arrays[:3])
+    state = npz.read_npz(io.BytesIO(f.__getstate__()["npz"]), "x")
+    state = {key: np.array(value) for key, value in state.items()}
+    state["meta"] = np.array("[" * 100_000 + "]" * 100_000)
+    buffer = io.BytesIO()
+    np.savez(buffer, **state)
+    with pytest.raises(ValueError, match="pickle: metadata nests deeper than Python can read"):
+        object.__new__(fa.BlockFunction).__setstate__({"npz": buffer.getvalue()})
+
+
+def test_batch_axes_that_do_not_fit_the_program_are_refused_before_any_op_runs(rng):
+    X, W, b = rng.normal(size=(8, 3)), rng.normal(size=(3, 2)), np.zeros(2)
+    f = fa.compile(lambda X, W, b: fa.linear_relu(X, W, b).sum(), example=(X, W, b))
+
+    def rows_of_w(state, meta):  # W named the batch argument: (3, 2) at 4 rows is (4, 2)
+        meta.update(batch=[1], rows=3, batch_axes={str(f.tape.inputs[1]): [0]})
+
+    with pytest.raises(
+        ValueError, match=r"pickle: at 4 rows: .*linear_relu: .*\(8, 3\) @ W \(4, 2\)"
+    ):
+        object.__new__(fa.BlockFunction).__setstate__(damaged(f, rows_of_w))

@@ -124,6 +124,10 @@ def test_save_and_load_round_trip(tmp_path):
     assert fa.grad(loaded.node(z.id), [loaded.node(0), loaded.node(1)]).tolist() == (
         fa.grad(z, [x, y]).tolist()
     )
+    # The path exactly, as f.save writes it: no ".npz" is added to a name without it.
+    tape.save(str(tmp_path / "plain"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "tape.npz"]
+    assert fa.Tape.load(tmp_path / "plain").labels == tape.labels
 
 
 def test_load_rejects_corrupted_files(tmp_path):
@@ -921,3 +925,17 @@ def test_num_inputs_past_a_tapes_ids_or_memory_is_refused_before_tracing(monkeyp
     monkeypatch.setattr(memory, "available_memory", lambda: 16 * 2**30)
     with pytest.raises(MemoryError, match="1,000,000,000 scalar inputs needs .*function of arrays"):
         fa.compile(lambda *a: a[0], num_inputs=10**9)
+
+
+def test_a_file_of_the_other_kind_names_the_loader_to_use(tmp_path):
+    with fa.Tape() as tape:
+        x = fa.var(2.0)
+        x * x
+    tape.save(tmp_path / "tape.npz")
+    f = fa.compile(lambda a: a * a, num_inputs=1)
+    f.value_and_grad(np.array([1.0]))
+    f.save(tmp_path / "f.npz")
+    with pytest.raises(ValueError, match=r"tape.npz: not a fastad compiled .*fa\.Tape\.load"):
+        fa.load(tmp_path / "tape.npz")
+    with pytest.raises(ValueError, match=r"f.npz: not a fastad tape, .*read it with fa\.load"):
+        fa.Tape.load(tmp_path / "f.npz")

@@ -52,20 +52,21 @@ def replay(
             storage.set_leaf_value(node.id, float(array))
     try:
         tape.forward()
+        if check:
+            origin = tape.first_nonfinite(output.id)
+            if origin is not None:
+                raise NonFiniteError(origin)
+        for guard, truth in guards:
+            if (tape.value(guard) != 0.0) != truth:
+                raise BranchError(describe_guard(tape, guard), bool(truth))
     except BaseException:
-        # A refused call (a bad label) leaves the tape as the last good call
-        # had it: a save or pickle afterwards must load and replay again.
+        # A refused call (a bad label, a branch the other way, a non-finite value
+        # in checked mode) leaves the tape as the last good call had it: a save or
+        # pickle afterwards must load and replay again.
         for node, value in zip(inputs, kept, strict=True):
             storage.set_leaf_value(node.id, value)
         tape.forward()
         raise
-    if check:
-        origin = tape.first_nonfinite(output.id)
-        if origin is not None:
-            raise NonFiniteError(origin)
-    for guard, truth in guards:
-        if (tape.value(guard) != 0.0) != truth:
-            raise BranchError(describe_guard(tape, guard), bool(truth))
 
 
 def unit(index: int, shapes: Sequence[tuple[int, ...]]) -> list[FloatArray]:

@@ -234,7 +234,11 @@ def scalar_definition(state: Mapping[str, Any], source: str = "pickle") -> Scala
     missing = {"format", "opcode", "in0", "in1", "val", "inputs", "outputs", "guards", "meta"}
     missing -= set(state)
     if missing:
-        raise ValueError(f"{source}: not a fastad compiled function, missing {sorted(missing)}")
+        saved_tape = {"labels", "opcode"} <= set(state) and "meta" not in state
+        hint = " (it is a saved tape: read it with fa.Tape.load)" if saved_tape else ""
+        raise ValueError(
+            f"{source}: not a fastad compiled function, missing {sorted(missing)}{hint}"
+        )
     state = {key: np.asarray(value) for key, value in state.items()}
     found = npz.text_field(state, "format", source)
     if found != COMPILED_FORMAT:
@@ -306,7 +310,12 @@ def array_definition(state: Mapping[str, Any], source: str) -> ArrayDefinition:
         raise ValueError(f"{source}: metadata name must be a string and wrt_single a bool")
     if wrt is not None and (not isinstance(wrt, list) or (single and len(wrt) != 1)):
         raise ValueError(f"{source}: metadata wrt must be null or a list (of one, if wrt_single)")
-    positions = wrt_positions(wrt[0] if single and wrt is not None else wrt, inputs.size)
+    if wrt is not None and any(isinstance(p, int) and p < 0 for p in wrt):
+        raise ValueError(f"{source}: metadata wrt must hold positions from 0, got {wrt!r}")
+    try:
+        positions = wrt_positions(wrt[0] if single and wrt is not None else wrt, inputs.size)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: metadata {error}") from None
     nodes = [tape.node(int(node)) for node in inputs]
     guard_list = [(int(node), bool(truth)) for node, truth in guards.tolist()]
     out_node = tape.node(int(output[0]))
@@ -401,6 +410,7 @@ def _batch_state(
     kept = [tape.value(node.id) for node in inputs]
     before = {node: array_kernel.shape_of(storage_of(tape), node) for node in range(len(tape))}
     probe = [batch_axis.with_one_more_row(v) if i in positions else v for i, v in enumerate(kept)]
+    _check_shapes_at(tape, inputs, probe, f"{source}: at {rows + 1} rows")  # before any replay
     try:
         try:
             replay(tape, inputs, guards, output, probe)
@@ -418,6 +428,23 @@ def _batch_state(
     finally:
         replay(tape, inputs, guards, output, kept)
     return tuple(positions), found
+
+
+def _check_shapes_at(tape: Tape, inputs: list[Var | Block], values: list[Any], where: str) -> None:
+    """Run every block op's shape rule, in id order, on the shapes the program would have
+    with ``values`` at ``inputs``: a ``ValueError`` names the first op whose operands do
+    not fit. No value is computed, so a file whose batch axes do not fit the program is
+    refused before any op runs on arrays of the wrong shapes."""
+    storage = storage_of(tape)
+    opcode = storage.columns()[0]
+    blocks = storage.blocks
+    shapes = [array_kernel.shape_of(storage, node) for node in range(len(tape))]
+    for leaf, value in zip(inputs, values, strict=True):
+        shapes[leaf.id] = np.shape(value)
+    for op in blocks.ops:
+        shapes[op] = block_file.op_shape(
+            int(opcode[op]), blocks.operands(op), blocks.params(op), shapes, where
+        )
 
 
 def _source_locations(

@@ -94,18 +94,20 @@ def validated_labels(tape: TapeStorage, labels: object) -> dict[int, str]:
 
 
 def write(tape: TapeStorage, path: StrPath) -> None:
-    """Write a scalar tape to a NumPy ``.npz`` file (no pickle inside)."""
+    """Write a scalar tape to a NumPy ``.npz`` file at ``path`` exactly (no pickle inside;
+    no ``.npz`` added to the name, so :func:`read` of the same path finds it)."""
     if tape.has_blocks:
         raise NotImplementedError("saving is not available for tapes with blocks yet")
-    np.savez(
-        path,
-        format=np.array(SAVE_FORMAT),
-        opcode=tape.opcode,
-        in0=tape.in0,
-        in1=tape.in1,
-        val=tape.val,
-        labels=np.array(json.dumps({str(k): v for k, v in tape.labels.items()})),
-    )
+    with open(path, "wb") as file:
+        np.savez(
+            file,
+            format=np.array(SAVE_FORMAT),
+            opcode=tape.opcode,
+            in0=tape.in0,
+            in1=tape.in1,
+            val=tape.val,
+            labels=np.array(json.dumps({str(k): v for k, v in tape.labels.items()})),
+        )
 
 
 def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
@@ -114,7 +116,9 @@ def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
     # write() always writes labels: a file without them is damaged, not unlabelled.
     missing = {"format", "opcode", "in0", "in1", "val", "labels"} - set(data)
     if missing:
-        raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}")
+        compiled = {"meta", "inputs"} <= set(data)
+        hint = " (it is a compiled function: read it with fa.load)" if compiled else ""
+        raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}{hint}")
     found = npz.text_field(data, "format", str(path))
     if found != SAVE_FORMAT:
         raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")

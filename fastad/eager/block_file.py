@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from fastad.util.hints import FloatArray
 
 _LEAVES = (optable.INPUT, optable.CONST)
+_MOST_AXES = 64
+"""NumPy's largest number of axes (``np.empty((1,) * 65)`` raises)."""
 
 
 def encode_param(param: Any) -> Any:
@@ -182,7 +184,7 @@ def rebuild(
             shapes.append(block.shape)
         elif node in ops:
             operands, param = ops[node]
-            shape = _op_shape(code, operands, param, shapes, where)
+            shape = op_shape(code, operands, param, shapes, where)
             planned += 8 * math.prod(shape)
             # A stand-in that allocates nothing: the forward sweep computes the value.
             value: FloatArray | float = 0.0 if shape == () else np.broadcast_to(0.0, shape)
@@ -242,6 +244,8 @@ def _block_leaves(arrays: Mapping[str, Any], n: int, source: str) -> dict[int, F
         raise ValueError(f"{source}: block_nodes must be distinct ids in [0, {n})")
     found: dict[int, FloatArray] = {}
     start = 0
+    if nodes.size and ndim.max() > _MOST_AXES:
+        raise ValueError(f"{source}: a block has {ndim.max()} axes, NumPy's most is {_MOST_AXES}")
     for node, shape, size in zip(nodes.tolist(), shapes, sizes, strict=True):
         found[node] = as_stored(data[start : start + size].reshape(shape).copy())
         start += size
@@ -266,13 +270,19 @@ def _block_ops(
                 f"{source}: block op {p} (node {node}) must be a new id in [0, {n}) whose "
                 f"operands {mine} are earlier nodes"
             )
-        ops[node] = (mine, decode_param(params[p], f"{source}: node {node}"))
+        try:
+            ops[node] = (mine, decode_param(params[p], f"{source}: node {node}"))
+        except RecursionError:
+            raise ValueError(f"{source}: node {node}: its parameters nest too deep") from None
     return ops
 
 
-def _op_shape(
+def op_shape(
     code: int, operands: tuple[int, ...], param: Any, shapes: list[tuple[int, ...]], where: str
 ) -> tuple[int, ...]:
+    """The shape block op ``code`` gives on operands of ``shapes`` (by node id), from its
+    shape rule alone (no value is touched); a ``ValueError`` starting with ``where`` names
+    what does not fit."""
     arity = optable.ALL[code].arity
     if code < optable.NUM_OPS and arity == 0 or arity >= 0 and len(operands) != arity:
         raise ValueError(

@@ -149,6 +149,8 @@ def json_object(text: str, where: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where} is not valid JSON ({error}); {_FIX}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests deeper than Python can read; {_FIX}") from None
     if not isinstance(value, dict):
         raise ValueError(f"{where} must be a JSON object, got {type(value).__name__}; {_FIX}")
     return value
