@@ -171,6 +171,83 @@ def test_kink_with_an_impossible_derivative_is_reported_as_non_differentiable():
         fa.gradcheck(lambda p: abs(p[0]), [0.0], grad=lambda p: np.array([1.5]))
 
 
+STEEP = 1e7  # tanh(STEEP x) turns within 1e-7 of 0, far below the step of 6e-6
+
+
+@pytest.mark.parametrize(
+    "function, right, wrong",
+    [
+        # A steep but smooth stretch: the differences at h, h/4 and h/16 keep one size.
+        (lambda p: np.tanh(STEEP * p[0]), STEEP, 42.0),
+        # A kink and a jump within the step of the point, not at it.
+        (lambda p: abs(p[0] - 1e-7), -1.0, 0.0),
+        (lambda p: p[0] ** 2 + (p[0] > 1e-7), 0.0, 5.0),
+    ],
+    ids=["steep", "kink nearby", "jump nearby"],
+)
+def test_a_feature_within_the_step_is_resolved_at_a_finer_step(function, right, wrong):
+    # These passed any gradient as a jump or a kink at the point.
+    for mode in ("full", "fast"):
+        assert fa.gradcheck(function, [0.0], grad=lambda p: np.array([right]), mode=mode)
+        result = fa.gradcheck(
+            function, [0.0], grad=lambda p: np.array([wrong]), mode=mode, raise_exception=False
+        )
+        assert not result.passed and not result.kinks and not result.jumps
+        assert "faster than the step" in result.message
+        assert result.numeric[0] == pytest.approx(right, abs=1e-6, rel=1e-6)
+
+
+def test_kinks_and_jumps_at_the_point_itself_keep_their_verdicts():
+    assert fa.gradcheck(lambda p: max(p[0], 0.0), [0.0], grad=lambda p: np.array([0.0]))
+    jump = fa.gradcheck(
+        lambda p: np.sign(p[0]), [0.0], grad=lambda p: np.array([3.0]), raise_exception=False
+    )
+    assert jump.passed and jump.jumps == [(0,)]
+    with pytest.raises(fa.GradcheckError, match="non-differentiable point"):
+        fa.gradcheck(lambda p: max(p[0], 0.0), [0.0], grad=lambda p: np.array([2.0]))
+
+
+def test_a_failure_the_difference_cannot_tell_says_what_to_try():
+    edge = fa.gradcheck(fa.compile(lambda x: x**1.5), np.array([0.0]), raise_exception=False)
+    assert "leaves the function's domain" in edge.message
+    big = fa.gradcheck(
+        lambda p: 1e8 + p[0] * p[1],
+        [0.0, 2.0],
+        grad=lambda p: np.array([p[1], p[0]]),
+        raise_exception=False,
+    )
+    assert "within its own rounding (about 0.0037" in big.message
+    assert fa.gradcheck(
+        lambda p: 1e8 + p[0] * p[1], [0.0, 2.0], grad=lambda p: np.array([p[1], p[0]]), atol=1e-2
+    )
+
+
+def test_equal_infinities_in_the_dot_product_test_agree():
+    result = fa.gradcheck(fa.compile(fa.sqrt), np.array([0.0]), raise_exception=False)
+    assert result.dot_product == (math.inf, math.inf)
+    assert "disagree" not in result.message
+
+
+def test_the_gradient_calls_a_user_makes_are_checked(rng):
+    class DoubledGradient(fa.CompiledFunction):
+        def value_and_grad(self, points, threads=None, **options):
+            value, gradient = super().value_and_grad(points, threads, **options)
+            return value, (gradient * 2 if np.ndim(points) == self.want_rank else gradient)
+
+    for rank, call in ((1, r"f.value_and_grad\(x\)"), (2, "of 9 copies of x")):
+        f = DoubledGradient(lambda x, y: fa.sin(x) * y + x * x)
+        f.want_rank = rank
+        with pytest.raises(fa.GradcheckError, match=f"{call} disagrees with f.jacobian"):
+            fa.gradcheck(f, np.array([0.3, 1.7]))
+
+
+def test_integer_labels_without_wrt_name_the_argument(rng):
+    X, W, y = rng.normal(size=(6, 3)), rng.normal(size=(3, 4)), rng.integers(0, 4, 6)
+    f = fa.compile(lambda X, W, y: fa.cross_entropy(X @ W, y), example=(X, W, y))
+    with pytest.raises(ValueError, match=r"argument 2 is an array of int64 .* wrt=\(0, 1\)"):
+        fa.gradcheck(f, (X, W, y))
+
+
 def test_richardson_extrapolation_is_more_accurate():
     def f(p):
         return math.exp(3.0 * p[0])

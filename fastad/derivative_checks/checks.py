@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from fastad.derivative_checks.differences import (
+    finer_difference,
     kinks_along,
     reference_difference,
     rough_elements,
@@ -142,15 +143,37 @@ def full_check(
     refined: list[tuple[int, int]] = []
     failing_inputs = np.flatnonzero(bad.any(axis=0))
     f0 = problem.value(z) if failing_inputs.size else None
+    eps = float(np.finfo(problem.dtype).eps)
+    fine_steps: dict[tuple[int, int], float] = {}  # elements judged at a finer step
     for j in failing_inputs.tolist():
         assert f0 is not None  # computed above, as an input fails
         is_kink, forward, backward = kinks_along(
-            problem.value, z, f0, j, steps[j], bad[:, j], tolerance[:, j]
+            problem.value, z, f0, j, steps[j], bad[:, j], tolerance[:, j], eps
         )
         others = bad[:, j] & ~is_kink
         jumping, rough = rough_elements(
             problem.value, z, f0, j, steps[j], others, analytic[:, j], tolerance[:, j]
         )
+        plain = others & ~jumping & ~rough
+        if plain.any():
+            fine, fine_tolerance, fine_step = finer_difference(
+                problem.value,
+                z,
+                f0,
+                j,
+                steps[j],
+                np.where(plain, analytic[:, j], np.inf),
+                rtol,
+                atol,
+                eps,
+            )
+            # Judged at the finer step only where it tells another story: the function
+            # changes faster than the step resolves (a smooth mismatch keeps its report).
+            judged = plain & (np.abs(fine - numeric[:, j]) > fine_tolerance + tolerance[:, j])
+            numeric[judged, j], tolerance[judged, j] = fine[judged], fine_tolerance[judged]
+            error[judged, j] = np.abs(analytic[judged, j] - fine[judged])
+            rough |= judged & (error[:, j] <= tolerance[:, j])
+            fine_steps.update({(o, j): fine_step for o in np.flatnonzero(judged).tolist()})
         for o in np.flatnonzero(bad[:, j]).tolist():
             if jumping[o]:
                 jumps.append((o, j))
@@ -182,15 +205,53 @@ def full_check(
     notes = []
     if jumps:
         notes.append(f"{len(jumps)} element(s) where the function jumps: no derivative to check")
-    if refined:
+    finer = sum(1 for at in refined if at in fine_steps)
+    if len(refined) > finer:
         notes.append(
-            f"{len(refined)} element(s) smooth to first order only: checked with an "
+            f"{len(refined) - finer} element(s) smooth to first order only: checked with an "
             "extrapolated difference"
         )
+    if finer:
+        notes.append(
+            f"{finer} element(s) where the function changes faster than the step resolves "
+            "(a steep stretch, or a kink or jump near the point): checked at a finer step"
+        )
     result.message = full_message(
-        problem, failures, kinks, analytic, error, tolerance, numeric, steps, notes
-    )
+        problem, failures, kinks, analytic, error, tolerance, numeric, steps, notes, fine_steps
+    ) + _hint(failures, error, tolerance, numeric, steps, f0, eps)
     return result
+
+
+def _hint(
+    failures: list[tuple[int, int]],
+    error: FloatArray,
+    tolerance: FloatArray,
+    numeric: FloatArray,
+    steps: FloatArray,
+    f0: FloatArray | None,
+    eps: float,
+) -> str:
+    """What to try where the worst failure may be the difference's, not the derivative's:
+    a nan difference beside a finite value (the step leaves the function's domain), or
+    an error within the difference's rounding (large values, a small derivative)."""
+    if not failures or f0 is None:
+        return ""
+    excess = np.where(np.isnan(error), np.inf, error - tolerance)
+    o, j = max(failures, key=lambda at: excess[at])
+    if np.isnan(numeric[o, j]) and np.isfinite(f0[o]):
+        return (
+            f"; the difference is nan where f is {float(f0[o])!r}: a step of {steps[j]:.3g} leaves "
+            "the function's domain (a point near its edge), so give a smaller eps= or "
+            "check at a point further inside"
+        )
+    rounding = eps * max(1.0, abs(float(f0[o]))) / steps[j]
+    if error[o, j] <= 4.0 * rounding:
+        return (
+            f"; the difference is within its own rounding (about {rounding:.2g} at this "
+            f"step, for values of size {abs(float(f0[o])):.3g}): a larger eps= or atol= "
+            "would tell"
+        )
+    return ""
 
 
 def fast_check(
@@ -270,7 +331,8 @@ def dot_product_test(
     # (x - x + cos(x) at tiny x); a wrong rule is off by O(1). The absolute
     # part is the check's own atol, scaled by the directions.
     tolerance = 1024 * np.finfo(float).eps * scale + atol * np.linalg.norm(u) * np.linalg.norm(v)
-    agrees = abs(forward - reverse) <= tolerance
+    # Equal infinities agree (their difference is nan); nan against anything does not.
+    agrees = forward == reverse or abs(forward - reverse) <= tolerance
     result.dot_product = (forward, reverse)
     if not agrees:
         if problem.check == "hesscheck":
@@ -294,6 +356,7 @@ def full_message(
     numeric: FloatArray,
     steps: FloatArray,
     notes: list[str],
+    fine_steps: dict[tuple[int, int], float] | None = None,
 ) -> str:
     """The full check's verdict; on failure it names the worst element (flat ``(o, j)``
     pairs in ``failures`` and ``kinks``, the matrices of shape ``(m, n)``)."""
@@ -315,8 +378,14 @@ def full_message(
             f"one-sided derivatives {kink[1]!r} and {kink[2]!r}, and the analytic "
             f"{float(analytic[worst])!r} is not between them"
         )
+    step = f"step {steps[j]:.3g}"
+    if fine_steps and worst in fine_steps:
+        step = (
+            f"plus rounding; step {fine_steps[worst]:.3g}, as the function changes faster "
+            f"than the step {steps[j]:.3g} resolves"
+        )
     return (
         f"{counted}: analytic {float(analytic[worst])!r}, numeric "
         f"{float(numeric[worst])!r} (|difference| {error[worst]:.3g} > tolerance "
-        f"{tolerance[worst]:.3g} = atol + rtol * |numeric|; step {steps[j]:.3g})"
+        f"{tolerance[worst]:.3g} = atol + rtol * |numeric|; {step})"
     )

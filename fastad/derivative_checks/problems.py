@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fastad.compiled import BlockFunction, CompiledFunction
 from fastad.derivative_checks.layout import Layout, format_position
+from fastad.derivative_checks.result import fail
 from fastad.eager import Node
 from fastad.util.errors import is_long_double, is_real_dtype, not_real
 
@@ -251,7 +252,58 @@ def compiled_problem(function: CompiledFunction, x: object) -> Problem:
         # included) take shape (m,).
         vjp=lambda z, u: function.vjp(z, float(u[0]) if scalar else u)[1],
         jvp=lambda z, v: np.reshape(function.jvp(z, v)[1], -1),
+        further_tests=gradient_calls_test(function) if scalar else None,
     )
+
+
+BATCH_COPIES = 9
+"""Points of the batch :func:`gradient_calls_test` sends: more than the widest vector of
+points (8 lanes), so a batch kernel runs its lanes and its tail."""
+
+
+def gradient_calls_test(
+    function: CompiledFunction,
+) -> Callable[[Problem, GradcheckResult, float, float, int], GradcheckResult]:
+    """The calls a user makes for a gradient, ``f.value_and_grad`` at the point and at a
+    batch of copies of it (other kernels than ``f.jacobian``'s), against the checked
+    value and Jacobian: they must agree to the check's tolerance."""
+
+    def test(
+        problem: Problem, result: GradcheckResult, rtol: float, atol: float, seed: int
+    ) -> GradcheckResult:
+        z = problem.point
+        want_value = problem.value(z)[0]
+        want = problem.jacobian(z)[0]
+        batch = np.repeat(z[None, :], BATCH_COPIES, axis=0)
+        values, gradients = function.value_and_grad(batch)
+        value, gradient = function.value_and_grad(z)
+        calls: list[tuple[str, Any, Any]] = [
+            ("f.value_and_grad(x)", [value], [gradient]),
+            (f"f.value_and_grad of {BATCH_COPIES} copies of x", values, gradients),
+        ]
+        for call, found_values, found_gradients in calls:
+            for found_value, found in zip(found_values, found_gradients, strict=True):
+                found = np.asarray(found, dtype=np.float64)
+                off = np.abs(found - want)
+                # Equal infinities agree; nan counts as bad.
+                bad = ~((found == want) | (off <= atol + rtol * np.abs(want)))
+                if bad.any() or not _same_value(found_value, want_value, rtol, atol):
+                    j = int(np.argmax(np.where(bad, off, -np.inf))) if bad.any() else 0
+                    fail(
+                        result,
+                        f"{call} disagrees with f.jacobian(x): value {float(found_value)!r} "
+                        f"against {float(want_value)!r}, gradient element {j} "
+                        f"{float(found[j])!r} against {float(want[j])!r}",
+                    )
+                    return result
+        return result
+
+    return test
+
+
+def _same_value(found: object, want: float, rtol: float, atol: float) -> bool:
+    got = float(found)  # type: ignore[arg-type]
+    return got == want or abs(got - want) <= atol + rtol * abs(want)
 
 
 class BlockPoint(NamedTuple):
@@ -280,6 +332,15 @@ def block_point(function: BlockFunction, x: object) -> BlockPoint:
     # The arguments the function differentiates (wrt=) vary; the others are data, passed
     # as given (integer labels stay integers).
     positions = list(range(len(given))) if function.wrt is None else list(function.wrt)
+    labels = [p for p in positions if np.asarray(given[p]).dtype.kind in "iub"]
+    if labels:
+        others = tuple(p for p in positions if p not in labels)
+        raise ValueError(
+            f"argument {labels[0]} is an array of {np.asarray(given[labels[0]]).dtype} (data "
+            "such as class labels or a mask, which has no derivative and cannot be stepped "
+            "by a difference): compile the function with wrt= naming the arguments to "
+            f"check, fa.compile(..., wrt={others})"
+        )
     # One empty argument is fine (it has no elements to check); all empty is not.
     arguments = [as_point(given[p], f"argument {p}", allow_empty=True) for p in positions]
     shapes = [a.shape for a in arguments]

@@ -62,10 +62,13 @@ class GradcheckResult:
         derivative exists there to check (the Hessian of a ReLU network at
         a ReLU's kink, ``sign`` at 0); they pass, and are listed here.
     refined : list of tuple
-        Elements where the function is smooth to first order only (its
-        derivative has a kink there, as ``relu(x)**2`` at 0), so the central
-        difference errs by ``O(h)``: they are checked against differences at
-        ``h`` and ``h/4`` extrapolated to ``h = 0`` instead, and listed here.
+        Elements checked against a better difference than the central one
+        at ``h``, listed here: where the function is smooth to first order
+        only (its derivative has a kink there, as ``relu(x)**2`` at 0), so
+        the central difference errs by ``O(h)``, differences at ``h`` and
+        ``h/4`` extrapolated to ``h = 0``; where it changes faster than
+        ``h`` resolves (a steep stretch, a kink or a jump within ``h`` of the
+        point), the central difference at a finer step.
     dot_product : tuple of float or None
         ``(<u, J v>, <J^T u, v>)`` from forward and reverse mode, where the
         dot-product test ran.
