@@ -39,9 +39,13 @@ def validated_arrays(
     for name, a in arrays.items():
         if a.ndim != 1:
             raise ValueError(f"tape array {name} must be one-dimensional, got shape {a.shape}")
-        kind_ok = a.dtype.kind == "f" if name == "val" else a.dtype.kind in "iu"
+        # val: float16, float32 or float64 (a long double would lose its digits unsaid).
+        if name == "val":
+            kind_ok = a.dtype.kind == "f" and a.dtype.itemsize <= 8
+        else:
+            kind_ok = a.dtype.kind in "iu"
         if not kind_ok:
-            wanted = "floating point" if name == "val" else "integer"
+            wanted = "floating point of at most 64 bits" if name == "val" else "integer"
             raise ValueError(f"tape array {name} must be {wanted}, got dtype {a.dtype}")
     lengths = {name: a.size for name, a in arrays.items()}
     if len(set(lengths.values())) != 1:
