@@ -272,6 +272,10 @@ def test_step_and_tolerances_follow_the_dtype():
     assert fa.gradcheck(f, point, grad=g)  # float32 arithmetic passes with float32 defaults
     with pytest.raises(fa.GradcheckError):
         fa.gradcheck(f, point.astype(np.float64), grad=g)  # float64 expectations reject it
+    # A compiled function computes in float64 whatever the point: float64's tolerances.
+    compiled = fa.compile(lambda x, y: fa.sin(x) + y * y)
+    checked = fa.gradcheck(compiled, point, raise_exception=False)
+    assert checked.passed and checked.tolerance[0] < 1e-5
 
 
 def test_vector_output_compiled_function():

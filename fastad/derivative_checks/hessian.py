@@ -79,8 +79,7 @@ def hesscheck(
 
 def hessian_problem(function: CompiledFunction, x: object) -> Problem:
     """The gradient as the function, the Hessian as its Jacobian, ``hvp`` both ways."""
-    point = compiled_point(function, x)
-    dtype, point = point.dtype, point.astype(np.float64)
+    point = compiled_point(function, x).astype(np.float64)  # it computes in float64
     first = np.asarray(function(point), dtype=np.float64)
     if first.ndim != 0:
         raise ValueError(
@@ -95,7 +94,7 @@ def hessian_problem(function: CompiledFunction, x: object) -> Problem:
 
     return Problem(
         point,
-        dtype,
+        np.dtype(np.float64),
         Layout([(k,)], (k,), arguments=False),
         value=lambda z: np.asarray(function.grad(z), dtype=np.float64).reshape(-1),
         jacobian=lambda z: np.asarray(function.hessian(z), dtype=np.float64).reshape(k, k),

@@ -234,9 +234,8 @@ def compiled_point(function: CompiledFunction, x: object) -> NDArray[Any]:
 
 def compiled_problem(function: CompiledFunction, x: object) -> Problem:
     """A compiled function of scalars at one point: ``f.jacobian``, ``f.jvp`` and ``f.vjp``."""
-    point = compiled_point(function, x)
+    point = compiled_point(function, x).astype(np.float64)  # it computes in float64
     k = function.num_inputs
-    dtype, point = point.dtype, point.astype(np.float64)
     first = np.asarray(function(point), dtype=np.float64)
     require_finite(first, "f(x)", "output")
     scalar = first.ndim == 0
@@ -244,7 +243,7 @@ def compiled_problem(function: CompiledFunction, x: object) -> Problem:
     m = layout.m
     return Problem(
         point,
-        dtype,
+        np.dtype(np.float64),
         layout,
         value=lambda z: np.asarray(function(z), dtype=np.float64).reshape(-1),
         jacobian=lambda z: np.asarray(function.jacobian(z), dtype=np.float64).reshape(m, k),
