@@ -154,6 +154,22 @@ def test_singular_matrices_as_numpy_treats_them():
             d.backward()  # its gradient needs the adjugate, not an inverse: never a finite guess
 
 
+@pytest.mark.parametrize("scale", [1e100, 1e-100], ids=["overflows", "underflows"])
+def test_a_determinant_out_of_range_keeps_its_gradient_in_range(scale):
+    # det(A) is inf (or 0) for these invertible matrices; its gradient, the
+    # cofactors [[d, -c], [-b, a]], is finite: det(A) A^-T computed plainly gave
+    # inf and nan (or a silent 0).
+    a, b, c, d = 3.0 * scale**2, 1.0 * scale**2, 2.0 * scale**1.5, 5.0 * scale**1.5
+    A = np.array([[a, b], [c, d]])
+    with np.errstate(over="ignore", under="ignore"):
+        assert np.linalg.det(A) in (np.inf, 0.0)
+    value, gradient = fa.value_and_grad(np.linalg.det)(A)
+    assert value == (np.inf if scale > 1 else 0.0)
+    np.testing.assert_allclose(gradient, [[d, -c], [-b, a]], rtol=1e-12)
+    # The second derivative's formula cancels there: nan, not a finite guess.
+    assert np.isnan(fa.hvp(np.linalg.det)((A,), (np.ones((2, 2)),))).all()
+
+
 def test_shapes_are_named_in_errors():
     with fa.Tape():
         A = fa.var(np.eye(3))

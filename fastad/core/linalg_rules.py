@@ -14,6 +14,8 @@ plain arrays (an unreached element reads as zero).
 
 from __future__ import annotations
 
+import math
+import sys
 import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -277,29 +279,34 @@ class Inv(BlockRule):
 class Det(BlockRule):
     """``det(A)`` (``name`` "det", ``np.linalg.det``) or ``log|det(A)|`` ("logabsdet", the
     second result of ``np.linalg.slogdet``): a scalar. Gradients ``g det(A) A^-T`` and
-    ``g A^-T``; tangents ``det(A) tr(A^-1 tA)`` and ``tr(A^-1 tA)``."""
+    ``g A^-T``; tangents ``det(A) tr(A^-1 tA)`` and ``tr(A^-1 tA)``. Where ``det(A)``
+    overflows or underflows for an invertible ``A``, the first derivatives scale by it
+    in logarithms (:func:`_times_det`) and stay right; the second derivative is nan
+    there (``slogdet``'s derivatives stay in range)."""
 
     def shape(self, shapes: tuple[Shape, ...], params: object) -> Shape:
         square(shapes[0], self.name)
         return ()
 
     def forward(self, values: Values, params: object) -> RuleValue:
-        if self.name == "det":
-            return float(np.linalg.det(values[0]))
-        return float(np.linalg.slogdet(values[0])[1])
+        with np.errstate(over="ignore", under="ignore"):  # an IEEE inf or 0, as NumPy's
+            if self.name == "det":
+                return float(np.linalg.det(values[0]))
+            return float(np.linalg.slogdet(values[0])[1])
 
-    def _scale(self, out: RuleValue) -> float:
-        return float(out) if self.name == "det" else 1.0
+    def _scaled(self, a: FloatArray, out: RuleValue, terms: Any) -> Any:
+        """``det(A) * terms`` for "det" (``terms`` for "logabsdet"), elementwise."""
+        return _times_det(a, float(out), terms) if self.name == "det" else terms
 
     def vjp(
         self, values: Values, out: RuleValue, g: RuleValue, params: object, needs: Needs = None
     ) -> Values:
         inverse = _inverse(values[0], self.name)
-        return (float(g) * self._scale(out) * inverse.T,)
+        return (float(g) * self._scaled(values[0], out, inverse.T),)
 
     def jvp(self, values: Values, out: RuleValue, tangents: Values, params: object) -> RuleValue:
         inverse = _inverse(values[0], self.name)
-        return self._scale(out) * float(np.sum(inverse.T * tangents[0]))
+        return float(self._scaled(values[0], out, np.sum(inverse.T * tangents[0])))
 
     def vjp_change(
         self, values: Values, out: RuleValue, g: RuleValue, tangents: Values, params: Any
@@ -308,8 +315,36 @@ class Det(BlockRule):
         tA = tangents[0]
         moved = -(inverse @ tA @ inverse).T  # the tangent of A^-T
         if self.name == "det":  # and of det(A) itself: det(A) tr(A^-1 tA)
+            if not _normal(float(out)):
+                # det(A) overflowed or underflowed: the bracket then cancels between
+                # terms of very different sizes (diag(1e300, 1e10) lost a whole entry),
+                # so the product is not computed; nan says so.
+                return (np.full(tA.shape, np.nan),)
             moved = float(out) * (moved + float(np.sum(inverse.T * tA)) * inverse.T)
         return (float(g) * moved,)
+
+
+def _normal(x: float) -> bool:
+    """A finite float that is neither 0 nor subnormal."""
+    return math.isfinite(x) and abs(x) >= sys.float_info.min
+
+
+def _times_det(a: FloatArray, det: float, terms: Any) -> Any:
+    """``det * terms`` elementwise, ``det = det(A)`` for an invertible ``A``.
+
+    Where ``det`` is a normal float this is the plain product. Where it
+    overflowed to inf or underflowed (to 0 or a subnormal) although ``A`` is
+    invertible, its logarithm from ``slogdet`` is added to each term's
+    instead: ``det(diag(1e300, 1e10)) A^-T`` is ``diag(1e10, 1e300)``, where
+    the product would give inf and nan (and 0 for ``diag(1e-200, 1e-200)``).
+    """
+    if _normal(det):
+        return det * terms
+    sign, logabsdet = np.linalg.slogdet(a)
+    if sign == 0.0 or not math.isfinite(logabsdet):  # singular, or inf or nan inside
+        return det * terms
+    with np.errstate(divide="ignore", over="ignore"):  # log(0) = -inf: a zero term stays 0
+        return sign * np.sign(terms) * np.exp(logabsdet + np.log(np.abs(terms)))
 
 
 class SignDet(BlockRule):
