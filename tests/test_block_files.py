@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import fastad as fa
-from fastad.core import reduction_rules
-from fastad.eager import block_file
+from fastad.core import block_file, reduction_rules
 from fastad.eager.handle import storage_of
 from fastad.kernels import optable
 from fastad.util import npz

@@ -4,7 +4,7 @@ A function of scalars (format ``fastad-compiled-1``) keeps its tape's
 arrays (values of leaves and constants only: loading recomputes the rest),
 its input, output and guard ids, its source lines and JSON metadata; a
 function of arrays (``fastad-block-function-1``) also its blocks
-(:mod:`fastad.eager.block_file`), ``wrt``, batch positions and axes. Both are
+(:mod:`fastad.core.block_file`), ``wrt``, batch positions and axes. Both are
 compressed (``savez_compressed``; a pickle holds those bytes) and read back
 through :func:`fastad.util.npz.read_npz`, a type check of every metadata
 field, the tape's own validation and id checks, before any kernel runs.
@@ -32,7 +32,7 @@ from fastad.compiled.definition import (
 )
 from fastad.compiled.tiers import BACKENDS
 from fastad.compiled.trace import wrt_positions
-from fastad.eager import block_file
+from fastad.core import block_file
 from fastad.eager.handle import storage_of
 from fastad.eager.tape import Tape
 from fastad.kernels import optable
@@ -85,7 +85,7 @@ def scalar_state(definition: ScalarDefinition) -> dict[str, Any]:
 def array_state(definition: ArrayDefinition) -> dict[str, Any]:
     """The arrays a function of arrays is saved as (its tape holds the last call's values)."""
     tape = definition.tape
-    blocks, params = block_file.block_state(tape)
+    blocks, params = block_file.block_state(storage_of(tape))
     wrt, batch = definition.wrt, definition.batch
     return {
         "format": BLOCK_FORMAT,
@@ -294,7 +294,8 @@ def array_definition(state: Mapping[str, Any], source: str) -> ArrayDefinition:
     params, labels = meta.get("params"), meta.get("labels", {})
     if not isinstance(params, list) or not isinstance(labels, dict):
         raise ValueError(f"{source}: metadata must hold a params list and a labels object")
-    tape = block_file.rebuild(state, state, params, labels, source)
+    tape = Tape()
+    block_file.rebuild(storage_of(tape), state, state, params, labels, source)
     n = len(tape)
     inputs = _ids(state["inputs"], n, "inputs", source)
     output = _ids(state["output"], n, "output", source)

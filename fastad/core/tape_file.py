@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from fastad.util.hints import FloatArray, IndexArray, OpcodeArray, StrPath
 
 SAVE_FORMAT = "fastad-tape-1"
+BLOCK_SAVE_FORMAT = "fastad-block-tape-1"
+"""A tape with blocks: the scalar tape's members and ``fastad.core.block_file``'s."""
 
 
 def validated_arrays(
@@ -97,25 +99,32 @@ def validated_labels(tape: TapeStorage, labels: object) -> dict[int, str]:
     return checked
 
 
-def write(tape: TapeStorage, path: StrPath) -> None:
-    """Write a scalar tape to a NumPy ``.npz`` file at ``path`` exactly (no pickle inside;
-    no ``.npz`` added to the name, so :func:`read` of the same path finds it)."""
-    if tape.has_blocks:
-        raise NotImplementedError("saving is not available for tapes with blocks yet")
+def write(
+    tape: TapeStorage,
+    path: StrPath,
+    form: str = SAVE_FORMAT,
+    blocks: dict[str, Any] | None = None,
+) -> None:
+    """Write a tape to a NumPy ``.npz`` file at ``path`` exactly (no pickle inside; no
+    ``.npz`` added to the name, so :func:`read` of the same path finds it): its scalar
+    rows and labels, and for a tape with blocks (``form`` :data:`BLOCK_SAVE_FORMAT`) the
+    block side's members ``blocks``."""
     with open(path, "wb") as file:
         np.savez(
             file,
-            format=np.array(SAVE_FORMAT),
+            format=np.array(form),
             opcode=tape.opcode,
             in0=tape.in0,
             in1=tape.in1,
             val=tape.val,
             labels=np.array(json.dumps({str(k): v for k, v in tape.labels.items()})),
+            **(blocks or {}),
         )
 
 
-def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
-    """The arrays and labels of a tape file written by :func:`write` (not yet validated)."""
+def read(path: StrPath) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(format, members, labels)`` of a tape file written by :func:`write` (not yet
+    validated): the format :data:`SAVE_FORMAT` or :data:`BLOCK_SAVE_FORMAT`."""
     data = npz.read_npz(path, "tape")
     # write() always writes labels: a file without them is damaged, not unlabelled.
     missing = {"format", "opcode", "in0", "in1", "val", "labels"} - set(data)
@@ -124,11 +133,11 @@ def read(path: StrPath) -> tuple[tuple[Any, Any, Any, Any], dict[str, Any]]:
         hint = " (it is a compiled function: read it with fa.load)" if compiled else ""
         raise ValueError(f"{path}: not a fastad tape, missing {sorted(missing)}{hint}")
     found = npz.text_field(data, "format", str(path))
-    if found != SAVE_FORMAT:
+    if found not in (SAVE_FORMAT, BLOCK_SAVE_FORMAT):
         raise ValueError(f"{path}: format {found!r}, expected {SAVE_FORMAT!r}")
     text = npz.text_field(data, "labels", str(path))
     labels: dict[str, Any] = npz.json_object(text, f"{path}: labels")
-    return (data["opcode"], data["in0"], data["in1"], data["val"]), labels
+    return found, data, labels
 
 
 def scalar_op(code: object) -> optable.Op:

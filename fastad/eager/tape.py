@@ -20,6 +20,7 @@ thread, otherwise the thread's default tape (``fa.current_tape()``).
 from __future__ import annotations
 
 import functools
+import json
 import pathlib
 import threading
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fastad.core import block_rules, driver, tape_file
+from fastad.core import block_file, block_rules, driver, tape_file
 from fastad.core.storage import INITIAL_CAPACITY, TapeStorage
 from fastad.eager import differentiate, graph_tools
 from fastad.eager.handle import Node, check_live
@@ -459,13 +460,29 @@ class Tape:
         return tape
 
     def save(self, path: StrPath) -> None:
-        """Write the tape to a NumPy ``.npz`` file (no pickle inside)."""
-        tape_file.write(self._storage, npz.file_path(path, "Tape.save"))
+        """Write the tape to a NumPy ``.npz`` file at ``path`` (no pickle inside); blocks
+        included: their values, their ops and the ops' parameters."""
+        path = npz.file_path(path, "Tape.save")
+        if not self._storage.has_blocks:
+            tape_file.write(self._storage, path)
+            return
+        blocks, params = block_file.block_state(self._storage)
+        blocks["params"] = np.array(json.dumps({"params": params}))
+        tape_file.write(self._storage, path, tape_file.BLOCK_SAVE_FORMAT, blocks)
 
     @classmethod
     def load(cls, path: StrPath) -> Tape:
-        """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`."""
-        arrays, labels = tape_file.read(npz.file_path(path, "Tape.load"))
+        """Read a tape written by :meth:`save`; validated like :meth:`from_arrays`, and
+        each block op's shape rule run on its operands' shapes before any value is
+        computed."""
+        path = npz.file_path(path, "Tape.load")
+        form, data, labels = tape_file.read(path)
+        if form == tape_file.BLOCK_SAVE_FORMAT:
+            tape = cls()
+            params = block_file.tape_params(data, str(path))
+            block_file.rebuild(tape._storage, data, data, params, labels, str(path))
+            return tape
+        arrays = (data["opcode"], data["in0"], data["in1"], data["val"])
         try:
             return cls.from_arrays(*arrays, labels)
         except (TypeError, ValueError) as error:

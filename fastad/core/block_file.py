@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastad.core import block_rules, tape_file
+from fastad.core import block_rules, driver, tape_file
 from fastad.core.reduction_rules import Reduction
 from fastad.core.storage import as_stored
-from fastad.eager.handle import storage_of
-from fastad.eager.tape import Tape
 from fastad.kernels import optable
+from fastad.util import npz
 from fastad.util.memory import available_memory
 
 if TYPE_CHECKING:
+    from fastad.core.storage import TapeStorage
     from fastad.util.hints import FloatArray
 
 _LEAVES = (optable.INPUT, optable.CONST)
@@ -64,7 +64,7 @@ def encode_param(param: Any) -> Any:
         return {"array": param.ravel().tolist(), "dtype": param.dtype.str, "shape": param.shape}
     raise TypeError(
         f"cannot save a block op parameter of type {type(param).__name__} ({param!r}); "
-        "fastad.eager.block_file.encode_param knows None, ints, strings, reductions, tuples, "
+        "fastad.core.block_file.encode_param knows None, ints, strings, reductions, tuples, "
         "slices, Ellipsis and integer or boolean arrays"
     )
 
@@ -115,10 +115,10 @@ def _decoded_array(data: Mapping[str, Any], where: str) -> Any:
     return array
 
 
-def block_state(tape: Tape) -> tuple[dict[str, Any], list[Any]]:
+def block_state(tape: TapeStorage) -> tuple[dict[str, Any], list[Any]]:
     """The block side of ``tape``: ``(arrays, encoded parameters)`` (see the module docstring)."""
     opcode = tape.opcode
-    table = storage_of(tape).blocks
+    table = tape.blocks
     leaves = [
         node for node in sorted(table.values) if not table.is_op(node) and opcode[node] in _LEAVES
     ]
@@ -137,14 +137,35 @@ def block_state(tape: Tape) -> tuple[dict[str, Any], list[Any]]:
     return arrays, [encode_param(table.params(node)) for node in ops]
 
 
+_BLOCK_MEMBERS = (
+    "block_nodes", "block_ndim", "block_dims", "block_data", "op_nodes", "op_start",
+    "op_operands", "params",
+)  # fmt: skip
+
+
+def tape_params(data: Mapping[str, Any], source: str) -> list[Any]:
+    """The block ops' encoded parameters of a tape with blocks that ``Tape.save`` wrote
+    (its members ``data``), after checking that its block side is all there."""
+    missing = [name for name in _BLOCK_MEMBERS if name not in data]
+    if missing:
+        raise ValueError(f"{source}: a tape with blocks, missing {missing}")
+    text = npz.text_field(dict(data), "params", source)
+    params = npz.json_object(text, f"{source}: params").get("params")
+    if not isinstance(params, list):
+        raise ValueError(f"{source}: params must hold a JSON list, one per block op")
+    return params
+
+
 def rebuild(
+    storage: TapeStorage,
     scalar: Mapping[str, Any],
     arrays: Mapping[str, Any],
     params: list[Any],
     labels: Mapping[str, str],
     source: str,
-) -> Tape:
-    """Record the tape ``block_state`` described again, checking every node; then a forward sweep.
+) -> None:
+    """Record the tape ``block_state`` described again into the empty ``storage``, checking
+    every node; then a forward sweep.
 
     ``scalar`` holds ``opcode``, ``in0``, ``in1``, ``val`` (the rows of
     scalar nodes; block rows' operands come from the op table). Raises
@@ -167,8 +188,6 @@ def rebuild(
         )
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
-    tape = Tape(capacity=max(n, 1))
-    storage = storage_of(tape)
     shapes: list[tuple[int, ...]] = []
     planned = 0  # bytes the block ops' values will take
     for node in range(n):
@@ -197,7 +216,7 @@ def rebuild(
             shapes.append(())
     try:
         for node, label in tape_file.validated_labels(storage, dict(labels)).items():
-            tape.set_label(node, label)
+            storage.set_label(node, label)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{source}: {error}") from None
     available = available_memory()
@@ -208,12 +227,11 @@ def rebuild(
             "a damaged file, or one saved on a larger machine"
         )
     try:
-        tape.forward()
+        driver.replay(storage, block_rules.rule)
     except (ValueError, TypeError, IndexError, AttributeError, KeyError) as error:
         raise ValueError(
             f"{source}: replaying the tape failed ({type(error).__name__}: {error})"
         ) from None
-    return tape
 
 
 def _integers(array: Any, name: str, source: str, size: int | None = None) -> Any:
