@@ -20,6 +20,7 @@ before any kernel sees it), then a forward sweep computes every value.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,14 @@ _BLOCK_MEMBERS = (
     "block_nodes", "block_ndim", "block_dims", "block_data", "op_nodes", "op_start",
     "op_operands", "params",
 )  # fmt: skip
+
+
+def tape_members(tape: TapeStorage) -> dict[str, Any]:
+    """The block side of a tape ``Tape.save`` writes beside its scalar rows:
+    :func:`block_state`'s arrays and its parameters as JSON (read by :func:`tape_params`)."""
+    arrays, params = block_state(tape)
+    arrays["params"] = np.array(json.dumps({"params": params}))
+    return arrays
 
 
 def tape_params(data: Mapping[str, Any], source: str) -> list[Any]:

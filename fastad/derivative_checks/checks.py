@@ -217,35 +217,36 @@ def full_check(
             "(a steep stretch, or a kink or jump near the point): checked at a finer step"
         )
     result.message = full_message(
-        problem, failures, kinks, analytic, error, tolerance, numeric, steps, notes, fine_steps
-    ) + _hint(failures, error, tolerance, numeric, steps, f0, eps)
+        problem,
+        failures,
+        kinks,
+        analytic,
+        error,
+        tolerance,
+        numeric,
+        steps,
+        notes,
+        fine_steps,
+        f0,
+        eps,
+    )
     return result
 
 
 def _hint(
-    failures: list[tuple[int, int]],
-    error: FloatArray,
-    tolerance: FloatArray,
-    numeric: FloatArray,
-    steps: FloatArray,
-    f0: FloatArray | None,
-    eps: float,
+    o: int, j: int, numeric: FloatArray, error: float, step: float, f0: FloatArray, eps: float
 ) -> str:
-    """What to try where the worst failure may be the difference's, not the derivative's:
-    a nan difference beside a finite value (the step leaves the function's domain), or
-    an error within the difference's rounding (large values, a small derivative)."""
-    if not failures or f0 is None:
-        return ""
-    excess = np.where(np.isnan(error), np.inf, error - tolerance)
-    o, j = max(failures, key=lambda at: excess[at])
+    """What to try where a failure may be the difference's, not the derivative's: a nan
+    difference beside a finite value (the step leaves the function's domain), or an error
+    within the difference's rounding (large values, a small derivative)."""
     if np.isnan(numeric[o, j]) and np.isfinite(f0[o]):
         return (
-            f"; the difference is nan where f is {float(f0[o])!r}: a step of {steps[j]:.3g} leaves "
+            f"; the difference is nan where f is {float(f0[o])!r}: a step of {step:.3g} leaves "
             "the function's domain (a point near its edge), so give a smaller eps= or "
             "check at a point further inside"
         )
-    rounding = eps * max(1.0, abs(float(f0[o]))) / steps[j]
-    if error[o, j] <= 4.0 * rounding:
+    rounding = eps * max(1.0, abs(float(f0[o]))) / step
+    if error <= 4.0 * rounding:
         return (
             f"; the difference is within its own rounding (about {rounding:.2g} at this "
             f"step, for values of size {abs(float(f0[o])):.3g}): a larger eps= or atol= "
@@ -356,10 +357,14 @@ def full_message(
     numeric: FloatArray,
     steps: FloatArray,
     notes: list[str],
-    fine_steps: dict[tuple[int, int], float] | None = None,
+    fine_steps: dict[tuple[int, int], float],
+    f0: FloatArray | None,
+    eps: float,
 ) -> str:
     """The full check's verdict; on failure it names the worst element (flat ``(o, j)``
-    pairs in ``failures`` and ``kinks``, the matrices of shape ``(m, n)``)."""
+    pairs in ``failures`` and ``kinks``, the matrices of shape ``(m, n)``), the finer
+    step it was judged at (``fine_steps``), and what to try where the difference may be
+    at fault (``f0``: the outputs at the point, computed where an element failed)."""
     if not failures:
         if kinks:
             notes = [f"{len(kinks)} kink(s) with valid subgradients", *notes]
@@ -379,13 +384,14 @@ def full_message(
             f"{float(analytic[worst])!r} is not between them"
         )
     step = f"step {steps[j]:.3g}"
-    if fine_steps and worst in fine_steps:
+    if worst in fine_steps:
         step = (
             f"plus rounding; step {fine_steps[worst]:.3g}, as the function changes faster "
             f"than the step {steps[j]:.3g} resolves"
         )
+    hint = "" if f0 is None else _hint(o, j, numeric, error[worst], steps[j], f0, eps)
     return (
         f"{counted}: analytic {float(analytic[worst])!r}, numeric "
         f"{float(numeric[worst])!r} (|difference| {error[worst]:.3g} > tolerance "
-        f"{tolerance[worst]:.3g} = atol + rtol * |numeric|; {step})"
+        f"{tolerance[worst]:.3g} = atol + rtol * |numeric|; {step}){hint}"
     )

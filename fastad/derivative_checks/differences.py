@@ -184,8 +184,8 @@ def finer_difference(
     within ``h`` of the point) it is the better reference.
 
     The step is the finest of ``h / 16``, ``h / 64``, ... ``FINE * h`` whose rounding
-    (``eps`` of the values over the step) stays within half the tolerance the outputs'
-    ``guess`` (their analytic values) would get. Returns ``(numeric, tolerance,
+    (``2 eps |f| / t``, ``f`` the outputs at the point) stays within half the tolerance
+    the outputs' ``guess`` (their analytic values) would get. Returns ``(numeric, tolerance,
     step)``; ``tolerance`` adds that rounding to ``atol + rtol * |numeric|``, and is nan
     (no verdict) where no step below ``h / 8`` keeps it small enough.
     """
@@ -201,10 +201,5 @@ def finer_difference(
     t = fine_step(float(z[j]), h * FINE ** (k / 10))
     if k < 2 or not 0.0 < t < h / 8.0:
         return np.full_like(f0, np.nan), np.full_like(f0, np.nan), t
-    hi, lo = z.copy(), z.copy()
-    hi[j] += t
-    lo[j] -= t
-    up, down = value(hi), value(lo)
-    numeric = (up - down) / (2.0 * t)
-    rounding = 2.0 * eps * np.maximum(size, np.maximum(np.abs(up), np.abs(down))) / t
-    return numeric, atol + rtol * np.abs(numeric) + rounding, t
+    numeric = central_difference(value, z, j, t)
+    return numeric, atol + rtol * np.abs(numeric) + 2.0 * eps * size / t, t

@@ -271,8 +271,8 @@ def gradient_calls_test(
         problem: Problem, result: GradcheckResult, rtol: float, atol: float, seed: int
     ) -> GradcheckResult:
         z = problem.point
-        want_value = problem.value(z)[0]
-        want = problem.jacobian(z)[0]
+        # The value, then the gradient: what f(x) and f.jacobian(x) gave.
+        want = np.concatenate([problem.value(z)[:1], problem.jacobian(z)[0]])
         batch = np.repeat(z[None, :], BATCH_COPIES, axis=0)
         values, gradients = function.value_and_grad(batch)
         value, gradient = function.value_and_grad(z)
@@ -281,28 +281,22 @@ def gradient_calls_test(
             (f"f.value_and_grad of {BATCH_COPIES} copies of x", values, gradients),
         ]
         for call, found_values, found_gradients in calls:
-            for found_value, found in zip(found_values, found_gradients, strict=True):
-                found = np.asarray(found, dtype=np.float64)
-                off = np.abs(found - want)
+            for found_value, found_gradient in zip(found_values, found_gradients, strict=True):
+                found = np.concatenate([[found_value], np.asarray(found_gradient, np.float64)])
                 # Equal infinities agree; nan counts as bad.
-                bad = ~((found == want) | (off <= atol + rtol * np.abs(want)))
-                if bad.any() or not _same_value(found_value, want_value, rtol, atol):
-                    j = int(np.argmax(np.where(bad, off, -np.inf))) if bad.any() else 0
+                bad = ~((found == want) | (np.abs(found - want) <= atol + rtol * np.abs(want)))
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    what = "the value" if i == 0 else f"gradient element {i - 1}"
                     fail(
                         result,
-                        f"{call} disagrees with f.jacobian(x): value {float(found_value)!r} "
-                        f"against {float(want_value)!r}, gradient element {j} "
-                        f"{float(found[j])!r} against {float(want[j])!r}",
+                        f"{call} disagrees with f.jacobian(x) and f(x): {what} "
+                        f"{float(found[i])!r} against {float(want[i])!r}",
                     )
                     return result
         return result
 
     return test
-
-
-def _same_value(found: object, want: float, rtol: float, atol: float) -> bool:
-    got = float(found)  # type: ignore[arg-type]
-    return got == want or abs(got - want) <= atol + rtol * abs(want)
 
 
 class BlockPoint(NamedTuple):

@@ -20,7 +20,6 @@ thread, otherwise the thread's default tape (``fa.current_tape()``).
 from __future__ import annotations
 
 import functools
-import json
 import pathlib
 import threading
 from collections.abc import Callable, Iterable
@@ -466,8 +465,7 @@ class Tape:
         if not self._storage.has_blocks:
             tape_file.write(self._storage, path)
             return
-        blocks, params = block_file.block_state(self._storage)
-        blocks["params"] = np.array(json.dumps({"params": params}))
+        blocks = block_file.tape_members(self._storage)
         tape_file.write(self._storage, path, tape_file.BLOCK_SAVE_FORMAT, blocks)
 
     @classmethod
